@@ -1,0 +1,24 @@
+"""The one error type a user mistake turns into: it names where the mistake is."""
+
+from __future__ import annotations
+
+
+class InputError(ValueError):
+    """Invalid user input. ``where`` names the object and ``field`` the path inside it."""
+
+    def __init__(self, message: str, *, where: str = "", field: str = "") -> None:
+        self.message = message
+        self.where = where
+        self.field = field
+        super().__init__(self.describe())
+
+    def describe(self) -> str:
+        parts = [p for p in (self.where, self.field) if p]
+        return f"{': '.join(parts)}: {self.message}" if parts else self.message
+
+    def located(self, where: str) -> InputError:
+        """The same error, placed inside ``where`` (a file or an enclosing object)."""
+        inner = f"{self.where}" if self.where else ""
+        return InputError(
+            self.message, where=f"{where}: {inner}" if inner else where, field=self.field
+        )

@@ -1,0 +1,154 @@
+"""Workloads from the objects users submit: batch/v1 Job, JobSet, v1 Pod, or a Workload.
+
+Each becomes a topogate Workload whose PodSets carry the pod template, the pod count and the
+topology request read from the template's annotations (Kueue's keys or topogate's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .annotations import AnnotationError, check_groups, topology_request
+from .errors import InputError
+from .models import ObjectMeta, PodSet, PodSetTopologyRequest, Workload, WorkloadSpec
+from .validation import object_name, parse_model
+
+JOBSET_API_VERSIONS = ("jobset.x-k8s.io/v1alpha2",)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSource:
+    """A workload and, per PodSet, the field path of its pod template in the source object."""
+
+    workload: Workload
+    template_paths: dict[str, str]
+
+
+def _mapping(value: Any, where: str, path: str, required: bool = True) -> Mapping[str, Any]:
+    if value is None and not required:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InputError(
+            "is required" if value is None else "must be an object", where=where, field=path
+        )
+    return value
+
+
+def _count(value: Any, where: str, path: str, default: int = 1) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InputError(f"{value!r} must be a non-negative integer", where=where, field=path)
+    return value
+
+
+def _job_pod_count(spec: Mapping[str, Any], where: str, path: str) -> int:
+    # As Kueue: a Job runs min(parallelism, completions) pods at once.
+    count = _count(spec.get("parallelism"), where, f"{path}.parallelism")
+    completions = spec.get("completions")
+    if completions is not None:
+        count = min(count, _count(completions, where, f"{path}.completions"))
+    return count
+
+
+def _podset(name: str, count: int, template: Mapping[str, Any], where: str, path: str) -> PodSet:
+    meta = _mapping(template.get("metadata"), where, f"{path}.metadata", required=False)
+    annotations = _mapping(meta.get("annotations"), where, f"{path}.metadata.annotations", False)
+    _mapping(template.get("spec"), where, f"{path}.spec")
+    try:
+        request = topology_request(
+            {str(k): str(v) for k, v in annotations.items()},
+            f"{path}.metadata.annotations",
+            count,
+        )
+    except AnnotationError as exc:
+        raise InputError("; ".join(exc.problems), where=where) from None
+    return PodSet(name=name, count=count, template=dict(template), topology_request=request)
+
+
+def _meta(obj: Mapping[str, Any], where: str) -> ObjectMeta:
+    meta = _mapping(obj.get("metadata"), where, "metadata")
+    return ObjectMeta(
+        name=str(meta.get("name") or meta.get("generateName") or ""),
+        namespace=str(meta.get("namespace") or "default"),
+        labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+    )
+
+
+def workload_from_object(obj: Mapping[str, Any], source: str = "") -> WorkloadSource:
+    """The Workload for a Job, JobSet, Pod or Workload; InputError names the bad field."""
+    where = f"{source}: {object_name(obj)}" if source else object_name(obj)
+    kind, api_version = obj.get("kind"), obj.get("apiVersion")
+    podsets: list[PodSet] = []
+    paths: dict[str, str] = {}
+    if kind == "Job" and api_version == "batch/v1":
+        spec = _mapping(obj.get("spec"), where, "spec")
+        path = "spec.template"
+        template = _mapping(spec.get("template"), where, path)
+        podsets.append(_podset("main", _job_pod_count(spec, where, "spec"), template, where, path))
+        paths["main"] = path
+    elif kind == "JobSet" and api_version in JOBSET_API_VERSIONS:
+        spec = _mapping(obj.get("spec"), where, "spec")
+        replicated = spec.get("replicatedJobs")
+        if not isinstance(replicated, list) or not replicated:
+            raise InputError("must be a non-empty list", where=where, field="spec.replicatedJobs")
+        for i, raw in enumerate(replicated):
+            base = f"spec.replicatedJobs[{i}]"
+            rjob = _mapping(raw, where, base)
+            name = rjob.get("name")
+            if not isinstance(name, str) or not name:
+                raise InputError("is required", where=where, field=f"{base}.name")
+            job_spec = _mapping(
+                _mapping(rjob.get("template"), where, f"{base}.template").get("spec"),
+                where,
+                f"{base}.template.spec",
+            )
+            path = f"{base}.template.spec.template"
+            template = _mapping(job_spec.get("template"), where, path)
+            replicas = _count(rjob.get("replicas"), where, f"{base}.replicas")
+            count = replicas * _job_pod_count(job_spec, where, f"{base}.template.spec")
+            podsets.append(_podset(name, count, template, where, path))
+            paths[name] = path
+    elif kind == "Pod" and api_version == "v1":
+        template = {"metadata": obj.get("metadata") or {}, "spec": obj.get("spec")}
+        podsets.append(_podset("main", 1, template, where, ""))
+        paths["main"] = "metadata"
+    elif kind == "Workload" and api_version == "topogate.dev/v1alpha1":
+        workload = parse_model(Workload, obj, where)
+        for i, podset in enumerate(workload.spec.pod_sets):
+            path = f"spec.podSets[{i}].template"
+            if podset.topology_request is None:
+                filled = _podset(podset.name, podset.count, podset.template, where, path)
+                podset.topology_request = filled.topology_request
+            paths[podset.name] = path
+        _check_groups(workload, paths, where)
+        return WorkloadSource(workload, paths)
+    else:
+        raise InputError(
+            f"kind {kind!r} with apiVersion {api_version!r} is not a workload; expected batch/v1 "
+            "Job, jobset.x-k8s.io/v1alpha2 JobSet, v1 Pod or topogate.dev/v1alpha1 Workload",
+            where=where,
+        )
+    try:
+        workload = Workload(metadata=_meta(obj, where), spec=WorkloadSpec(pod_sets=podsets))
+    except ValueError as exc:
+        raise InputError(
+            str(exc).splitlines()[-2].strip() if "\n" in str(exc) else str(exc),
+            where=where,
+            field="spec",
+        ) from None
+    _check_groups(workload, paths, where)
+    return WorkloadSource(workload, paths)
+
+
+def _check_groups(workload: Workload, paths: Mapping[str, str], where: str) -> None:
+    entries: list[tuple[str, int, PodSetTopologyRequest | None, str]] = [
+        (p.name, p.count, p.topology_request, f"{paths[p.name]}.metadata.annotations")
+        for p in workload.spec.pod_sets
+    ]
+    try:
+        check_groups(entries)
+    except AnnotationError as exc:
+        raise InputError("; ".join(exc.problems), where=where) from None

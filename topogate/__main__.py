@@ -1,0 +1,5 @@
+import sys
+
+from topogate.cli import main
+
+sys.exit(main())
