@@ -1,0 +1,102 @@
+"""Slim records of Nodes and Pods: what capacity accounting needs, parsed from API objects."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from topogate.api.errors import InputError
+from topogate.api.podspec import Taint, parse_taints, pod_requests
+from topogate.api.quantity import QuantityError, to_units
+from topogate.api.validation import object_name
+
+PODS = "pods"
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(slots=True)
+class NodeInfo:
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    allocatable: dict[str, int] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    ready: bool = True
+    unschedulable: bool = False
+
+
+@dataclass(slots=True)
+class PodUsage:
+    """A bound, non-terminated pod: it holds its requests (plus one pod slot) on its node."""
+
+    key: str
+    node_name: str
+    requests: dict[str, int]
+
+
+def _meta(obj: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        raise InputError("is required", where=where, field="metadata")
+    return meta
+
+
+def _string_map(value: Any, where: str, path: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InputError("must be an object", where=where, field=path)
+    return {str(k): "" if v is None else str(v) for k, v in value.items()}
+
+
+def node_from_kube(obj: Mapping[str, Any]) -> NodeInfo:
+    """A v1 Node as a NodeInfo. Ready only when its Ready condition is True (as Kueue)."""
+    where = object_name(obj)
+    meta = _meta(obj, where)
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise InputError("is required", where=where, field="metadata.name")
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    if not isinstance(spec, Mapping) or not isinstance(status, Mapping):
+        raise InputError("spec and status must be objects", where=where)
+    raw_allocatable = status.get("allocatable")
+    path = "status.allocatable"
+    if raw_allocatable is None:
+        raw_allocatable, path = status.get("capacity"), "status.capacity"
+    allocatable: dict[str, int] = {}
+    for resource, quantity in _string_map(raw_allocatable, where, path).items():
+        try:
+            allocatable[resource] = to_units(resource, quantity)
+        except QuantityError as exc:
+            raise InputError(str(exc), where=where, field=f"{path}.{resource}") from None
+    conditions = status.get("conditions") or []
+    if not isinstance(conditions, list):
+        raise InputError("must be a list", where=where, field="status.conditions")
+    ready = any(
+        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
+        for c in conditions
+    )
+    return NodeInfo(
+        name=name,
+        labels=_string_map(meta.get("labels"), where, "metadata.labels"),
+        allocatable=allocatable,
+        taints=parse_taints(spec.get("taints"), where, "spec.taints"),
+        ready=ready,
+        unschedulable=bool(spec.get("unschedulable")),
+    )
+
+
+def pod_usage_from_kube(obj: Mapping[str, Any]) -> PodUsage | None:
+    """The usage of a v1 Pod, or None when it is not bound or has terminated."""
+    where = object_name(obj)
+    meta = _meta(obj, where)
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        raise InputError("is required", where=where, field="spec")
+    node_name = spec.get("nodeName")
+    phase = (obj.get("status") or {}).get("phase")
+    if not node_name or phase in TERMINAL_PHASES:
+        return None
+    key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or meta.get('uid')}"
+    return PodUsage(key=key, node_name=str(node_name), requests=pod_requests(spec, where))

@@ -1,0 +1,250 @@
+"""The capacity cache and its immutable, array-shaped snapshots.
+
+A ``ClusterSnapshot`` holds every node as one row: allocatable and used resources as an
+int64 matrix, labels as per-key integer codes, taints as an index into a small table of
+distinct taint sets. Everything downstream (eligibility, counting, aggregation over the
+topology tree) is vectorised over these rows, so 100,000 nodes stay cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from topogate.api.podspec import Taint
+
+from .nodes import PODS, NodeInfo, PodUsage
+
+IntArray = npt.NDArray[np.int64]
+CodeArray = npt.NDArray[np.int32]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, slots=True)
+class LabelColumn:
+    """One label key over all nodes: ``codes[i]`` indexes ``values``; -1 where absent."""
+
+    codes: CodeArray
+    values: list[str]
+    index: dict[str, int]
+
+    def code(self, value: str) -> int:
+        return self.index.get(value, -2)  # -2 never matches any node's code
+
+
+class ClusterSnapshot:
+    """All nodes and their free capacity at one moment; never mutated after construction."""
+
+    __slots__ = (
+        "_free",
+        "allocatable",
+        "labels",
+        "node_index",
+        "node_names",
+        "ready",
+        "resource_index",
+        "resources",
+        "taint_sets",
+        "taints",
+        "unschedulable",
+        "used",
+    )
+
+    def __init__(
+        self,
+        node_names: list[str],
+        resources: list[str],
+        allocatable: IntArray,
+        used: IntArray,
+        ready: BoolArray,
+        unschedulable: BoolArray,
+        labels: dict[str, LabelColumn],
+        taints: CodeArray,
+        taint_sets: list[tuple[Taint, ...]],
+    ) -> None:
+        self.node_names = node_names
+        self.node_index = {name: i for i, name in enumerate(node_names)}
+        self.resources = resources
+        self.resource_index = {name: i for i, name in enumerate(resources)}
+        self.allocatable = allocatable
+        self.used = used
+        self.ready = ready
+        self.unschedulable = unschedulable
+        self.labels = labels
+        self.taints = taints
+        self.taint_sets = taint_sets
+        self._free: IntArray | None = None
+
+    @property
+    def node_count(self) -> int:
+        return len(self.node_names)
+
+    @property
+    def free(self) -> IntArray:
+        """Allocatable minus used, never below zero (a node can be over-committed)."""
+        if self._free is None:
+            self._free = np.maximum(self.allocatable - self.used, 0)
+        return self._free
+
+    def label(self, key: str) -> LabelColumn:
+        column = self.labels.get(key)
+        if column is None:
+            return LabelColumn(np.full(self.node_count, -1, dtype=np.int32), [], {})
+        return column
+
+    def vector(self, amounts: Mapping[str, int]) -> tuple[IntArray, list[str]]:
+        """A resource vector in this snapshot's column order, and the names it lacks."""
+        vec = np.zeros(len(self.resources), dtype=np.int64)
+        missing = []
+        for name, amount in amounts.items():
+            col = self.resource_index.get(name)
+            if col is None:
+                if amount > 0:
+                    missing.append(name)
+            else:
+                vec[col] = amount
+        return vec, missing
+
+    @classmethod
+    def build(
+        cls,
+        nodes: Iterable[NodeInfo],
+        usage: Iterable[PodUsage] = (),
+        extra_usage: Mapping[str, Mapping[str, int]] | None = None,
+    ) -> ClusterSnapshot:
+        """Rows for ``nodes``; ``usage`` (pods) and ``extra_usage`` (per node) are subtracted.
+
+        Each pod also takes one "pods" slot, so allocatable pods is honoured.
+        """
+        node_list = list(nodes)
+        names = [n.name for n in node_list]
+        resources: dict[str, int] = {PODS: 0}
+        for node in node_list:
+            for name in node.allocatable:
+                resources.setdefault(name, len(resources))
+        usage_list = list(usage)
+        for pod in usage_list:
+            for name in pod.requests:
+                resources.setdefault(name, len(resources))
+        for per_node in (extra_usage or {}).values():
+            for name in per_node:
+                resources.setdefault(name, len(resources))
+        n, r = len(node_list), len(resources)
+        allocatable = np.zeros((n, r), dtype=np.int64)
+        for i, node in enumerate(node_list):
+            for name, amount in node.allocatable.items():
+                allocatable[i, resources[name]] = amount
+        index = {name: i for i, name in enumerate(names)}
+        used = np.zeros((n, r), dtype=np.int64)
+        pods_col = resources[PODS]
+        for pod in usage_list:
+            row = index.get(pod.node_name)
+            if row is None:
+                continue  # bound to a node we do not know (or that left): no capacity to hold
+            for name, amount in pod.requests.items():
+                used[row, resources[name]] += amount
+            used[row, pods_col] += 1
+        for node_name, amounts in (extra_usage or {}).items():
+            row = index.get(node_name)
+            if row is not None:
+                for name, amount in amounts.items():
+                    used[row, resources[name]] += amount
+        ready = np.fromiter((n.ready for n in node_list), dtype=np.bool_, count=n)
+        taint_codes, taint_sets = _taint_codes(node_list)
+        unschedulable = np.fromiter((n.unschedulable for n in node_list), dtype=np.bool_, count=n)
+        return cls(
+            node_names=names,
+            resources=list(resources),
+            allocatable=allocatable,
+            used=used,
+            ready=ready,
+            unschedulable=unschedulable,
+            labels=_label_columns(node_list),
+            taints=taint_codes,
+            taint_sets=taint_sets,
+        )
+
+
+def _label_columns(nodes: list[NodeInfo]) -> dict[str, LabelColumn]:
+    tables: dict[str, tuple[list[str], dict[str, int], list[int]]] = {}
+    n = len(nodes)
+    for i, node in enumerate(nodes):
+        for key, value in node.labels.items():
+            table = tables.get(key)
+            if table is None:
+                table = tables[key] = ([], {}, [-1] * n)
+            values, lookup, codes = table
+            code = lookup.get(value)
+            if code is None:
+                code = lookup[value] = len(values)
+                values.append(value)
+            codes[i] = code
+    return {
+        key: LabelColumn(np.array(codes, dtype=np.int32), values, lookup)
+        for key, (values, lookup, codes) in tables.items()
+    }
+
+
+def _taint_codes(nodes: list[NodeInfo]) -> tuple[CodeArray, list[tuple[Taint, ...]]]:
+    sets: dict[tuple[Taint, ...], int] = {(): 0}
+    codes = np.zeros(len(nodes), dtype=np.int32)
+    for i, node in enumerate(nodes):
+        if node.taints:
+            codes[i] = sets.setdefault(node.taints, len(sets))
+    return codes, list(sets)
+
+
+class CapacityCache:
+    """The mutable cache the controller feeds from watches; hands out immutable snapshots.
+
+    Pods of admitted topogate workloads must not be added as pods: their usage is held as
+    workload usage from admission until the workload finishes, so it is never counted twice.
+    """
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, NodeInfo] = {}
+        self._pods: dict[str, PodUsage] = {}
+        self._workloads: dict[str, dict[str, dict[str, int]]] = {}
+        self._snapshot: ClusterSnapshot | None = None
+
+    def upsert_node(self, node: NodeInfo) -> None:
+        if self._nodes.get(node.name) != node:
+            self._nodes[node.name] = node
+            self._snapshot = None
+
+    def remove_node(self, name: str) -> None:
+        if self._nodes.pop(name, None) is not None:
+            self._snapshot = None
+
+    def upsert_pod(self, pod: PodUsage | None, key: str) -> None:
+        """Record a pod's usage; ``None`` (unbound or terminated) forgets it."""
+        previous = self._pods.pop(key, None)
+        if pod is not None:
+            self._pods[key] = pod
+        if previous != pod:
+            self._snapshot = None
+
+    def set_workload_usage(self, key: str, per_node: Mapping[str, Mapping[str, int]]) -> None:
+        """Hold an admitted workload's usage (idempotent: replaces what was held for ``key``)."""
+        self._workloads[key] = {node: dict(amounts) for node, amounts in per_node.items()}
+        self._snapshot = None
+
+    def release_workload(self, key: str) -> None:
+        if self._workloads.pop(key, None) is not None:
+            self._snapshot = None
+
+    def snapshot(self) -> ClusterSnapshot:
+        if self._snapshot is None:
+            extra: dict[str, dict[str, int]] = {}
+            for per_node in self._workloads.values():
+                for node, amounts in per_node.items():
+                    slot = extra.setdefault(node, {})
+                    for name, amount in amounts.items():
+                        slot[name] = slot.get(name, 0) + amount
+            self._snapshot = ClusterSnapshot.build(
+                sorted(self._nodes.values(), key=lambda n: n.name), self._pods.values(), extra
+            )
+        return self._snapshot

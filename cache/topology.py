@@ -1,0 +1,171 @@
+"""The domain tree of one topology over a snapshot's nodes, as flat arrays per level.
+
+Domains are keyed by their full path of level values, so rack-1 under block-1 and rack-1 under
+block-2 are two racks. The tree always ends in single nodes: when the topology's lowest level
+is not ``kubernetes.io/hostname`` (or two nodes share a hostname value) an internal node level
+is appended below it, so capacity is counted per node and never from summed allocatable.
+
+The arrays do not care how the tree was described: a tree given explicitly (HyperNodes, of
+uneven depth once padded) can be turned into the same ``DomainTree`` by ``from_paths``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from topogate.api.constants import HOSTNAME_LABEL
+
+from .snapshot import ClusterSnapshot, CodeArray, IntArray
+
+
+def _rank(order: npt.NDArray[np.intp]) -> IntArray:
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order), dtype=np.int64)
+    return rank
+
+
+class DomainTree:
+    """Levels 0..depth-1, highest first; the last level holds exactly one node per domain.
+
+    Invariant: at the last level, domain ``i`` is the node ``nodes[i]`` (a snapshot row).
+    """
+
+    __slots__ = (
+        "_children",
+        "child_order",
+        "child_start",
+        "level_keys",
+        "lexrank",
+        "member_domain",
+        "nodes",
+        "parent",
+        "topology_depth",
+        "value_code",
+        "value_table",
+    )
+
+    def __init__(
+        self,
+        level_keys: list[str],
+        nodes: IntArray,
+        member_domain: list[CodeArray],
+        parent: list[CodeArray],
+        value_code: list[CodeArray],
+        value_table: list[list[str]],
+    ) -> None:
+        self.level_keys = level_keys
+        self.topology_depth = len(level_keys)
+        self.nodes = nodes
+        self.member_domain = member_domain
+        self.parent = parent
+        self.value_code = value_code
+        self.value_table = value_table
+        self.lexrank = self._lexranks()
+        self.child_order: list[CodeArray] = []
+        self.child_start: list[IntArray] = []
+        for level in range(self.depth - 1):
+            below = parent[level + 1]
+            self.child_order.append(np.argsort(below, kind="stable").astype(np.int32))
+            counts = np.bincount(below, minlength=self.size(level))
+            self.child_start.append(np.concatenate(([0], np.cumsum(counts))).astype(np.int64))
+
+    @property
+    def depth(self) -> int:
+        return len(self.member_domain)
+
+    @property
+    def node_level(self) -> int:
+        return self.depth - 1
+
+    @property
+    def output_level(self) -> int:
+        """The lowest topology level: assignments are written at this level."""
+        return self.topology_depth - 1
+
+    @property
+    def hostname_lowest(self) -> bool:
+        return self.level_keys[-1] == HOSTNAME_LABEL
+
+    def size(self, level: int) -> int:
+        return len(self.value_code[level])
+
+    def children(self, level: int, domain: int) -> CodeArray:
+        start = self.child_start[level]
+        return self.child_order[level][start[domain] : start[domain + 1]]
+
+    def value(self, level: int, domain: int) -> str:
+        return self.value_table[level][int(self.value_code[level][domain])]
+
+    def path(self, level: int, domain: int) -> tuple[str, ...]:
+        values = []
+        for current in range(level, -1, -1):
+            values.append(self.value(current, domain))
+            domain = int(self.parent[current][domain])
+        return tuple(reversed(values))
+
+    def find(self, path: Sequence[str]) -> int | None:
+        """The domain at level len(path)-1 with this full path, if any (slow; for tests/tools)."""
+        level = len(path) - 1
+        for domain in range(self.size(level)):
+            if self.path(level, domain) == tuple(path):
+                return domain
+        return None
+
+    def _lexranks(self) -> list[IntArray]:
+        ranks: list[IntArray] = []
+        for level in range(self.depth):
+            table = np.array(self.value_table[level], dtype=np.str_)
+            value_rank = _rank(np.argsort(table, kind="stable"))[self.value_code[level]]
+            if level == 0:
+                ranks.append(_rank(np.argsort(value_rank, kind="stable")))
+            else:
+                parent_rank = ranks[level - 1][self.parent[level]]
+                ranks.append(_rank(np.lexsort((value_rank, parent_rank))))
+        return ranks
+
+    @classmethod
+    def from_labels(
+        cls,
+        snapshot: ClusterSnapshot,
+        level_keys: Sequence[str],
+        node_labels: Mapping[str, str] | None = None,
+    ) -> DomainTree:
+        """The tree over nodes that match ``node_labels`` and carry every level label."""
+        member = np.ones(snapshot.node_count, dtype=np.bool_)
+        for key, value in (node_labels or {}).items():
+            column = snapshot.label(key)
+            member &= column.codes == column.code(value)
+        columns = [snapshot.label(key) for key in level_keys]
+        for column in columns:
+            member &= column.codes >= 0
+        nodes = np.flatnonzero(member).astype(np.int64)
+        member_domain: list[CodeArray] = []
+        parent: list[CodeArray] = []
+        value_code: list[CodeArray] = []
+        value_table: list[list[str]] = []
+        above = np.zeros(len(nodes), dtype=np.int64)
+        for column in columns:
+            codes = column.codes[nodes].astype(np.int64)
+            width = max(len(column.values), 1)
+            keys, inverse = np.unique(above * width + codes, return_inverse=True)
+            member_domain.append(inverse.astype(np.int32))
+            parent.append((keys // width).astype(np.int32))
+            value_code.append((keys % width).astype(np.int32))
+            value_table.append(column.values)
+            above = inverse.astype(np.int64)
+        one_node_per_leaf = len(nodes) == 0 or len(value_code[-1]) == len(nodes)
+        if level_keys[-1] == HOSTNAME_LABEL and one_node_per_leaf:
+            # The hostname level is the node level: order nodes like its domains, so that
+            # node-level domain i is tree.nodes[i] (the invariant the core relies on).
+            order = np.argsort(member_domain[-1], kind="stable")
+            nodes = nodes[order]
+            member_domain = [m[order] for m in member_domain]
+        else:
+            member_domain.append(np.arange(len(nodes), dtype=np.int32))
+            parent.append(member_domain[-2].copy())
+            value_code.append(np.arange(len(nodes), dtype=np.int32))
+            value_table.append([snapshot.node_names[i] for i in nodes])
+        return cls(list(level_keys), nodes, member_domain, parent, value_code, value_table)
