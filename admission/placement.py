@@ -1,0 +1,643 @@
+"""The placement core: which domains get how many pods of a gang, or why none can.
+
+Pure and synchronous: it reads a ``DomainTree`` and a ``ClusterSnapshot`` (numpy arrays) and
+returns a ``PlacementDecision``; it never does I/O. It follows Kueue's Topology Aware Scheduling
+step for step, including its tie-breaks, so that a job lands where Kueue would put it:
+
+1. count, per node, how many pods fit; roll the counts (and slice counts) up the tree;
+2. find the level and the domain(s) that hold the whole PodSet (required: only the requested
+   level; preferred: climb a level at a time; unconstrained: capacity only);
+3. walk down, at each level choosing the children that keep the number of domains lowest.
+
+Where we differ from Kueue, on purpose:
+
+- capacity is counted per node even when the lowest level is not ``kubernetes.io/hostname``
+  (Kueue sums allocatable over a leaf's nodes, so a pod may "fit" a sum but no single node);
+- taints, nodeSelector and required affinity are honoured at any lowest level, and the leader
+  of a leader+workers group is checked against its own template, not the workers';
+- not-ready and cordoned nodes are counted in the failure message instead of vanishing;
+- a count that is not a multiple of the slice size is refused up front (Kueue drops the rest).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from topogate.api.podspec import NodeConstraints, Toleration
+from topogate.cache.nodes import PODS
+from topogate.cache.selectors import Exclusions, eligible
+from topogate.cache.snapshot import BoolArray, ClusterSnapshot, IntArray
+from topogate.cache.topology import DomainTree
+
+from .request import (
+    DomainCount,
+    Mode,
+    PlacementDecision,
+    PlacementRequest,
+    PodSetPlacement,
+    PodSetRequest,
+    Profile,
+)
+
+_NONE = np.iinfo(np.int64).max // 4  # "no leader-capable child" in min-reductions
+
+
+class _NoFit(Exception):
+    """Raised inside one group's computation; becomes the decision's message."""
+
+    def __init__(self, message: str, exclusions: Exclusions | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exclusions = exclusions
+
+
+@dataclass(frozen=True, slots=True)
+class _Chosen:
+    """Domains chosen at one level, in choice order, with the workers and leaders each got."""
+
+    domains: IntArray
+    pods: IntArray
+    leaders: IntArray
+
+
+def _per_node_count(free: IntArray, request: IntArray) -> IntArray:
+    """How many pods of ``request`` fit on each row of ``free`` (min over requested resources)."""
+    used = np.flatnonzero(request > 0)
+    if used.size == 0:
+        return np.full(free.shape[0], np.iinfo(np.int32).max, dtype=np.int64)
+    counts: IntArray = np.min(free[:, used] // request[used], axis=1)
+    return counts
+
+
+class _GroupPlacer:
+    """One placement computation: a PodSet, or a leader PodSet and its workers."""
+
+    def __init__(
+        self,
+        tree: DomainTree,
+        snapshot: ClusterSnapshot,
+        free: IntArray,
+        workers: PodSetRequest,
+        leader: PodSetRequest | None,
+        topology_name: str,
+        flavor_tolerations: Sequence[Toleration],
+    ) -> None:
+        self.tree = tree
+        self.snapshot = snapshot
+        self.free = free
+        self.workers = workers
+        self.leader = leader
+        self.topology_name = topology_name
+        self.flavor_tolerations = tuple(flavor_tolerations)
+        self.count = workers.count
+        self.leader_count = 1 if leader is not None else 0
+        self._resolve_levels()
+        self.profile = Profile.LEAST_FREE_CAPACITY if self.unconstrained else Profile.BEST_FIT
+
+    # --- setup ---------------------------------------------------------------------------
+
+    def _level_index(self, key: str, what: str) -> int:
+        try:
+            return self.tree.level_keys.index(key)
+        except ValueError:
+            raise _NoFit(f"{what}: {key}") from None
+
+    def _resolve_levels(self) -> None:
+        request = self.workers
+        layers = request.slices
+        self.required = request.mode is Mode.REQUIRED
+        self.unconstrained = request.mode is Mode.UNCONSTRAINED
+        self.slice_size = layers[0].size if layers else 1
+        if self.slice_size <= 0:
+            raise _NoFit("slice topology requested, but slice size not provided")
+        if request.level is not None:
+            self.level = self._level_index(request.level, "no requested topology level")
+        elif layers:
+            self.level = 0  # slices only: the whole tree, slices enforced at their level
+        else:
+            self.level = self.tree.output_level
+        if layers:
+            self.slice_level = self._level_index(
+                layers[0].level, "no requested topology level for slices"
+            )
+        else:
+            self.slice_level = self.tree.output_level
+        if self.level > self.slice_level:
+            raise _NoFit(
+                f"podset slice topology {layers[0].level} is above the podset topology "
+                f"{self.tree.level_keys[self.level]}"
+            )
+        # Inner layers of a multi-layer request: the unit each level below rounds down to.
+        self.inner_size: dict[int, int] = {}
+        previous_size, previous_level = self.slice_size, self.slice_level
+        for layer in layers[1:]:
+            level = self._level_index(
+                layer.level, "no requested topology level for additional slice layer"
+            )
+            if level <= previous_level:
+                raise _NoFit(
+                    f"additional slice layer topology {layer.level} must be at a lower level "
+                    f"than {self.tree.level_keys[previous_level]}"
+                )
+            if previous_size % layer.size != 0:
+                raise _NoFit(
+                    f"additional slice layer size {layer.size} must evenly divide parent "
+                    f"layer size {previous_size}"
+                )
+            for between in range(previous_level + 1, level + 1):
+                self.inner_size[between] = layer.size
+            previous_size, previous_level = layer.size, level
+
+    @property
+    def best_fit(self) -> bool:
+        return self.profile is Profile.BEST_FIT
+
+    # --- phase 1: counts -----------------------------------------------------------------
+
+    def _request_vector(self, podset: PodSetRequest) -> tuple[IntArray, list[str]]:
+        vector, missing = self.snapshot.vector({**podset.requests, PODS: 1})
+        vector[self.snapshot.resource_index[PODS]] = 1
+        return vector, missing
+
+    def _eligible(self, podset: PodSetRequest) -> tuple[BoolArray, Exclusions]:
+        constraints = podset.constraints
+        merged = NodeConstraints(
+            tolerations=constraints.tolerations + self.flavor_tolerations,
+            node_selector=constraints.node_selector,
+            affinity_terms=constraints.affinity_terms,
+        )
+        return eligible(self.snapshot, self.tree.nodes, merged)
+
+    def fill_in_counts(self) -> None:
+        tree = self.tree
+        depth = tree.depth
+        worker_vec, worker_missing = self._request_vector(self.workers)
+        mask, self.exclusions = self._eligible(self.workers)
+        self.worker_mask = mask
+        raw = _per_node_count(self.free, worker_vec)
+        if worker_missing:
+            raw = np.zeros_like(raw)
+        self.worker_missing = worker_missing
+        self.worker_vec = worker_vec
+        pods = np.where(mask, raw, 0)
+        pods_with_leader = pods
+        leads = np.zeros_like(pods)
+        if self.leader is not None:
+            leader_vec, leader_missing = self._request_vector(self.leader)
+            self.leader_vec = leader_vec
+            leader_mask, _ = self._eligible(self.leader)
+            fits = leader_mask & (_per_node_count(self.free, leader_vec) > 0)
+            if leader_missing:
+                fits[:] = False
+            after = _per_node_count(np.maximum(self.free - leader_vec, 0), worker_vec)
+            pods_with_leader = np.where(fits, np.where(mask, after, 0), pods)
+            if worker_missing:
+                pods_with_leader = np.zeros_like(pods)
+            leads = fits.astype(np.int64)
+        self.pod: list[IntArray] = [np.empty(0, np.int64)] * depth
+        self.pod_wl: list[IntArray] = [np.empty(0, np.int64)] * depth
+        self.slc: list[IntArray] = [np.empty(0, np.int64)] * depth
+        self.slc_wl: list[IntArray] = [np.empty(0, np.int64)] * depth
+        self.lead: list[IntArray] = [np.empty(0, np.int64)] * depth
+        bottom = depth - 1
+        self.pod[bottom], self.pod_wl[bottom], self.lead[bottom] = pods, pods_with_leader, leads
+        self._set_slices(bottom, np.zeros_like(pods), np.zeros_like(pods))
+        for level in range(depth - 2, -1, -1):
+            self._roll_up(level)
+
+    def _set_slices(self, level: int, summed: IntArray, summed_wl: IntArray) -> None:
+        if level == self.slice_level:
+            self.slc[level] = self.pod[level] // self.slice_size
+            self.slc_wl[level] = self.pod_wl[level] // self.slice_size
+        elif level < self.slice_level:
+            self.slc[level], self.slc_wl[level] = summed, summed_wl
+        else:
+            self.slc[level] = np.zeros_like(self.pod[level])
+            self.slc_wl[level] = self.slc[level]
+
+    def _roll_up(self, level: int) -> None:
+        child = level + 1
+        parent = self.tree.parent[child]
+        size = self.tree.size(level)
+        contribution, contribution_wl = self.pod[child], self.pod_wl[child]
+        inner = self.inner_size.get(child)
+        if inner:
+            contribution = contribution // inner * inner
+            contribution_wl = contribution_wl // inner * inner
+
+        def total(values: IntArray) -> IntArray:
+            return np.bincount(parent, weights=values, minlength=size).astype(np.int64)
+
+        self.pod[level] = total(contribution)
+        slices = total(self.slc[child])
+        if self.leader is None:
+            self.pod_wl[level] = self.pod[level]
+            self.lead[level] = np.zeros(size, dtype=np.int64)
+            self._set_slices(level, slices, slices)
+            return
+        capable = self.lead[child] > 0
+        pod_penalty = np.full(size, _NONE, dtype=np.int64)
+        np.minimum.at(pod_penalty, parent, np.where(capable, contribution - contribution_wl, _NONE))
+        slice_penalty = np.full(size, _NONE, dtype=np.int64)
+        np.minimum.at(
+            slice_penalty, parent, np.where(capable, self.slc[child] - self.slc_wl[child], _NONE)
+        )
+        has = pod_penalty < _NONE
+        self.pod_wl[level] = np.where(has, self.pod[level] - pod_penalty, 0)
+        lead = np.zeros(size, dtype=np.int64)
+        np.maximum.at(lead, parent, self.lead[child])
+        self.lead[level] = lead
+        self._set_slices(level, slices, np.where(has, slices - slice_penalty, 0))
+
+    # --- ordering ------------------------------------------------------------------------
+
+    def _sorted(self, level: int, domains: IntArray, with_leader: bool) -> IntArray:
+        """Kueue's order: [leaders desc], slices desc (BestFit) / asc, pods asc, path asc."""
+        slices = (self.slc_wl if with_leader else self.slc)[level][domains]
+        pods = (self.pod_wl if with_leader else self.pod)[level][domains]
+        keys: list[IntArray] = [
+            self.tree.lexrank[level][domains],
+            pods,
+            -slices if self.best_fit else slices,
+        ]
+        if with_leader and self.leader_count:
+            keys.append(-self.lead[level][domains])
+        return domains[np.lexsort(keys)]
+
+    def _tightest(
+        self, candidates: IntArray, needed: int, leaders: int, capacity: IntArray, lead: IntArray
+    ) -> int:
+        """The candidate with the least capacity that still holds ``needed`` (first on ties)."""
+        caps = capacity[candidates]
+        ok = (caps >= needed) & (lead[candidates] >= leaders)
+        if not ok.any():
+            return int(candidates[0])
+        index = np.flatnonzero(ok)
+        return int(candidates[index[np.argmin(caps[index])]])
+
+    def _leader_first(
+        self,
+        domains: IntArray,
+        need: int,
+        capacity: IntArray,
+        capacity_wl: IntArray,
+        lead: IntArray,
+    ) -> IntArray:
+        """Move to the front the first leader-capable domain whose leader cost others absorb."""
+        if not self.leader_count or len(domains) < 2:
+            return domains
+        available = int(capacity[domains].sum())
+        penalty = capacity[domains] - capacity_wl[domains]
+        ok = (lead[domains] >= self.leader_count) & (available - penalty >= need)
+        hits = np.flatnonzero(ok)
+        if hits.size == 0 or hits[0] == 0:
+            return domains
+        first = int(hits[0])
+        return np.concatenate((domains[first : first + 1], domains[:first], domains[first + 1 :]))
+
+    # --- phase 2: level, then descent ----------------------------------------------------
+
+    def _not_fit(self, fit: int, total: int, level: int) -> _NoFit:
+        self._count_resource_exclusions()
+        if len(self.workers.slices) >= 2:
+            message = self._multi_layer_message(level)
+        else:
+            unit = "pod" if self.slice_size == 1 else "slice"
+            if fit == 0:
+                message = (
+                    f'topology "{self.topology_name}" doesn\'t allow to fit any of '
+                    f"{total} {unit}(s)"
+                )
+            else:
+                message = (
+                    f'topology "{self.topology_name}" allows to fit only {fit} out of '
+                    f"{total} {unit}(s)"
+                )
+        if self.exclusions.any:
+            message += ". " + self.exclusions.describe()
+        return _NoFit(message, self.exclusions)
+
+    def _count_resource_exclusions(self) -> None:
+        """Eligible nodes that fit no pod, under the resource that ran out (ties: by name)."""
+        zero = self.worker_mask & (self.pod[-1] == 0)
+        if not zero.any():
+            return
+        if self.worker_missing:
+            self.exclusions.resources[sorted(self.worker_missing)[0]] = int(zero.sum())
+            return
+        columns = [c for c in np.flatnonzero(self.worker_vec > 0)]
+        columns.sort(key=lambda c: self.snapshot.resources[c])
+        per = self.free[np.ix_(np.flatnonzero(zero), columns)] // self.worker_vec[columns]
+        limiting = np.argmin(per, axis=1)
+        for column, count in enumerate(np.bincount(limiting, minlength=len(columns)).tolist()):
+            if count:
+                name = self.snapshot.resources[columns[column]]
+                self.exclusions.resources[name] = count
+
+    def _multi_layer_message(self, level: int) -> str:
+        tree = self.tree
+        slices = self.slc[level]
+        best = int(np.lexsort((tree.lexrank[level], -slices))[0]) if len(slices) else 0
+        parts = [f'topology "{self.topology_name}" doesn\'t allow to fit']
+        for layer in self.workers.slices:
+            layer_level = tree.level_keys.index(layer.level)
+            needed = self.count // layer.size
+            ancestor: npt.NDArray[np.integer[Any]] = np.arange(tree.size(layer_level))
+            for current in range(layer_level, level, -1):
+                ancestor = tree.parent[current][ancestor]
+            inside = ancestor == best
+            fit = int((self.pod[layer_level][inside] // layer.size).sum())
+            parts.append(f"{fit}/{needed} slice(s) fit on level {layer.level}")
+        return "; ".join(parts)
+
+    def find_level(self) -> tuple[int, list[int]]:
+        level = self.level
+        need = self.count // self.slice_size
+        leaders = self.leader_count
+        while True:
+            size = self.tree.size(level)
+            if size == 0:
+                raise _NoFit(f"no topology domains at level: {self.tree.level_keys[level]}")
+            slc, slc_wl, lead = self.slc[level], self.slc_wl[level], self.lead[level]
+            order = self._sorted(level, np.arange(size), with_leader=True)
+            top = int(order[0])
+            if self.best_fit and slc_wl[top] >= need and lead[top] >= leaders:
+                top = self._tightest(order, need, leaders, slc_wl if leaders else slc, lead)
+            if not self.best_fit:
+                capacity = slc_wl if leaders else slc
+                ok = (lead[order] >= leaders) & (capacity[order] >= need)
+                hits = np.flatnonzero(ok)
+                if hits.size:
+                    return level, [int(order[hits[0]])]
+            if slc_wl[top] >= need and lead[top] >= leaders:
+                return level, [top]
+            if self.required:
+                raise self._not_fit(int(slc[order[0]]), need, level)
+            if level > 0 and not self.unconstrained:
+                level -= 1
+                continue
+            return level, self._several_domains(level, order, need)
+
+    def _several_domains(self, level: int, order: IntArray, need: int) -> list[int]:
+        slc, slc_wl, lead = self.slc[level], self.slc_wl[level], self.lead[level]
+        order = self._leader_first(order, need, slc, slc_wl, lead)
+        chosen: list[int] = []
+        remaining, leaders_left, i = need, self.leader_count, 0
+        while leaders_left > 0 and i < len(order) and lead[order[i]] > 0:
+            domain = int(order[i])
+            if self.best_fit and slc_wl[domain] >= remaining:
+                domain = self._tightest(order[i:], remaining, leaders_left, slc_wl, lead)
+            chosen.append(domain)
+            leaders_left -= int(lead[domain])
+            remaining -= int(slc_wl[domain])
+            i += 1
+        if leaders_left > 0:
+            raise self._not_fit(self.leader_count - leaders_left, need, level)
+        if remaining <= 0:
+            return chosen
+        rest = self._sorted(level, order[i:], with_leader=False)
+        cumulative = np.cumsum(slc[rest])
+        k = int(np.searchsorted(cumulative, remaining, side="left"))
+        if k >= len(rest):
+            got = int(cumulative[-1]) if len(rest) else 0
+            raise self._not_fit(need - (remaining - got), need, level)
+        before = int(cumulative[k - 1]) if k else 0
+        last = int(rest[k])
+        if self.best_fit:
+            last = self._tightest(rest[k:], remaining - before, 0, slc, lead)
+        return chosen + [int(d) for d in rest[:k]] + [last]
+
+    def _distribute(
+        self,
+        domains: IntArray,
+        count: int,
+        leaders: int,
+        unit: int,
+        capacity: IntArray,
+        capacity_wl: IntArray,
+        lead: IntArray,
+    ) -> _Chosen:
+        """Kueue's updateCountsToMinimum: fill ``domains`` in order, tightest last."""
+        need = count // unit
+        domains = self._leader_first(domains, need, capacity, capacity_wl, lead)
+        picked: list[int] = []
+        pods: list[int] = []
+        led: list[int] = []
+        remaining, leaders_left, i = need, leaders, 0
+        while leaders_left > 0 and i < len(domains):
+            domain = int(domains[i])
+            if self.best_fit and capacity_wl[domain] >= remaining and lead[domain] >= leaders_left:
+                domain = self._tightest(domains[i:], remaining, leaders_left, capacity_wl, lead)
+            if capacity_wl[domain] >= remaining and lead[domain] >= leaders_left:
+                picked.append(domain)
+                pods.append(remaining * unit)
+                led.append(leaders_left)
+                return _Chosen(np.array(picked), np.array(pods), np.array(led))
+            take = min(int(capacity_wl[domain]), remaining)
+            lead_here = min(int(lead[domain]), leaders_left)
+            picked.append(domain)
+            pods.append(take * unit)
+            led.append(lead_here)
+            remaining -= take
+            leaders_left -= lead_here
+            i += 1
+        if remaining == 0 and leaders_left == 0:
+            return _Chosen(
+                np.array(picked, dtype=np.int64),
+                np.array(pods, dtype=np.int64),
+                np.array(led, dtype=np.int64),
+            )
+        rest = domains[i:]
+        cumulative = np.cumsum(capacity[rest])
+        k = int(np.searchsorted(cumulative, remaining, side="left"))
+        if leaders_left > 0 or k >= len(rest):
+            raise _NoFit(
+                f"internal error: {count} pod(s) could not be spread over the chosen domains"
+            )
+        before = int(cumulative[k - 1]) if k else 0
+        last = int(rest[k])
+        if self.best_fit:
+            last = self._tightest(rest[k:], remaining - before, 0, capacity, lead)
+        whole = rest[:k]
+        picked.extend(int(d) for d in whole)
+        pods.extend(int(p) * unit for p in capacity[whole])
+        led.extend(0 for _ in whole)
+        picked.append(last)
+        pods.append((remaining - before) * unit)
+        led.append(0)
+        return _Chosen(np.array(picked), np.array(pods), np.array(led))
+
+    def descend(self, level: int, fit_domains: list[int]) -> _Chosen:
+        chosen = self._distribute(
+            np.array(fit_domains, dtype=np.int64),
+            self.count,
+            self.leader_count,
+            self.slice_size,
+            self.slc[level],
+            self.slc_wl[level],
+            self.lead[level],
+        )
+        tree = self.tree
+        # Above the slice level: pool the children of every chosen domain, fill them afresh.
+        while level < min(tree.depth - 1, self.slice_level):
+            used = chosen.domains[(chosen.pods > 0) | (chosen.leaders > 0)]
+            pool = np.concatenate([tree.children(level, int(d)) for d in used]).astype(np.int64)
+            level += 1
+            chosen = self._distribute(
+                self._sorted(level, pool, with_leader=False),
+                self.count,
+                self.leader_count,
+                self.slice_size,
+                self.slc[level],
+                self.slc_wl[level],
+                self.lead[level],
+            )
+        # At and below the slice level: each parent hands its own count to its children.
+        while level < tree.depth - 1:
+            child = level + 1
+            unit = self.inner_size.get(child, 1)
+            capacity, capacity_wl = self.pod[child], self.pod_wl[child]
+            if unit > 1:
+                capacity, capacity_wl = capacity // unit, capacity_wl // unit
+            parts: list[_Chosen] = []
+            for domain, pods, leaders in zip(
+                chosen.domains.tolist(), chosen.pods.tolist(), chosen.leaders.tolist(), strict=True
+            ):
+                if pods == 0 and leaders == 0:
+                    continue
+                children = self._sorted(child, tree.children(level, domain).astype(np.int64), False)
+                parts.append(
+                    self._distribute(
+                        children, pods, leaders, unit, capacity, capacity_wl, self.lead[child]
+                    )
+                )
+            level = child
+            chosen = _Chosen(
+                np.concatenate([p.domains for p in parts]).astype(np.int64),
+                np.concatenate([p.pods for p in parts]).astype(np.int64),
+                np.concatenate([p.leaders for p in parts]).astype(np.int64),
+            )
+        return chosen
+
+    # --- output --------------------------------------------------------------------------
+
+    def placement(self, name: str, per_node: IntArray) -> PodSetPlacement:
+        tree = self.tree
+        out_level = tree.output_level
+        rows = np.flatnonzero(per_node)
+        node_counts = {self.snapshot.node_names[int(tree.nodes[r])]: int(per_node[r]) for r in rows}
+        per_domain = np.bincount(
+            tree.member_domain[out_level][rows],
+            weights=per_node[rows],
+            minlength=tree.size(out_level),
+        ).astype(np.int64)
+        domains = np.flatnonzero(per_domain)
+        domains = domains[np.argsort(tree.lexrank[out_level][domains], kind="stable")]
+        if tree.hostname_lowest:
+            levels: tuple[str, ...] = (tree.level_keys[-1],)
+            values: list[tuple[str, ...]] = [(tree.value(out_level, int(d)),) for d in domains]
+        else:
+            levels = tuple(tree.level_keys)
+            values = [tree.path(out_level, int(d)) for d in domains]
+        return PodSetPlacement(
+            name=name,
+            levels=levels,
+            domains=tuple(
+                DomainCount(v, int(per_domain[d]), int(d))
+                for v, d in zip(values, domains, strict=True)
+            ),
+            node_counts=node_counts,
+        )
+
+    def run(self) -> list[tuple[PodSetRequest, IntArray]]:
+        """Pods per node (positions in ``tree.nodes``) for the workers and the leader."""
+        self.fill_in_counts()
+        level, domains = self.find_level()
+        chosen = self.descend(level, domains)
+        workers = np.zeros(len(self.tree.nodes), dtype=np.int64)
+        np.add.at(workers, chosen.domains, chosen.pods)
+        result = [(self.workers, workers)]
+        if self.leader is not None:
+            leaders = np.zeros(len(self.tree.nodes), dtype=np.int64)
+            np.add.at(leaders, chosen.domains, chosen.leaders)
+            result.insert(0, (self.leader, leaders))
+        return result
+
+
+def _groups(podsets: Sequence[PodSetRequest]) -> list[list[PodSetRequest]]:
+    groups: dict[str, list[PodSetRequest]] = {}
+    for index, podset in enumerate(podsets):
+        groups.setdefault(podset.group or f"#{index}", []).append(podset)
+    return list(groups.values())
+
+
+def _leader_and_workers(group: list[PodSetRequest]) -> tuple[PodSetRequest, PodSetRequest | None]:
+    """As Kueue: the second is the leader unless it has more pods than the first."""
+    workers = group[0]
+    if len(group) == 1:
+        return workers, None
+    leader = group[1]
+    if leader.count > workers.count:
+        workers, leader = leader, workers
+    return workers, leader
+
+
+def _empty(podset: PodSetRequest, tree: DomainTree) -> PodSetPlacement:
+    levels = (tree.level_keys[-1],) if tree.hostname_lowest else tuple(tree.level_keys)
+    return PodSetPlacement(podset.name, levels, (), {})
+
+
+def place(
+    tree: DomainTree,
+    snapshot: ClusterSnapshot,
+    request: PlacementRequest,
+    *,
+    topology_name: str,
+    flavor_tolerations: Sequence[Toleration] = (),
+) -> PlacementDecision:
+    """Place every PodSet of ``request`` on ``tree``, earlier PodSets taking capacity first.
+
+    All or nothing: the first PodSet (or group) that does not fit ends the computation, and
+    the decision carries its message and no placements.
+    """
+    free = snapshot.free[tree.nodes].copy()
+    placements: dict[str, PodSetPlacement] = {}
+    for group in _groups(request.podsets):
+        workers, leader = _leader_and_workers(group)
+        if len(group) > 2:
+            return PlacementDecision(
+                fits=False,
+                message=f"podset group {workers.group!r} has {len(group)} pod sets; a group "
+                "holds exactly 2 (a leader and its workers)",
+                podset=workers.name,
+            )
+        if workers.count == 0 and (leader is None or leader.count == 0):
+            for podset in group:
+                placements[podset.name] = _empty(podset, tree)
+            continue
+        try:
+            placer = _GroupPlacer(
+                tree, snapshot, free, workers, leader, topology_name, flavor_tolerations
+            )
+            result = placer.run()
+        except _NoFit as failure:
+            return PlacementDecision(
+                fits=False,
+                message=failure.message,
+                podset=workers.name if leader is None else f"{leader.name}+{workers.name}",
+                exclusions=failure.exclusions,
+            )
+        for podset, per_node in result:
+            placements[podset.name] = placer.placement(podset.name, per_node)
+            # Later PodSets of the same workload see this one's usage.
+            vec, _ = snapshot.vector({**podset.requests, PODS: 1})
+            vec[snapshot.resource_index[PODS]] = 1
+            rows = np.flatnonzero(per_node)
+            free[rows] -= per_node[rows, None] * vec
+    ordered = tuple(placements[p.name] for p in request.podsets)
+    return PlacementDecision(fits=True, placements=ordered)

@@ -1,0 +1,74 @@
+"""The placement core's request and reply types: plain, immutable, no Kubernetes objects."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from topogate.api.podspec import NodeConstraints
+from topogate.cache.selectors import Exclusions
+
+
+class Mode(StrEnum):
+    REQUIRED = "required"  # the whole PodSet inside one domain of the level
+    PREFERRED = "preferred"  # start at the level, climb one level at a time
+    UNCONSTRAINED = "unconstrained"  # capacity only, at the lowest level
+
+
+class Profile(StrEnum):
+    BEST_FIT = "BestFit"
+    LEAST_FREE_CAPACITY = "LeastFreeCapacity"
+
+
+@dataclass(frozen=True, slots=True)
+class SliceLayer:
+    """Every run of ``size`` consecutive pods shares one domain of ``level``."""
+
+    level: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class PodSetRequest:
+    name: str
+    count: int
+    requests: Mapping[str, int]  # per pod, in cache units; one "pods" slot is added by the core
+    mode: Mode = Mode.UNCONSTRAINED
+    # The requested level. None: the lowest level (unconstrained) or, with slices only, the highest.
+    level: str | None = None
+    slices: tuple[SliceLayer, ...] = ()  # outermost first
+    constraints: NodeConstraints = field(default_factory=NodeConstraints)
+    group: str | None = None  # leader+workers: two PodSets placed together
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementRequest:
+    workload: str
+    podsets: tuple[PodSetRequest, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DomainCount:
+    values: tuple[str, ...]  # as written in the assignment (hostname only, or the full path)
+    count: int
+    domain: int = -1  # the domain's index at the tree's output level (for reports)
+
+
+@dataclass(frozen=True, slots=True)
+class PodSetPlacement:
+    name: str
+    levels: tuple[str, ...]  # the assignment's levels, as written in the TopologyAssignment
+    domains: tuple[DomainCount, ...]  # sorted by values; counts add up to the PodSet count
+    node_counts: Mapping[str, int]  # pods per node, for holding usage and checking plans
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementDecision:
+    """Either every PodSet is placed (``fits``) or none is and ``message`` says why."""
+
+    fits: bool
+    placements: tuple[PodSetPlacement, ...] = ()
+    message: str = ""
+    podset: str | None = None  # the PodSet that did not fit
+    exclusions: Exclusions | None = None
