@@ -1,0 +1,107 @@
+"""The ``topogate`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from topogate.api.errors import InputError
+from topogate.api.jobs import workload_from_object
+
+from . import __version__
+from .loader import load_cluster, load_single
+from .planner import plan, render_table, workload_document
+
+EXIT_FITS, EXIT_NO_FIT, EXIT_INVALID = 0, 1, 2
+
+
+def _example_paths() -> tuple[Path, Path]:
+    base = Path(str(resources.files("topogate") / "examples"))
+    return base / "cluster.yaml", base / "training-job.yaml"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="topogate", description="Topology-aware admission for gang-scheduled training jobs."
+    )
+    parser.add_argument("--version", action="version", version=f"topogate {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    planner = commands.add_parser(
+        "plan",
+        help="where would this workload land? (offline, from files)",
+        description="Place a Job/JobSet/Pod/Workload on a cluster described by files. "
+        "Exit 0: it fits; 1: it does not fit; 2: invalid input.",
+    )
+    planner.add_argument(
+        "--cluster",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="PATH",
+        help="file or directory of Nodes, Pods, Topologies, ResourceFlavors",
+    )
+    planner.add_argument(
+        "--workload",
+        type=Path,
+        metavar="PATH",
+        help="one batch/v1 Job, JobSet, v1 Pod or topogate Workload",
+    )
+    planner.add_argument("--flavor", metavar="NAME", help="the ResourceFlavor to plan on")
+    planner.add_argument("--output", "-o", choices=("json", "yaml", "table"), default="table")
+    planner.add_argument(
+        "--example",
+        action="store_true",
+        help="plan the built-in example (a block/rack/host GPU cluster)",
+    )
+    return parser
+
+
+def _plan(args: argparse.Namespace) -> int:
+    if args.example:
+        if args.cluster or args.workload:
+            raise InputError(
+                "--example cannot be combined with --cluster or --workload", where="topogate plan"
+            )
+        cluster_path, workload_path = _example_paths()
+        args.cluster, args.workload = [cluster_path], workload_path
+    if not args.cluster or args.workload is None:
+        raise InputError(
+            "needs --cluster PATH and --workload PATH (or --example)", where="topogate plan"
+        )
+    cluster = load_cluster(args.cluster)
+    if cluster.skipped:
+        kinds = ", ".join(f"{kind} x{n}" for kind, n in sorted(cluster.skipped.items()))
+        print(
+            f"topogate plan: warning: skipped {sum(cluster.skipped.values())} object(s) "
+            f"of kinds plan does not use: {kinds}",
+            file=sys.stderr,
+        )
+    document = load_single(args.workload)
+    source = workload_from_object(document.obj, document.source)
+    result = plan(cluster, source, args.flavor)
+    if args.output == "json":
+        sys.stdout.write(json.dumps(workload_document(result), indent=2) + "\n")
+    elif args.output == "yaml":
+        sys.stdout.write(yaml.safe_dump(dict(workload_document(result)), sort_keys=False))
+    else:
+        sys.stdout.write(render_table(result))
+    return EXIT_FITS if result.fits else EXIT_NO_FIT
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "plan":
+            return _plan(args)
+    except InputError as error:
+        print(f"topogate {args.command}: error: {error.describe()}", file=sys.stderr)
+        return EXIT_INVALID
+    except BrokenPipeError:
+        return EXIT_FITS
+    return EXIT_INVALID

@@ -1,0 +1,140 @@
+"""Reading cluster dumps and workload manifests from YAML/JSON files and directories."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from topogate.api.errors import InputError
+from topogate.api.models import ResourceFlavor, Topology
+from topogate.api.validation import object_name, parse_model
+from topogate.cache.nodes import NodeInfo, PodUsage, node_from_kube, pod_usage_from_kube
+
+_SUFFIXES = (".yaml", ".yml", ".json")
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    source: str
+    obj: Mapping[str, Any]
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}: {object_name(self.obj)}"
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_dir():
+        return sorted(p for p in path.iterdir() if p.is_file() and p.suffix in _SUFFIXES)
+    if path.is_file():
+        return [path]
+    raise InputError("no such file or directory", where=str(path))
+
+
+def _parse(path: Path) -> Iterator[Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read: {exc}", where=str(path)) from None
+    try:
+        if path.suffix == ".json":
+            yield json.loads(text)
+        else:
+            yield from yaml.load_all(text, Loader=_Loader)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc}", where=str(path)) from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"invalid YAML: {exc}".replace("\n", " "), where=str(path)) from None
+
+
+def documents(path: Path) -> Iterator[Document]:
+    """Every object in a file or a directory's *.yaml/*.yml/*.json, v1 Lists expanded."""
+    for file in _files(path):
+        for i, raw in enumerate(_parse(file)):
+            if raw is None:
+                continue  # an empty YAML document (e.g. a trailing ---)
+            where = f"{file} (document {i + 1})"
+            if not isinstance(raw, Mapping):
+                raise InputError("is not an object", where=where)
+            if raw.get("kind") == "List" or str(raw.get("kind", "")).endswith("List"):
+                items = raw.get("items")
+                if not isinstance(items, list):
+                    raise InputError("must be a list", where=where, field="items")
+                for j, item in enumerate(items):
+                    if not isinstance(item, Mapping):
+                        raise InputError("is not an object", where=where, field=f"items[{j}]")
+                    yield Document(str(file), item)
+            else:
+                yield Document(str(file), raw)
+
+
+@dataclass(slots=True)
+class ClusterInput:
+    nodes: list[NodeInfo] = field(default_factory=list)
+    pods: list[PodUsage] = field(default_factory=list)
+    topologies: dict[str, Topology] = field(default_factory=dict)
+    flavors: dict[str, ResourceFlavor] = field(default_factory=dict)
+    skipped: Counter[str] = field(default_factory=Counter)
+
+
+def _group(api_version: Any) -> str:
+    return str(api_version or "").rpartition("/")[0]
+
+
+def load_cluster(paths: list[Path]) -> ClusterInput:
+    """Nodes, bound pods, Topologies and ResourceFlavors from files; other kinds are counted."""
+    cluster = ClusterInput()
+    node_sources: dict[str, str] = {}
+    for path in paths:
+        for doc in documents(path):
+            kind, group = doc.obj.get("kind"), _group(doc.obj.get("apiVersion"))
+            try:
+                if kind == "Node" and group == "":
+                    node = node_from_kube(doc.obj)
+                    if node.name in node_sources:
+                        raise InputError(
+                            f"node {node.name!r} is defined twice "
+                            f"(also in {node_sources[node.name]})",
+                            field="metadata.name",
+                        )
+                    node_sources[node.name] = doc.source
+                    cluster.nodes.append(node)
+                elif kind == "Pod" and group == "":
+                    usage = pod_usage_from_kube(doc.obj)
+                    if usage is not None:
+                        cluster.pods.append(usage)
+                elif kind == "Topology" and group in ("topogate.dev", "kueue.x-k8s.io"):
+                    topology = parse_model(Topology, doc.obj, "")
+                    _unique(cluster.topologies, topology.metadata.name, "Topology")
+                    cluster.topologies[topology.metadata.name] = topology
+                elif kind == "ResourceFlavor" and group in ("topogate.dev", "kueue.x-k8s.io"):
+                    flavor = parse_model(ResourceFlavor, doc.obj, "")
+                    _unique(cluster.flavors, flavor.metadata.name, "ResourceFlavor")
+                    cluster.flavors[flavor.metadata.name] = flavor
+                else:
+                    cluster.skipped[f"{kind or '<no kind>'}"] += 1
+            except InputError as exc:
+                raise InputError(exc.message, where=doc.where, field=exc.field) from None
+    return cluster
+
+
+def _unique(existing: Mapping[str, Any], name: str, kind: str) -> None:
+    if not name:
+        raise InputError("is required", field="metadata.name")
+    if name in existing:
+        raise InputError(f"{kind} {name!r} is defined twice", field="metadata.name")
+
+
+def load_single(path: Path) -> Document:
+    """Exactly one object (the workload manifest)."""
+    docs = list(documents(path))
+    if len(docs) != 1:
+        raise InputError(f"must hold exactly one object, found {len(docs)}", where=str(path))
+    return docs[0]
