@@ -13,7 +13,7 @@ from typing import Any
 from .annotations import AnnotationError, check_groups, topology_request
 from .errors import InputError
 from .models import ObjectMeta, PodSet, PodSetTopologyRequest, Workload, WorkloadSpec
-from .validation import object_name, parse_model
+from .validation import join, object_name, parse_model
 
 JOBSET_API_VERSIONS = ("jobset.x-k8s.io/v1alpha2",)
 
@@ -24,6 +24,7 @@ class WorkloadSource:
 
     workload: Workload
     template_paths: dict[str, str]
+    where: str  # the source object, for messages ("file: Kind namespace/name")
 
 
 def _mapping(value: Any, where: str, path: str, required: bool = True) -> Mapping[str, Any]:
@@ -54,13 +55,14 @@ def _job_pod_count(spec: Mapping[str, Any], where: str, path: str) -> int:
 
 
 def _podset(name: str, count: int, template: Mapping[str, Any], where: str, path: str) -> PodSet:
-    meta = _mapping(template.get("metadata"), where, f"{path}.metadata", required=False)
-    annotations = _mapping(meta.get("annotations"), where, f"{path}.metadata.annotations", False)
-    _mapping(template.get("spec"), where, f"{path}.spec")
+    meta = _mapping(template.get("metadata"), where, join(path, "metadata"), required=False)
+    annotations_path = join(path, "metadata.annotations")
+    annotations = _mapping(meta.get("annotations"), where, annotations_path, False)
+    _mapping(template.get("spec"), where, join(path, "spec"))
     try:
         request = topology_request(
             {str(k): str(v) for k, v in annotations.items()},
-            f"{path}.metadata.annotations",
+            annotations_path,
             count,
         )
     except AnnotationError as exc:
@@ -114,7 +116,7 @@ def workload_from_object(obj: Mapping[str, Any], source: str = "") -> WorkloadSo
     elif kind == "Pod" and api_version == "v1":
         template = {"metadata": obj.get("metadata") or {}, "spec": obj.get("spec")}
         podsets.append(_podset("main", 1, template, where, ""))
-        paths["main"] = "metadata"
+        paths["main"] = ""
     elif kind == "Workload" and api_version == "topogate.dev/v1alpha1":
         workload = parse_model(Workload, obj, where)
         for i, podset in enumerate(workload.spec.pod_sets):
@@ -124,7 +126,7 @@ def workload_from_object(obj: Mapping[str, Any], source: str = "") -> WorkloadSo
                 podset.topology_request = filled.topology_request
             paths[podset.name] = path
         _check_groups(workload, paths, where)
-        return WorkloadSource(workload, paths)
+        return WorkloadSource(workload, paths, where)
     else:
         raise InputError(
             f"kind {kind!r} with apiVersion {api_version!r} is not a workload; expected batch/v1 "
@@ -140,12 +142,12 @@ def workload_from_object(obj: Mapping[str, Any], source: str = "") -> WorkloadSo
             field="spec",
         ) from None
     _check_groups(workload, paths, where)
-    return WorkloadSource(workload, paths)
+    return WorkloadSource(workload, paths, where)
 
 
 def _check_groups(workload: Workload, paths: Mapping[str, str], where: str) -> None:
     entries: list[tuple[str, int, PodSetTopologyRequest | None, str]] = [
-        (p.name, p.count, p.topology_request, f"{paths[p.name]}.metadata.annotations")
+        (p.name, p.count, p.topology_request, join(paths[p.name], "metadata.annotations"))
         for p in workload.spec.pod_sets
     ]
     try:

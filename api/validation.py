@@ -39,6 +39,11 @@ def parse_model(model: type[M], data: Mapping[str, Any], where: str) -> M:
         raise InputError(message, where=where, field=_field_path(first["loc"])) from None
 
 
+def join(path: str, field: str) -> str:
+    """A field path below ``path`` ("" is the object itself)."""
+    return f"{path}.{field}" if path else field
+
+
 def object_name(obj: Mapping[str, Any]) -> str:
     """``Kind namespace/name`` for messages, tolerant of malformed objects."""
     kind = obj.get("kind") if isinstance(obj.get("kind"), str) else "object"

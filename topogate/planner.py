@@ -27,11 +27,9 @@ from topogate.api.jobs import WorkloadSource
 from topogate.api.models import (
     Admission,
     Condition,
-    ObjectMeta,
     PodSet,
     PodSetAssignment,
     ResourceFlavor,
-    ResourceFlavorSpec,
     Topology,
     TopologyAssignment,
     TopologyDomainAssignment,
@@ -39,6 +37,7 @@ from topogate.api.models import (
 )
 from topogate.api.podspec import Toleration, node_constraints, parse_tolerations, pod_requests
 from topogate.api.quantity import format_units
+from topogate.api.validation import join
 from topogate.cache.snapshot import ClusterSnapshot, IntArray
 from topogate.cache.topology import DomainTree
 
@@ -50,8 +49,9 @@ IMPLICIT_FLAVOR = "default"
 @dataclass(frozen=True, slots=True)
 class FlavorChoice:
     name: str
-    flavor: ResourceFlavor
     topology: Topology
+    node_labels: dict[str, str]
+    tolerations: tuple[Toleration, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,12 +108,8 @@ def choose_flavor(cluster: ClusterInput, wanted: str | None) -> FlavorChoice:
                 f"(found: {found})",
                 where="--cluster",
             )
-        topology = next(iter(cluster.topologies.values()))
-        implicit = ResourceFlavor(
-            metadata=ObjectMeta(name=IMPLICIT_FLAVOR),
-            spec=ResourceFlavorSpec.model_construct(topology_name=topology.metadata.name),
-        )
-        return FlavorChoice(IMPLICIT_FLAVOR, implicit, topology)
+        # The implicit flavor: every node that carries all the topology's level labels.
+        return FlavorChoice(IMPLICIT_FLAVOR, next(iter(cluster.topologies.values())), {}, ())
     topology_name = chosen.spec.topology_name or ""
     named = cluster.topologies.get(topology_name)
     if named is None:
@@ -122,15 +118,17 @@ def choose_flavor(cluster: ClusterInput, wanted: str | None) -> FlavorChoice:
             where=f"ResourceFlavor {chosen.metadata.name}",
             field="spec.topologyName",
         )
-    return FlavorChoice(chosen.metadata.name, chosen, named)
+    return FlavorChoice(
+        chosen.metadata.name, named, dict(chosen.spec.node_labels), _flavor_tolerations(chosen)
+    )
 
 
 def _annotation_field(podset: PodSet, path: str, name: str) -> str:
     annotations = (podset.template.get("metadata") or {}).get("annotations") or {}
     for prefix in c.ANNOTATION_PREFIXES:
         if prefix + name in annotations:
-            return f"{path}.metadata.annotations[{prefix + name}]"
-    return f"{path}.metadata.annotations[{c.KUEUE_GROUP}/{name}]"
+            return f"{join(path, 'metadata.annotations')}[{prefix + name}]"
+    return f"{join(path, 'metadata.annotations')}[{c.KUEUE_GROUP}/{name}]"
 
 
 def podset_request(podset: PodSet, path: str, topology: Topology, where: str) -> PodSetRequest:
@@ -183,11 +181,11 @@ def podset_request(podset: PodSet, path: str, topology: Topology, where: str) ->
     return PodSetRequest(
         name=podset.name,
         count=podset.count,
-        requests=pod_requests(spec, where, f"{path}.spec"),
+        requests=pod_requests(spec, where, join(path, "spec")),
         mode=mode,
         level=level,
         slices=slices,
-        constraints=node_constraints(spec, where, f"{path}.spec"),
+        constraints=node_constraints(spec, where, join(path, "spec")),
         group=request.pod_set_group_name if request else None,
     )
 
@@ -200,21 +198,18 @@ def _flavor_tolerations(flavor: ResourceFlavor) -> tuple[Toleration, ...]:
 def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = None) -> PlanResult:
     choice = choose_flavor(cluster, flavor)
     workload = source.workload
-    where = f"Workload {workload.metadata.namespace}/{workload.metadata.name}"
     requests = tuple(
-        podset_request(p, source.template_paths[p.name], choice.topology, where)
+        podset_request(p, source.template_paths[p.name], choice.topology, source.where)
         for p in workload.spec.pod_sets
     )
     snapshot = ClusterSnapshot.build(cluster.nodes, cluster.pods)
-    tree = DomainTree.from_labels(
-        snapshot, choice.topology.level_labels, choice.flavor.spec.node_labels
-    )
+    tree = DomainTree.from_labels(snapshot, choice.topology.level_labels, choice.node_labels)
     decision = place(
         tree,
         snapshot,
         PlacementRequest(workload.metadata.name, requests),
         topology_name=choice.topology.metadata.name,
-        flavor_tolerations=_flavor_tolerations(choice.flavor),
+        flavor_tolerations=choice.tolerations,
     )
     workload.status = _status(decision, requests, choice)
     usage = _usage(decision, requests, snapshot, tree) if decision.fits else {}
