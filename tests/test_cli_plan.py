@@ -1,0 +1,454 @@
+"""`topogate plan`: the contract's exit codes, outputs and error lines."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from topogate.cli import main
+
+BLOCK = "cloud.example.com/topology-block"
+RACK = "cloud.example.com/topology-rack"
+
+
+def _node(name: str, block: str, rack: str, gpus: int = 8, **extra: Any) -> dict[str, Any]:
+    node: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {BLOCK: block, RACK: rack, "kubernetes.io/hostname": name},
+        },
+        "status": {
+            "allocatable": {
+                "cpu": "32",
+                "memory": "256Gi",
+                "nvidia.com/gpu": str(gpus),
+                "pods": "110",
+            },
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    node.update(extra)
+    return node
+
+
+TOPOLOGY = {
+    "apiVersion": "kueue.x-k8s.io/v1beta2",
+    "kind": "Topology",
+    "metadata": {"name": "dc"},
+    "spec": {
+        "levels": [
+            {"nodeLabel": BLOCK},
+            {"nodeLabel": RACK},
+            {"nodeLabel": "kubernetes.io/hostname"},
+        ]
+    },
+}
+
+
+def _job(
+    parallelism: int, annotations: dict[str, str] | None = None, gpus: int = 8
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {
+            "parallelism": parallelism,
+            "template": {
+                "metadata": {
+                    "annotations": annotations
+                    if annotations is not None
+                    else {"kueue.x-k8s.io/podset-required-topology": RACK}
+                },
+                "spec": {
+                    "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]
+                },
+            },
+        },
+    }
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Path:
+    directory = tmp_path / "cluster"
+    directory.mkdir()
+    nodes = [
+        _node(f"h{b}{r}{h}", f"b{b}", f"r{r}") for b in range(2) for r in range(2) for h in range(2)
+    ]
+    (directory / "nodes.yaml").write_text(
+        yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": nodes})
+    )
+    (directory / "topology.json").write_text(json.dumps(TOPOLOGY))
+    (directory / "notes.txt").write_text("ignored: not yaml or json")
+    return directory
+
+
+def _write(tmp_path: Path, obj: Any, name: str = "job.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(obj))
+    return path
+
+
+def test_fits_json_is_a_workload_with_admission(
+    cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        [
+            "plan",
+            "--cluster",
+            str(cluster),
+            "--workload",
+            str(_write(tmp_path, _job(2))),
+            "-o",
+            "json",
+        ]
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert out["apiVersion"] == "topogate.dev/v1alpha1" and out["kind"] == "Workload"
+    (assignment,) = out["status"]["admission"]["podSetAssignments"]
+    assert assignment["name"] == "main" and assignment["count"] == 2
+    assert assignment["flavors"] == {"nvidia.com/gpu": "default"}
+    topology = assignment["topologyAssignment"]
+    assert topology["levels"] == ["kubernetes.io/hostname"]
+    # Required rack, 2 pods of 8 GPUs: the first rack by path, both its hosts.
+    assert topology["domains"] == [
+        {"values": ["h000"], "count": 1},
+        {"values": ["h001"], "count": 1},
+    ]
+    assert out["status"]["conditions"][0]["status"] == "True"
+
+
+def test_yaml_prints_the_same_object(
+    cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = str(_write(tmp_path, _job(2)))
+    main(["plan", "--cluster", str(cluster), "--workload", job, "-o", "json"])
+    as_json = json.loads(capsys.readouterr().out)
+    main(["plan", "--cluster", str(cluster), "--workload", job, "-o", "yaml"])
+    as_yaml = yaml.safe_load(capsys.readouterr().out)
+    for doc in (as_json, as_yaml):
+        doc["status"]["conditions"][0].pop("lastTransitionTime")
+    assert as_json == as_yaml
+
+
+def test_does_not_fit_exits_1_with_pending_condition(
+    cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        [
+            "plan",
+            "--cluster",
+            str(cluster),
+            "--workload",
+            str(_write(tmp_path, _job(3))),
+            "-o",
+            "json",
+        ]
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert "admission" not in out["status"]
+    (condition,) = out["status"]["conditions"]
+    assert condition["status"] == "False"
+    assert condition["message"] == (
+        "couldn't assign flavors to pod set main: "
+        'topology "dc" allows to fit only 2 out of 3 pod(s)'
+    )
+
+
+def test_table_names_domains_and_free_capacity(
+    cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        ["plan", "--cluster", str(cluster), "--workload", str(_write(tmp_path, _job(1, gpus=4)))]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "h000" in out and "nvidia.com/gpu=4" in out
+
+
+def test_non_hostname_lowest_level_writes_full_paths(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topology = {**TOPOLOGY, "spec": {"levels": [{"nodeLabel": BLOCK}, {"nodeLabel": RACK}]}}
+    nodes = [_node("a", "b1", "r1"), _node("b", "b1", "r1"), _node("c", "b1", "r2")]
+    cluster = _write(tmp_path, None, "c.yaml")
+    cluster.write_text(yaml.safe_dump_all([topology, *nodes]))
+    code = main(
+        [
+            "plan",
+            "--cluster",
+            str(cluster),
+            "--workload",
+            str(_write(tmp_path, _job(2))),
+            "-o",
+            "json",
+        ]
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    topo = out["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
+    assert topo == {"levels": [BLOCK, RACK], "domains": [{"values": ["b1", "r1"], "count": 2}]}
+
+
+def test_other_kinds_are_skipped_with_one_warning(
+    cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (cluster / "extra.yaml").write_text(
+        yaml.safe_dump_all(
+            [
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}},
+                {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "b"}},
+            ]
+        )
+    )
+    assert (
+        main(["plan", "--cluster", str(cluster), "--workload", str(_write(tmp_path, _job(1)))]) == 0
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "topogate plan: warning: skipped 2 object(s) of kinds plan does not use: ConfigMap x1, Service x1"
+    ]
+
+
+def test_bound_pods_count_as_usage(
+    cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    busy = [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"p{i}", "namespace": "x"},
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "1"}}}],
+            },
+            "status": {"phase": phase},
+        }
+        for i, (node, phase) in enumerate(
+            [("h000", "Running"), ("h001", "Pending"), ("h010", "Succeeded")]
+        )
+    ]
+    (cluster / "pods.yaml").write_text(yaml.safe_dump_all(busy))
+    code = main(
+        [
+            "plan",
+            "--cluster",
+            str(cluster),
+            "--workload",
+            str(_write(tmp_path, _job(2))),
+            "-o",
+            "json",
+        ]
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    domains = out["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]["domains"]
+    # Rack b0/r0 is partly busy (running + pending pods); the succeeded pod on h010 frees it.
+    assert domains == [{"values": ["h010"], "count": 1}, {"values": ["h011"], "count": 1}]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (
+            lambda job: job["spec"]["template"]["metadata"]["annotations"].update(
+                {"kueue.x-k8s.io/podset-preferred-topology": BLOCK}
+            ),
+            "must not contain more than one topology annotation",
+        ),
+        (
+            lambda job: job["spec"]["template"]["metadata"]["annotations"].update(
+                {"kueue.x-k8s.io/podset-required-topology": "no-such-level"}
+            ),
+            "spec.template.metadata.annotations[kueue.x-k8s.io/podset-required-topology]: 'no-such-level' is not a level of topology 'dc'",
+        ),
+        (
+            lambda job: job["spec"]["template"]["spec"]["containers"][0]["resources"][
+                "limits"
+            ].update({"nvidia.com/gpu": "eight"}),
+            "spec.template.spec.containers[0].resources.limits.nvidia.com/gpu: 'eight' is not a quantity",
+        ),
+        (
+            lambda job: job["spec"].update({"parallelism": -1}),
+            "spec.parallelism: -1 must be a non-negative integer",
+        ),
+        (
+            lambda job: job.update({"kind": "Deployment", "apiVersion": "apps/v1"}),
+            "is not a workload",
+        ),
+    ],
+)
+def test_invalid_workload_exits_2_with_one_line(
+    cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], mutate: Any, expected: str
+) -> None:
+    job = _job(2)
+    mutate(job)
+    path = _write(tmp_path, job)
+    assert main(["plan", "--cluster", str(cluster), "--workload", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"topogate plan: error: {path}: ")
+    assert expected in lines[0]
+
+
+def test_invalid_node_names_file_object_and_field(
+    cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = _node("broken", "b9", "r9")
+    bad["status"]["allocatable"]["memory"] = "lots"
+    (cluster / "zz.yaml").write_text(yaml.safe_dump(bad))
+    assert (
+        main(["plan", "--cluster", str(cluster), "--workload", str(_write(tmp_path, _job(1)))]) == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"topogate plan: error: {cluster / 'zz.yaml'}: Node broken: status.allocatable.memory: "
+        "'lots' is not a quantity (expected e.g. 500m, 2, 1.5Gi, 4e3)"
+    )
+
+
+def test_invalid_topology_names_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topology = {
+        **TOPOLOGY,
+        "spec": {"levels": [{"nodeLabel": "kubernetes.io/hostname"}, {"nodeLabel": RACK}]},
+    }
+    path = _write(tmp_path, topology, "t.yaml")
+    assert main(["plan", "--cluster", str(path), "--workload", str(_write(tmp_path, _job(1)))]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "Topology dc: spec.levels: kubernetes.io/hostname is allowed only as the lowest (last) level"
+        in err
+    )
+
+
+def test_flavor_choice(cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    flavors = [
+        {
+            "apiVersion": "topogate.dev/v1alpha1",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": name},
+            "spec": {"nodeLabels": {RACK: rack}, "topologyName": "dc"},
+        }
+        for name, rack in (("rack0", "r0"), ("rack1", "r1"))
+    ]
+    (cluster / "flavors.yaml").write_text(yaml.safe_dump_all(flavors))
+    job = str(_write(tmp_path, _job(1)))
+    assert main(["plan", "--cluster", str(cluster), "--workload", job]) == 2
+    assert (
+        "several topology ResourceFlavors (rack0, rack1); pick one with --flavor"
+        in capsys.readouterr().err
+    )
+    assert (
+        main(
+            [
+                "plan",
+                "--cluster",
+                str(cluster),
+                "--workload",
+                job,
+                "--flavor",
+                "rack1",
+                "-o",
+                "json",
+            ]
+        )
+        == 0
+    )
+    out = json.loads(capsys.readouterr().out)
+    assignment = out["status"]["admission"]["podSetAssignments"][0]
+    assert assignment["flavors"] == {"nvidia.com/gpu": "rack1"}
+    assert assignment["topologyAssignment"]["domains"] == [{"values": ["h010"], "count": 1}]
+    assert main(["plan", "--cluster", str(cluster), "--workload", job, "--flavor", "nope"]) == 2
+    assert "no ResourceFlavor 'nope'" in capsys.readouterr().err
+
+
+def test_jobset_podsets_and_group(
+    cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def replicated(name: str, replicas: int, parallelism: int, gpus: int) -> dict[str, Any]:
+        return {
+            "name": name,
+            "replicas": replicas,
+            "template": {
+                "spec": {
+                    "parallelism": parallelism,
+                    "template": {
+                        "metadata": {
+                            "annotations": {"kueue.x-k8s.io/podset-required-topology": BLOCK}
+                        },
+                        "spec": {
+                            "containers": [
+                                {"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+                            ]
+                        },
+                    },
+                }
+            },
+        }
+
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "js"},
+        "spec": {"replicatedJobs": [replicated("driver", 1, 1, 1), replicated("workers", 2, 2, 8)]},
+    }
+    code = main(
+        [
+            "plan",
+            "--cluster",
+            str(cluster),
+            "--workload",
+            str(_write(tmp_path, jobset)),
+            "-o",
+            "json",
+        ]
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    counts = {a["name"]: a["count"] for a in out["status"]["admission"]["podSetAssignments"]}
+    assert counts == {"driver": 1, "workers": 4}
+
+
+def test_example_and_console_script_without_traceback(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "topogate", "plan", "--example", "-o", "json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["status"]["admission"]["podSetAssignments"][0]["count"] == 6
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: [unclosed")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "topogate",
+            "plan",
+            "--cluster",
+            str(broken),
+            "--workload",
+            str(broken),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr and "invalid YAML" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
