@@ -5,8 +5,9 @@ block-2 are two racks. The tree always ends in single nodes: when the topology's
 is not ``kubernetes.io/hostname`` (or two nodes share a hostname value) an internal node level
 is appended below it, so capacity is counted per node and never from summed allocatable.
 
-The arrays do not care how the tree was described: a tree given explicitly (HyperNodes, of
-uneven depth once padded) can be turned into the same ``DomainTree`` by ``from_paths``.
+The arrays do not care how the tree was described: ``from_labels`` reads label levels and
+``from_paths`` takes a tree given explicitly (a HyperNode tree, for instance); both end in the
+same ``DomainTree`` and feed the same core.
 """
 
 from __future__ import annotations
@@ -142,19 +143,71 @@ class DomainTree:
         for column in columns:
             member &= column.codes >= 0
         nodes = np.flatnonzero(member).astype(np.int64)
+        return cls._build(
+            snapshot,
+            level_keys,
+            nodes,
+            [column.codes[nodes].astype(np.int64) for column in columns],
+            [column.values for column in columns],
+        )
+
+    @classmethod
+    def from_paths(
+        cls,
+        snapshot: ClusterSnapshot,
+        level_keys: Sequence[str],
+        paths: Mapping[str, Sequence[str]],
+    ) -> DomainTree:
+        """The tree given explicitly: each node's domain names, highest level first.
+
+        This is how a topology that is not written as node labels (a HyperNode tree) feeds
+        the same core. Every path has one name per level; a source of uneven depth decides
+        how to fill the levels a branch lacks before calling this. Unknown nodes are ignored.
+        """
+        nodes = np.array(
+            sorted(snapshot.node_index[name] for name in paths if name in snapshot.node_index),
+            dtype=np.int64,
+        )
+        tables: list[list[str]] = [[] for _ in level_keys]
+        lookups: list[dict[str, int]] = [{} for _ in level_keys]
+        codes = np.zeros((len(level_keys), len(nodes)), dtype=np.int64)
+        for i, row in enumerate(nodes.tolist()):
+            path = paths[snapshot.node_names[row]]
+            if len(path) != len(level_keys):
+                raise ValueError(
+                    f"node {snapshot.node_names[row]!r}: path {list(path)} does not have one "
+                    f"name per level ({len(level_keys)})"
+                )
+            for level, name in enumerate(path):
+                code = lookups[level].get(name)
+                if code is None:
+                    code = lookups[level][name] = len(tables[level])
+                    tables[level].append(name)
+                codes[level, i] = code
+        return cls._build(snapshot, level_keys, nodes, list(codes), tables)
+
+    @classmethod
+    def _build(
+        cls,
+        snapshot: ClusterSnapshot,
+        level_keys: Sequence[str],
+        nodes: IntArray,
+        codes_per_level: list[IntArray],
+        tables: list[list[str]],
+    ) -> DomainTree:
         member_domain: list[CodeArray] = []
         parent: list[CodeArray] = []
         value_code: list[CodeArray] = []
         value_table: list[list[str]] = []
         above = np.zeros(len(nodes), dtype=np.int64)
-        for column in columns:
-            codes = column.codes[nodes].astype(np.int64)
-            width = max(len(column.values), 1)
+        for codes, table in zip(codes_per_level, tables, strict=True):
+            width = max(len(table), 1)
+            # A domain is its parent plus its own value: rack-1 in two blocks is two racks.
             keys, inverse = np.unique(above * width + codes, return_inverse=True)
             member_domain.append(inverse.astype(np.int32))
             parent.append((keys // width).astype(np.int32))
             value_code.append((keys % width).astype(np.int32))
-            value_table.append(column.values)
+            value_table.append(table)
             above = inverse.astype(np.int64)
         one_node_per_leaf = len(nodes) == 0 or len(value_code[-1]) == len(nodes)
         if level_keys[-1] == HOSTNAME_LABEL and one_node_per_leaf:

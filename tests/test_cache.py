@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.kit import BLOCK, L3, RACK, node, running
+from tests.kit import BLOCK, L3, RACK, node, podset, running
+from topogate.admission.placement import place
+from topogate.admission.request import PlacementRequest
 from topogate.api.podspec import NodeConstraints, Requirement, SelectorTerm, Taint, Toleration
 from topogate.cache.nodes import node_from_kube, pod_usage_from_kube
 from topogate.cache.selectors import eligible
@@ -180,3 +182,32 @@ def test_capacity_cache_holds_workload_usage_idempotently() -> None:
     cache.release_workload("ns/wl")
     cache.upsert_pod(None, "ns/p")
     assert _free(cache.snapshot(), "a", "cpu") == 8000
+
+
+def test_explicit_tree_feeds_the_same_core_as_labels() -> None:
+    nodes = [node(f"n{i}", cpu=1000) for i in range(6)]
+    snapshot = ClusterSnapshot.build(nodes)
+    paths = {
+        "n0": ("s6", "s4", "s0"),
+        "n1": ("s6", "s4", "s0"),
+        "n2": ("s6", "s4", "s1"),
+        "n3": ("s6", "s5", "s2"),
+        "n4": ("s6", "s5", "s2"),
+        "n5": ("s6", "s5", "s3"),
+        "unknown": ("a", "b", "c"),
+    }
+    tree = DomainTree.from_paths(snapshot, ("tier3", "tier2", "tier1"), paths)
+    assert tree.size(0) == 1 and tree.size(1) == 2 and tree.size(2) == 4 and tree.depth == 4
+    decision = place(
+        tree,
+        snapshot,
+        PlacementRequest("w", (podset(3, cpu=1000, required="tier2"),)),
+        topology_name="hn",
+    )
+    assert decision.fits
+    (placement,) = decision.placements
+    assert {d.values: d.count for d in placement.domains} == {
+        ("s6", "s4", "s0"): 2,
+        ("s6", "s4", "s1"): 1,
+    }
+    assert sorted(placement.node_counts) == ["n0", "n1", "n2"]
