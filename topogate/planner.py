@@ -298,7 +298,7 @@ def _usage(
     for placement in decision.placements:
         out[placement.name] = [
             DomainUsage(
-                d.values,
+                tree.path(level, d.domain),  # the full path, for people
                 d.count,
                 {snapshot.resources[i]: int(per_domain[d.domain, i]) for i in shown},
             )
