@@ -115,6 +115,11 @@ class _GroupPlacer:
         self.slice_size = layers[0].size if layers else 1
         if self.slice_size <= 0:
             raise _NoFit("slice topology requested, but slice size not provided")
+        if self.count % self.slice_size:
+            # Kueue places the whole slices and silently drops the rest; we refuse.
+            raise _NoFit(
+                f"pod count {self.count} is not a multiple of the slice size {self.slice_size}"
+            )
         if request.level is not None:
             self.level = self._level_index(request.level, "no requested topology level")
         elif layers:

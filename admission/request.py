@@ -59,7 +59,7 @@ class DomainCount:
 class PodSetPlacement:
     name: str
     levels: tuple[str, ...]  # the assignment's levels, as written in the TopologyAssignment
-    domains: tuple[DomainCount, ...]  # sorted by values; counts add up to the PodSet count
+    domains: tuple[DomainCount, ...]  # sorted by full level path; counts add up to the count
     node_counts: Mapping[str, int]  # pods per node, for holding usage and checking plans
 
 
