@@ -29,7 +29,6 @@ import numpy as np
 import numpy.typing as npt
 
 from topogate.api.podspec import NodeConstraints, Toleration
-from topogate.cache.nodes import PODS
 from topogate.cache.selectors import Exclusions, eligible
 from topogate.cache.snapshot import BoolArray, ClusterSnapshot, IntArray
 from topogate.cache.topology import DomainTree
@@ -164,11 +163,6 @@ class _GroupPlacer:
 
     # --- phase 1: counts -----------------------------------------------------------------
 
-    def _request_vector(self, podset: PodSetRequest) -> tuple[IntArray, list[str]]:
-        vector, missing = self.snapshot.vector({**podset.requests, PODS: 1})
-        vector[self.snapshot.resource_index[PODS]] = 1
-        return vector, missing
-
     def _eligible(self, podset: PodSetRequest) -> tuple[BoolArray, Exclusions]:
         constraints = podset.constraints
         merged = NodeConstraints(
@@ -181,7 +175,7 @@ class _GroupPlacer:
     def fill_in_counts(self) -> None:
         tree = self.tree
         depth = tree.depth
-        worker_vec, worker_missing = self._request_vector(self.workers)
+        worker_vec, worker_missing = self.snapshot.pod_vector(self.workers.requests)
         mask, self.exclusions = self._eligible(self.workers)
         self.worker_mask = mask
         raw = _per_node_count(self.free, worker_vec)
@@ -193,7 +187,7 @@ class _GroupPlacer:
         pods_with_leader = pods
         leads = np.zeros_like(pods)
         if self.leader is not None:
-            leader_vec, leader_missing = self._request_vector(self.leader)
+            leader_vec, leader_missing = self.snapshot.pod_vector(self.leader.requests)
             self.leader_vec = leader_vec
             leader_mask, _ = self._eligible(self.leader)
             fits = leader_mask & (_per_node_count(self.free, leader_vec) > 0)
@@ -477,9 +471,10 @@ class _GroupPlacer:
         led.append(0)
         return _Chosen(np.array(picked), np.array(pods), np.array(led))
 
-    def descend(self, level: int, fit_domains: list[int]) -> _Chosen:
-        chosen = self._distribute(
-            np.array(fit_domains, dtype=np.int64),
+    def _fill_slices(self, level: int, domains: IntArray) -> _Chosen:
+        """The whole gang, in slices, over ``domains`` (already in fill order) of ``level``."""
+        return self._distribute(
+            domains,
             self.count,
             self.leader_count,
             self.slice_size,
@@ -487,21 +482,16 @@ class _GroupPlacer:
             self.slc_wl[level],
             self.lead[level],
         )
+
+    def descend(self, level: int, fit_domains: list[int]) -> _Chosen:
+        chosen = self._fill_slices(level, np.array(fit_domains, dtype=np.int64))
         tree = self.tree
         # Above the slice level: pool the children of every chosen domain, fill them afresh.
         while level < min(tree.depth - 1, self.slice_level):
             used = chosen.domains[(chosen.pods > 0) | (chosen.leaders > 0)]
             pool = np.concatenate([tree.children(level, int(d)) for d in used]).astype(np.int64)
             level += 1
-            chosen = self._distribute(
-                self._sorted(level, pool, with_leader=False),
-                self.count,
-                self.leader_count,
-                self.slice_size,
-                self.slc[level],
-                self.slc_wl[level],
-                self.lead[level],
-            )
+            chosen = self._fill_slices(level, self._sorted(level, pool, with_leader=False))
         # At and below the slice level: each parent hands its own count to its children.
         while level < tree.depth - 1:
             child = level + 1
@@ -640,8 +630,7 @@ def place(
         for podset, per_node in result:
             placements[podset.name] = placer.placement(podset.name, per_node)
             # Later PodSets of the same workload see this one's usage.
-            vec, _ = snapshot.vector({**podset.requests, PODS: 1})
-            vec[snapshot.resource_index[PODS]] = 1
+            vec, _ = snapshot.pod_vector(podset.requests)
             rows = np.flatnonzero(per_node)
             free[rows] -= per_node[rows, None] * vec
     ordered = tuple(placements[p.name] for p in request.podsets)

@@ -108,6 +108,10 @@ class ClusterSnapshot:
                 vec[col] = amount
         return vec, missing
 
+    def pod_vector(self, requests: Mapping[str, int]) -> tuple[IntArray, list[str]]:
+        """One pod's requests plus the pod slot it takes (so allocatable pods is honoured)."""
+        return self.vector({**requests, PODS: 1})
+
     @classmethod
     def build(
         cls,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -220,19 +220,26 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _condition(status: Literal["True", "False"], reason: str, message: str) -> Condition:
+    return Condition(
+        type="TopologyAssigned",
+        status=status,
+        reason=reason,
+        message=message,
+        last_transition_time=_now(),
+    )
+
+
 def _status(
     decision: PlacementDecision, requests: tuple[PodSetRequest, ...], choice: FlavorChoice
 ) -> WorkloadStatus:
     if not decision.fits:
         return WorkloadStatus(
             conditions=[
-                Condition(
-                    type="TopologyAssigned",
-                    status="False",
-                    reason="Pending",
-                    message=f"couldn't assign flavors to pod set {decision.podset}: "
-                    f"{decision.message}",
-                    last_transition_time=_now(),
+                _condition(
+                    "False",
+                    "Pending",
+                    f"couldn't assign flavors to pod set {decision.podset}: {decision.message}",
                 )
             ]
         )
@@ -260,13 +267,10 @@ def _status(
         )
     return WorkloadStatus(
         conditions=[
-            Condition(
-                type="TopologyAssigned",
-                status="True",
-                reason="Assigned",
-                message=f"fits on flavor {choice.name!r}, topology "
-                f"{choice.topology.metadata.name!r}",
-                last_transition_time=_now(),
+            _condition(
+                "True",
+                "Assigned",
+                f"fits on flavor {choice.name!r}, topology {choice.topology.metadata.name!r}",
             )
         ],
         admission=Admission(pod_set_assignments=assignments),
@@ -283,7 +287,7 @@ def _usage(
     free = snapshot.free[tree.nodes].copy()
     position = {int(row): i for i, row in enumerate(tree.nodes.tolist())}
     for request, placement in zip(requests, decision.placements, strict=True):
-        vec, _ = snapshot.vector({**request.requests, "pods": 1})
+        vec, _ = snapshot.pod_vector(request.requests)
         for node, count in placement.node_counts.items():
             free[position[snapshot.node_index[node]]] -= vec * count
     level = tree.output_level
