@@ -1,0 +1,290 @@
+"""A local Kubernetes control plane on 127.0.0.1 (etcd, kube-apiserver, kube-scheduler).
+
+Started envtest-style from binaries built by ``hack/controlplane/build.sh``: client
+certificates for authentication, RBAC authorization, and the ServiceAccount and
+TaintNodesByCondition admission plugins off (no controller-manager creates service accounts
+or lifts the not-ready taint). The webhook admission plugins stay on, so the API server calls
+topogate's webhooks exactly as in a cluster.
+
+    python -m topogate.controlplane start --dir DIR   # prints the kubeconfig path
+    python -m topogate.controlplane stop --dir DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from topogate.webhooks.certs import issue, make_ca
+
+BIN_ENV = "TOPOGATE_CONTROLPLANE_BIN"
+_STATE = "controlplane.json"
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not be started; the message names the log to read."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def binaries() -> Path:
+    """Where the binaries are: $TOPOGATE_CONTROLPLANE_BIN, or what build.sh prints (cached)."""
+    if os.environ.get(BIN_ENV):
+        return Path(os.environ[BIN_ENV])
+    script = Path(__file__).resolve().parent.parent / "hack" / "controlplane" / "build.sh"
+    if not script.exists():
+        raise ControlPlaneError(f"set {BIN_ENV} to the directory of kube-apiserver, etc.")
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ControlPlaneError(f"{script} failed:\n{done.stderr[-2000:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+@dataclass
+class ControlPlane:
+    directory: Path
+    api_port: int = 0
+    pids: dict[str, int] = field(default_factory=dict)
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.directory / "admin.kubeconfig"
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.api_port}"
+
+    # --- start ---------------------------------------------------------------------------
+
+    @classmethod
+    def start(
+        cls, directory: Path, bin_dir: Path | None = None, scheduler: bool = True
+    ) -> ControlPlane:
+        directory.mkdir(parents=True, exist_ok=True)
+        bin_dir = bin_dir or binaries()
+        plane = cls(directory)
+        try:
+            plane._start(bin_dir, scheduler)
+        except BaseException:
+            plane.stop()
+            raise
+        return plane
+
+    def _spawn(self, name: str, argv: Sequence[str]) -> None:
+        log = open(self.directory / f"{name}.log", "wb")  # noqa: SIM115 - owned by the child
+        process = subprocess.Popen(
+            list(argv), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+        self.processes.append(process)
+        self.pids[name] = process.pid
+        self._save()
+
+    def _wait(self, name: str, url: str, context: ssl.SSLContext | None, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for process in self.processes:
+                if process.poll() is not None:
+                    raise ControlPlaneError(
+                        f"{name} exited with {process.returncode}; see {self.directory}/*.log"
+                    )
+            try:
+                with urllib.request.urlopen(url, timeout=2, context=context) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.25)
+        raise ControlPlaneError(
+            f"{name} not ready after {timeout:.0f} s; see {self.directory}/{name}.log"
+        )
+
+    def _start(self, bin_dir: Path, scheduler: bool) -> None:
+        d = self.directory
+        serving_ca, client_ca = make_ca("topogate-test-serving"), make_ca("topogate-test-clients")
+        serving_ca.write(d / "serving-ca.crt", d / "serving-ca.key")
+        client_ca.write(d / "client-ca.crt", d / "client-ca.key")
+        issue(serving_ca, "localhost", dns_names=["localhost"], ip_addresses=["127.0.0.1"]).write(
+            d / "apiserver.crt", d / "apiserver.key"
+        )
+        admin = issue(client_ca, "admin", organizations=["system:masters"], client=True)
+        admin.write(d / "admin.crt", d / "admin.key")
+        issue(serving_ca, "service-accounts").write(d / "sa.crt", d / "sa.key")
+
+        etcd_port, peer_port = free_port(), free_port()
+        self._spawn(
+            "etcd",
+            [
+                str(bin_dir / "etcd"),
+                "--name=node0",
+                f"--data-dir={d / 'etcd-data'}",
+                f"--listen-client-urls=http://127.0.0.1:{etcd_port}",
+                f"--advertise-client-urls=http://127.0.0.1:{etcd_port}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-cluster=node0=http://127.0.0.1:{peer_port}",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+        )
+        self._wait("etcd", f"http://127.0.0.1:{etcd_port}/health", None, 60)
+
+        self.api_port = free_port()
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(bin_dir / "kube-apiserver"),
+                f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+                f"--secure-port={self.api_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--tls-cert-file={d / 'apiserver.crt'}",
+                f"--tls-private-key-file={d / 'apiserver.key'}",
+                f"--client-ca-file={d / 'client-ca.crt'}",
+                "--authorization-mode=RBAC",
+                f"--service-account-issuer=https://127.0.0.1:{self.api_port}/",
+                f"--service-account-key-file={d / 'sa.crt'}",
+                f"--service-account-signing-key-file={d / 'sa.key'}",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--allow-privileged=true",
+                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+                "--endpoint-reconciler-type=none",
+            ],
+        )
+        context = ssl.create_default_context(cafile=str(d / "serving-ca.crt"))
+        context.load_cert_chain(str(d / "admin.crt"), str(d / "admin.key"))
+        self._wait("kube-apiserver", f"{self.url}/readyz", context, 120)
+        self._write_kubeconfig()
+        if scheduler:
+            self._spawn(
+                "kube-scheduler",
+                [
+                    str(bin_dir / "kube-scheduler"),
+                    f"--kubeconfig={self.kubeconfig}",
+                    f"--authentication-kubeconfig={self.kubeconfig}",
+                    f"--authorization-kubeconfig={self.kubeconfig}",
+                    "--leader-elect=false",
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={free_port()}",
+                ],
+            )
+
+    def _write_kubeconfig(self) -> None:
+        d = self.directory
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "local",
+                    "cluster": {
+                        "server": self.url,
+                        "certificate-authority": str(d / "serving-ca.crt"),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": "admin",
+                    "user": {
+                        "client-certificate": str(d / "admin.crt"),
+                        "client-key": str(d / "admin.key"),
+                    },
+                }
+            ],
+            "contexts": [{"name": "local", "context": {"cluster": "local", "user": "admin"}}],
+            "current-context": "local",
+        }
+        self.kubeconfig.write_text(yaml.safe_dump(config))
+
+    # --- state and stop ------------------------------------------------------------------
+
+    def _save(self) -> None:
+        state = {"api_port": self.api_port, "pids": self.pids}
+        (self.directory / _STATE).write_text(json.dumps(state))
+
+    @classmethod
+    def attach(cls, directory: Path) -> ControlPlane:
+        state = json.loads((directory / _STATE).read_text())
+        return cls(directory, state["api_port"], {k: int(v) for k, v in state["pids"].items()})
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Stop every process this control plane started, newest first; never raises."""
+        for name in reversed(list(self.pids)):
+            _terminate(self.pids[name], grace)
+        for process in self.processes:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=1)
+        self.pids.clear()
+        if self.directory.exists():
+            self._save()
+
+
+def _terminate(pid: int, grace: float) -> None:
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return
+        except ChildProcessError:
+            # Not our child (stopped from another process): poll until it is gone.
+            pass
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m topogate.controlplane",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("action", choices=("start", "stop"))
+    parser.add_argument("--dir", type=Path, required=True, help="state, certificates and logs")
+    parser.add_argument("--no-scheduler", action="store_true")
+    args = parser.parse_args(argv)
+    if args.action == "start":
+        try:
+            plane = ControlPlane.start(args.dir, scheduler=not args.no_scheduler)
+        except ControlPlaneError as error:
+            print(f"controlplane: {error}", file=sys.stderr)
+            return 1
+        print(plane.kubeconfig)
+        return 0
+    if (args.dir / _STATE).exists():
+        ControlPlane.attach(args.dir).stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
