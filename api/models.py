@@ -12,6 +12,7 @@ from pydantic.alias_generators import to_camel
 
 from .constants import API_VERSION, HOSTNAME_LABEL, KUEUE_API_VERSIONS
 from .names import label_key_problem
+from .quantity import QuantityError, parse_quantity
 
 
 class ApiModel(BaseModel):
@@ -56,12 +57,36 @@ def _check_api_version(value: str, kind: str) -> str:
 # --- Topology -----------------------------------------------------------------------------
 
 
+_LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+)
+
+
+def _cel(*rules: tuple[str, str]) -> dict[str, Any]:
+    """CEL rules the API server enforces (x-kubernetes-validations in the generated CRD)."""
+    return {"x-kubernetes-validations": [{"rule": r, "message": m} for r, m in rules]}
+
+
 class TopologyLevel(ApiModel):
-    node_label: LabelKey
+    node_label: LabelKey = Field(
+        min_length=1, max_length=316, json_schema_extra={"pattern": _LABEL_KEY_PATTERN}
+    )
 
 
 class TopologySpec(ApiModel):
-    levels: list[TopologyLevel] = Field(min_length=1, max_length=16)
+    levels: list[TopologyLevel] = Field(
+        min_length=1,
+        max_length=16,
+        json_schema_extra=_cel(
+            ("self.all(x, self.exists_one(y, y.nodeLabel == x.nodeLabel))", "must be unique"),
+            (
+                "!self.exists(x, x.nodeLabel == 'kubernetes.io/hostname') || "
+                "self[size(self) - 1].nodeLabel == 'kubernetes.io/hostname'",
+                "the kubernetes.io/hostname label can only be used at the lowest level of topology",
+            ),
+        ),
+    )
 
     @field_validator("levels")
     @classmethod
@@ -121,10 +146,24 @@ class Toleration(ApiModel):
 
 
 class ResourceFlavorSpec(ApiModel):
-    node_labels: dict[str, str] = Field(default_factory=dict)
-    node_taints: list[Taint] = Field(default_factory=list)
-    tolerations: list[Toleration] = Field(default_factory=list)
-    topology_name: str | None = None
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            (
+                "!has(self.topologyName) || (has(self.nodeLabels) && size(self.nodeLabels) > 0)",
+                "at least one nodeLabel is required when topology is set",
+            ),
+            (
+                "!has(oldSelf.topologyName) || (has(self.topologyName) && "
+                "self.topologyName == oldSelf.topologyName)",
+                "topologyName is immutable when topologyName is set",
+            ),
+        )
+    )
+
+    node_labels: dict[str, str] = Field(default_factory=dict, max_length=8)
+    node_taints: list[Taint] = Field(default_factory=list, max_length=8)
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=8)
+    topology_name: str | None = Field(default=None, max_length=253)
 
     @model_validator(mode="after")
     def _topology_needs_labels(self) -> ResourceFlavorSpec:
@@ -144,6 +183,99 @@ class ResourceFlavor(ApiModel):
     @classmethod
     def _version(cls, value: str) -> str:
         return _check_api_version(value, "ResourceFlavor")
+
+
+# --- ClusterQueue and LocalQueue --------------------------------------------------------
+
+
+class ResourceQuota(ApiModel):
+    name: str = Field(min_length=1)
+    nominal_quota: str | int = Field(json_schema_extra={"x-kubernetes-int-or-string": True})
+
+    @field_validator("nominal_quota")
+    @classmethod
+    def _quantity(cls, value: str | int) -> str | int:
+        try:
+            if parse_quantity(value) < 0:
+                raise ValueError(f"{value!r} must not be negative")
+        except QuantityError as error:
+            raise ValueError(str(error)) from None
+        return value
+
+
+class FlavorQuotas(ApiModel):
+    name: str = Field(min_length=1, max_length=253)
+    resources: list[ResourceQuota] = Field(min_length=1, max_length=16)
+
+
+class ResourceGroup(ApiModel):
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            (
+                "self.flavors.all(f, size(f.resources) == size(self.coveredResources) && "
+                "f.resources.all(r, r.name in self.coveredResources))",
+                "each flavor must list exactly the covered resources",
+            )
+        )
+    )
+
+    covered_resources: list[str] = Field(min_length=1, max_length=16)
+    flavors: list[FlavorQuotas] = Field(min_length=1, max_length=16)
+
+    @model_validator(mode="after")
+    def _flavors_cover_resources(self) -> ResourceGroup:
+        covered = set(self.covered_resources)
+        for flavor in self.flavors:
+            names = [r.name for r in flavor.resources]
+            if set(names) != covered or len(names) != len(covered):
+                raise ValueError(
+                    f"flavor {flavor.name!r} lists {sorted(names)}; each flavor must list "
+                    f"exactly the covered resources {sorted(covered)}"
+                )
+        return self
+
+
+class ClusterQueueSpec(ApiModel):
+    queueing_strategy: Literal["StrictFIFO", "BestEffortFIFO"] = "BestEffortFIFO"
+    resource_groups: list[ResourceGroup] = Field(default_factory=list, max_length=16)
+    namespace_selector: dict[str, Any] | None = None
+
+    @field_validator("resource_groups")
+    @classmethod
+    def _flavors_once(cls, groups: list[ResourceGroup]) -> list[ResourceGroup]:
+        names = [f.name for g in groups for f in g.flavors]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(
+                f"flavors may appear in one resource group only: {', '.join(repeated)}"
+            )
+        return groups
+
+
+class QueueStatus(ApiModel):
+    pending_workloads: int | None = None
+    admitted_workloads: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class ClusterQueue(ApiModel):
+    api_version: Literal["topogate.dev/v1alpha1"] = "topogate.dev/v1alpha1"
+    kind: Literal["ClusterQueue"] = "ClusterQueue"
+    metadata: ObjectMeta
+    spec: ClusterQueueSpec = Field(default_factory=ClusterQueueSpec)
+    status: QueueStatus | None = None
+
+
+class LocalQueueSpec(ApiModel):
+    cluster_queue: str = Field(min_length=1, max_length=253)
+
+
+class LocalQueue(ApiModel):
+    api_version: Literal["topogate.dev/v1alpha1"] = "topogate.dev/v1alpha1"
+    kind: Literal["LocalQueue"] = "LocalQueue"
+    metadata: ObjectMeta
+    spec: LocalQueueSpec
+    status: QueueStatus | None = None
 
 
 # --- Workload -----------------------------------------------------------------------------

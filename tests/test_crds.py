@@ -1,0 +1,180 @@
+"""The CRDs: generated from the models, installed on the real API server, enforced there."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from tests.cluster import api_client, eventually
+from topogate.controlplane import ControlPlane
+
+ROOT = Path(__file__).resolve().parent.parent
+BASES = ROOT / "config" / "crd" / "bases"
+
+
+def _generator() -> Any:
+    spec = importlib.util.spec_from_file_location("gen_crds", ROOT / "hack" / "gen_crds.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_committed_crds_match_the_models() -> None:
+    rendered: dict[str, str] = _generator().rendered()
+    committed = {p.name: p.read_text() for p in BASES.glob("*.yaml")}
+    assert committed == rendered, (
+        "config/crd drifted from api/models.py: run python hack/gen_crds.py"
+    )
+
+
+@pytest.fixture(scope="module")
+def crds(control_plane: ControlPlane) -> Iterator[client.ApiClient]:
+    api = api_client(control_plane)
+    extensions = client.ApiextensionsV1Api(api)
+    for path in sorted(BASES.glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        try:
+            extensions.create_custom_resource_definition(doc)
+        except client.ApiException as error:
+            if error.status != 409:
+                raise
+
+    def established() -> bool:
+        for path in BASES.glob("*.yaml"):
+            name = yaml.safe_load(path.read_text())["metadata"]["name"]
+            conditions = extensions.read_custom_resource_definition(name).status.conditions or []
+            if not any(c.type == "Established" and c.status == "True" for c in conditions):
+                return False
+        return True
+
+    eventually(established)
+    yield api
+
+
+def _create(
+    api: client.ApiClient, plural: str, body: dict[str, Any], namespace: str | None = None
+) -> Any:
+    custom = client.CustomObjectsApi(api)
+    if namespace:
+        return custom.create_namespaced_custom_object(
+            "topogate.dev", "v1alpha1", namespace, plural, body
+        )
+    return custom.create_cluster_custom_object("topogate.dev", "v1alpha1", plural, body)
+
+
+def _refused(
+    api: client.ApiClient, plural: str, body: dict[str, Any], namespace: str | None = None
+) -> str:
+    with pytest.raises(client.ApiException) as error:
+        _create(api, plural, body, namespace)
+    assert error.value.status == 422, error.value.body
+    return str(error.value.body)
+
+
+def _topology(name: str, *levels: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "topogate.dev/v1alpha1",
+        "kind": "Topology",
+        "metadata": {"name": name},
+        "spec": {"levels": [{"nodeLabel": level} for level in levels]},
+    }
+
+
+pytestmark = pytest.mark.cluster
+
+
+def test_topology_rules_are_enforced_by_the_api_server(crds: client.ApiClient) -> None:
+    created = _create(
+        crds, "topologies", _topology("crd-ok", "cloud.com/block", "kubernetes.io/hostname")
+    )
+    assert created["spec"]["levels"][1]["nodeLabel"] == "kubernetes.io/hostname"
+    assert "must be unique" in _refused(crds, "topologies", _topology("crd-dup", "a", "a"))
+    assert "lowest level" in _refused(
+        crds, "topologies", _topology("crd-host", "kubernetes.io/hostname", "a")
+    )
+    assert "spec.levels" in _refused(crds, "topologies", _topology("crd-empty"))
+    assert "nodeLabel" in _refused(crds, "topologies", _topology("crd-bad", "no spaces allowed"))
+
+
+def test_resource_flavor_needs_node_labels_with_a_topology(crds: client.ApiClient) -> None:
+    body = {
+        "apiVersion": "topogate.dev/v1alpha1",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": "crd-rf"},
+        "spec": {"topologyName": "crd-ok"},
+    }
+    assert "at least one nodeLabel is required" in _refused(crds, "resourceflavors", body)
+    body["spec"]["nodeLabels"] = {"pool": "gpu"}
+    _create(crds, "resourceflavors", body)
+    custom = client.CustomObjectsApi(crds)
+    with pytest.raises(client.ApiException) as error:
+        custom.patch_cluster_custom_object(
+            "topogate.dev",
+            "v1alpha1",
+            "resourceflavors",
+            "crd-rf",
+            {"spec": {"topologyName": "other"}},
+        )
+    assert "topologyName is immutable" in str(error.value.body)
+
+
+def test_cluster_queue_strategy_and_covered_resources(crds: client.ApiClient) -> None:
+    def queue(name: str, strategy: str, resources: list[str]) -> dict[str, Any]:
+        return {
+            "apiVersion": "topogate.dev/v1alpha1",
+            "kind": "ClusterQueue",
+            "metadata": {"name": name},
+            "spec": {
+                "queueingStrategy": strategy,
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "nvidia.com/gpu"],
+                        "flavors": [
+                            {
+                                "name": "h100",
+                                "resources": [{"name": r, "nominalQuota": 8} for r in resources],
+                            }
+                        ],
+                    }
+                ],
+            },
+        }
+
+    _create(crds, "clusterqueues", queue("crd-cq", "StrictFIFO", ["cpu", "nvidia.com/gpu"]))
+    assert "Unsupported value" in _refused(
+        crds, "clusterqueues", queue("crd-cq2", "Random", ["cpu", "nvidia.com/gpu"])
+    )
+    assert "exactly the covered resources" in _refused(
+        crds, "clusterqueues", queue("crd-cq3", "StrictFIFO", ["cpu"])
+    )
+
+
+def test_workload_status_subresource_and_short_names(crds: client.ApiClient) -> None:
+    client.CoreV1Api(crds).create_namespace({"metadata": {"name": "crd-ns"}})
+    body = {
+        "apiVersion": "topogate.dev/v1alpha1",
+        "kind": "Workload",
+        "metadata": {"name": "w"},
+        "spec": {
+            "podSets": [
+                {"name": "main", "count": 2, "template": {"spec": {"containers": [{"name": "c"}]}}}
+            ]
+        },
+        "status": {"conditions": [{"type": "Admitted", "status": "True", "reason": "x"}]},
+    }
+    created = _create(crds, "workloads", body, "crd-ns")
+    assert "status" not in created  # status is a subresource: ignored on create
+    assert created["spec"]["podSets"][0]["template"]["spec"]["containers"] == [{"name": "c"}]
+    body["spec"]["podSets"][0]["count"] = -1
+    body["metadata"]["name"] = "w2"
+    assert "count" in _refused(crds, "workloads", body, "crd-ns")
+    extensions = client.ApiextensionsV1Api(crds)
+    names = extensions.read_custom_resource_definition("workloads.topogate.dev").spec.names
+    assert names.short_names == ["wl"]
