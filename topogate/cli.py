@@ -13,6 +13,8 @@ import yaml
 
 from topogate.api.errors import InputError
 from topogate.api.jobs import workload_from_object
+from topogate.webhooks.command import add_arguments as add_webhook_arguments
+from topogate.webhooks.command import run as run_webhook
 
 from . import __version__
 from .loader import load_cluster, load_single
@@ -59,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="plan the built-in example (a block/rack/host GPU cluster)",
     )
+    webhook = commands.add_parser(
+        "webhook", help="run the admission webhook server (HTTPS, AdmissionReview v1)"
+    )
+    add_webhook_arguments(webhook)
     return parser
 
 
@@ -99,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "plan":
             return _plan(args)
+        if args.command == "webhook":
+            return run_webhook(args)
     except InputError as error:
         print(f"topogate {args.command}: error: {error.describe()}", file=sys.stderr)
         return EXIT_INVALID

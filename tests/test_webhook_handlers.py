@@ -1,0 +1,177 @@
+"""Webhook handlers and server without a cluster: patches, refusals, bad bodies, rotation."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from topogate.webhooks.admission import Review, mutate, validate
+from topogate.webhooks.certs import issue, make_ca
+from topogate.webhooks.server import ServingCertificate, make_app, review_for
+
+RACK = "cloud.com/rack"
+
+
+def _job(
+    labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "j", "namespace": "ml", "labels": labels or {}},
+        "spec": {
+            "parallelism": 4,
+            "template": {
+                "metadata": {"annotations": annotations or {}},
+                "spec": {"containers": [{"name": "c", "image": "x"}], "restartPolicy": "Never"},
+            },
+        },
+    }
+
+
+def _patch(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    raw = answer["response"].get("patch")
+    return json.loads(base64.b64decode(raw)) if raw else []
+
+
+def test_queued_job_is_suspended_on_create() -> None:
+    answer = mutate(
+        Review.parse(review_for(_job({"kueue.x-k8s.io/queue-name": "q"}), "Job", "batch"))
+    )
+    assert answer["response"]["allowed"] is True
+    assert _patch(answer) == [{"op": "add", "path": "/spec/suspend", "value": True}]
+    assert _patch(mutate(Review.parse(review_for(_job(), "Job", "batch")))) == []
+    update = review_for(_job({"topogate.dev/queue-name": "q"}), "Job", "batch", operation="UPDATE")
+    assert _patch(mutate(Review.parse(update))) == []
+
+
+def test_marked_pod_gets_the_gate_and_marks() -> None:
+    pod: dict[str, Any] = {
+        "metadata": {
+            "labels": {
+                "jobset.sigs.k8s.io/replicatedjob-name": "workers",
+                "topogate.dev/podset": "workers",
+            },
+            "annotations": {"kueue.x-k8s.io/workload": "wl-1"},
+        },
+        "spec": {"containers": [{"name": "c"}]},
+    }
+    patch = _patch(mutate(Review.parse(review_for(pod, "Pod"))))
+    assert patch == [
+        {"op": "add", "path": "/metadata/annotations/topogate.dev~1workload", "value": "wl-1"},
+        {
+            "op": "add",
+            "path": "/spec/schedulingGates",
+            "value": [{"name": "topogate.dev/topology"}],
+        },
+    ]
+    pod["spec"]["schedulingGates"] = [{"name": "other"}]
+    pod["metadata"]["annotations"]["topogate.dev/workload"] = "wl-1"
+    assert _patch(mutate(Review.parse(review_for(pod, "Pod")))) == [
+        {"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": "topogate.dev/topology"}}
+    ]
+
+
+def test_invalid_annotation_is_refused_with_the_field() -> None:
+    job = _job({"kueue.x-k8s.io/queue-name": "q"}, {"kueue.x-k8s.io/podset-slice-size": "2"})
+    answer = validate(Review.parse(review_for(job, "Job", "batch")))["response"]
+    assert answer["allowed"] is False and answer["status"]["code"] == 422
+    assert answer["status"]["message"] == (
+        "Job ml/j: spec.template.metadata.annotations[kueue.x-k8s.io/podset-slice-size]: Forbidden: "
+        "may not be set when 'kueue.x-k8s.io/podset-slice-required-topology' is not specified"
+    )
+
+
+def test_level_must_belong_to_the_queue_topology() -> None:
+    class Catalog:
+        def queue_levels(self, namespace: str, queue: str) -> tuple[str, list[str]] | None:
+            return ("dc", ["cloud.com/block", RACK]) if (namespace, queue) == ("ml", "q") else None
+
+    job = _job(
+        {"kueue.x-k8s.io/queue-name": "q"},
+        {"kueue.x-k8s.io/podset-required-topology": "cloud.com/zone"},
+    )
+    answer = validate(Review.parse(review_for(job, "Job", "batch", namespace="ml")), Catalog())[
+        "response"
+    ]
+    assert answer["status"]["message"] == (
+        "Job ml/j: spec.template.metadata.annotations[kueue.x-k8s.io/podset-required-topology]: "
+        "'cloud.com/zone' is not a level of topology 'dc' used by queue 'q' (levels: cloud.com/block, cloud.com/rack)"
+    )
+    job["spec"]["template"]["metadata"]["annotations"][
+        "kueue.x-k8s.io/podset-required-topology"
+    ] = RACK
+    assert validate(Review.parse(review_for(job, "Job", "batch", namespace="ml")), Catalog())[
+        "response"
+    ]["allowed"]
+
+
+def test_topology_flavor_and_queue_objects_are_validated() -> None:
+    topology = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Topology",
+        "metadata": {"name": "t"},
+        "spec": {"levels": [{"nodeLabel": "kubernetes.io/hostname"}, {"nodeLabel": RACK}]},
+    }
+    answer = validate(Review.parse(review_for(topology, "Topology", "kueue.x-k8s.io")))["response"]
+    assert answer["status"]["message"] == (
+        "Topology t: spec.levels: kubernetes.io/hostname is allowed only as the lowest (last) level"
+    )
+    queue = {
+        "apiVersion": "topogate.dev/v1alpha1",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "cq"},
+        "spec": {
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu"],
+                    "flavors": [
+                        {"name": "f", "resources": [{"name": "cpu", "nominalQuota": "lots"}]}
+                    ],
+                }
+            ]
+        },
+    }
+    message = validate(Review.parse(review_for(queue, "ClusterQueue", "topogate.dev")))["response"][
+        "status"
+    ]["message"]
+    assert message.startswith(
+        "ClusterQueue cq: spec.resourceGroups[0].flavors[0].resources[0].nominalQuota: 'lots' is not a quantity"
+    )
+
+
+async def test_server_answers_reviews_and_refuses_bad_bodies(aiohttp_client: Any) -> None:
+    http: TestClient[Any, Any] = await aiohttp_client(make_app())
+    ok = await http.post(
+        "/mutate", json=review_for(_job({"kueue.x-k8s.io/queue-name": "q"}), "Job", "batch")
+    )
+    assert ok.status == 200 and _patch(await ok.json())
+    for body in (
+        b"{not json",
+        b'{"kind": "Pod"}',
+        b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}',
+    ):
+        bad = await http.post("/validate", data=body, headers={"Content-Type": "application/json"})
+        assert bad.status == 400, await bad.text()
+    huge = await http.post("/mutate", data=io.BytesIO(b"x" * (4 * 1024 * 1024)))
+    assert huge.status == 400
+    assert (await http.get("/healthz")).status == 200
+
+
+def test_serving_certificate_is_made_and_reloaded_on_rotation(tmp_path: Path) -> None:
+    certificate = ServingCertificate.prepare(tmp_path, ["webhook.local"], ["127.0.0.1"])
+    assert (tmp_path / "ca.crt").exists()
+    assert certificate.reload() is False  # unchanged files: nothing to do
+    ca = make_ca("rotated")
+    issue(ca, "w", ip_addresses=["127.0.0.1"]).write(tmp_path / "tls.crt", tmp_path / "tls.key")
+    os.utime(tmp_path / "tls.crt", (1, 1))  # a new mtime, as a rotated Secret gives
+    assert certificate.reload() is True
+    with pytest.raises(FileNotFoundError):
+        ServingCertificate(tmp_path / "empty")

@@ -1,0 +1,149 @@
+"""The Mutating- and ValidatingWebhookConfigurations, for a URL or an in-cluster Service.
+
+Chosen so that an outage of the webhook server can never block kube-system: every webhook
+skips the kube-system and topogate-system namespaces, and object selectors restrict each one
+to the objects topogate owns (queued jobs, marked pods). Jobs use failurePolicy Fail, because
+a queued job must never start unsuspended; the CRD validators are Fail too (only topogate's
+own objects are affected).
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from topogate.api import constants as c
+
+PROTECTED_NAMESPACES = ["kube-system", "topogate-system"]
+NAME = "topogate"
+
+
+def _client_config(
+    path: str, url: str | None, service: tuple[str, str] | None, ca_bundle: bytes | None
+) -> dict[str, Any]:
+    config: dict[str, Any] = {}
+    if url is not None:
+        config["url"] = url.rstrip("/") + path
+    elif service is not None:
+        config["service"] = {"namespace": service[0], "name": service[1], "path": path, "port": 443}
+    if ca_bundle:
+        config["caBundle"] = base64.b64encode(ca_bundle).decode()
+    return config
+
+
+def _namespaces() -> dict[str, Any]:
+    return {
+        "matchExpressions": [
+            {
+                "key": "kubernetes.io/metadata.name",
+                "operator": "NotIn",
+                "values": PROTECTED_NAMESPACES,
+            }
+        ]
+    }
+
+
+def _rule(groups: list[str], resources: list[str], operations: list[str]) -> dict[str, Any]:
+    return {
+        "apiGroups": groups,
+        "apiVersions": ["*"],
+        "resources": resources,
+        "operations": operations,
+        "scope": "*",
+    }
+
+
+def _webhook(
+    name: str,
+    path: str,
+    rules: list[dict[str, Any]],
+    selector: dict[str, Any] | None,
+    namespaced: bool,
+    policy: str,
+    **where: Any,
+) -> dict[str, Any]:
+    hook: dict[str, Any] = {
+        "name": name,
+        "clientConfig": _client_config(path, **where),
+        "rules": rules,
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "failurePolicy": policy,
+        "matchPolicy": "Equivalent",
+        "timeoutSeconds": 5,
+    }
+    if namespaced:
+        hook["namespaceSelector"] = _namespaces()
+    if selector is not None:
+        hook["objectSelector"] = selector
+    return hook
+
+
+def configurations(
+    url: str | None = None, service: tuple[str, str] | None = None, ca_bundle: bytes | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(mutating, validating) configuration objects for a URL or a (namespace, name) Service."""
+    where = {"url": url, "service": service, "ca_bundle": ca_bundle}
+    jobs = [
+        _rule(["batch"], ["jobs"], ["CREATE"]),
+        _rule(["jobset.x-k8s.io"], ["jobsets"], ["CREATE"]),
+    ]
+    queued = [
+        {"matchExpressions": [{"key": label, "operator": "Exists"}]} for label in c.QUEUE_LABELS
+    ]
+    mutating_hooks = [
+        _webhook(f"job{i}.mutate.topogate.dev", "/mutate", jobs, sel, True, "Fail", **where)
+        for i, sel in enumerate(queued)
+    ]
+    mutating_hooks.append(
+        _webhook(
+            "pod.mutate.topogate.dev",
+            "/mutate",
+            [_rule([""], ["pods"], ["CREATE"])],
+            {"matchExpressions": [{"key": c.PODSET_LABEL, "operator": "Exists"}]},
+            True,
+            "Fail",
+            **where,
+        )
+    )
+    job_updates = [
+        _rule(["batch"], ["jobs"], ["CREATE", "UPDATE"]),
+        _rule(["jobset.x-k8s.io"], ["jobsets"], ["CREATE", "UPDATE"]),
+    ]
+    validating_hooks = [
+        _webhook(
+            f"job{i}.validate.topogate.dev", "/validate", job_updates, sel, True, "Fail", **where
+        )
+        for i, sel in enumerate(queued)
+    ]
+    validating_hooks.append(
+        _webhook(
+            "objects.validate.topogate.dev",
+            "/validate",
+            [
+                _rule(
+                    [c.GROUP],
+                    ["topologies", "resourceflavors", "clusterqueues"],
+                    ["CREATE", "UPDATE"],
+                ),
+                _rule([c.KUEUE_GROUP], ["topologies", "resourceflavors"], ["CREATE", "UPDATE"]),
+            ],
+            None,
+            False,
+            "Fail",
+            **where,
+        )
+    )
+    mutating = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": NAME},
+        "webhooks": mutating_hooks,
+    }
+    validating = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": NAME},
+        "webhooks": validating_hooks,
+    }
+    return mutating, validating

@@ -1,0 +1,188 @@
+"""The HTTPS admission webhook server (aiohttp), its certificates and its catalog.
+
+Certificates: files in ``--cert-dir`` (tls.crt, tls.key, ca.crt) are used when present, for
+instance mounted from a Secret; otherwise a CA and a serving certificate with the given DNS
+and IP SANs are made. Either way the files are watched and reloaded when they rotate, so new
+connections get the new certificate without a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import ssl
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from .admission import Catalog, NoCatalog, Review, mutate, validate
+from .certs import issue, make_ca
+
+log = logging.getLogger("topogate.webhooks")
+
+MAX_BODY = 3 * 1024 * 1024  # the API server sends at most ~3 MiB objects
+CATALOG_KEY = web.AppKey("catalog", Catalog)
+
+
+@dataclass
+class ServingCertificate:
+    """tls.crt/tls.key (and ca.crt) in ``directory``, reloaded into one SSLContext on change."""
+
+    directory: Path
+    context: ssl.SSLContext = field(init=False)
+    _stamp: tuple[float, float] = (0.0, 0.0)
+
+    @property
+    def cert(self) -> Path:
+        return self.directory / "tls.crt"
+
+    @property
+    def key(self) -> Path:
+        return self.directory / "tls.key"
+
+    @property
+    def ca(self) -> Path:
+        return self.directory / "ca.crt"
+
+    def __post_init__(self) -> None:
+        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        if not self.reload():
+            raise FileNotFoundError(f"no tls.crt/tls.key in {self.directory}")
+
+    @classmethod
+    def prepare(
+        cls, directory: Path, dns_names: Sequence[str], ip_addresses: Sequence[str]
+    ) -> ServingCertificate:
+        """Use the pair in ``directory``, or first make a CA and a serving certificate there."""
+        if not ((directory / "tls.crt").exists() and (directory / "tls.key").exists()):
+            ca = make_ca("topogate-webhook-ca")
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / "ca.crt").write_bytes(ca.cert_pem)
+            serving = issue(ca, "topogate-webhook", dns_names=dns_names, ip_addresses=ip_addresses)
+            serving.write(directory / "tls.crt", directory / "tls.key")
+        return cls(directory)
+
+    def reload(self) -> bool:
+        """Load the files if they changed since last time; True when a new pair was loaded."""
+        if not (self.cert.exists() and self.key.exists()):
+            return False
+        stamp = (self.cert.stat().st_mtime, self.key.stat().st_mtime)
+        if stamp == self._stamp:
+            return False
+        self.context.load_cert_chain(str(self.cert), str(self.key))
+        self._stamp = stamp
+        return True
+
+
+async def _watch(certificate: ServingCertificate, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            if certificate.reload():
+                log.info("reloaded the serving certificate from %s", certificate.directory)
+        except (OSError, ssl.SSLError) as error:  # half-written files: try again next tick
+            log.warning("could not reload the serving certificate: %s", error)
+
+
+async def _review(request: web.Request) -> Review | web.Response:
+    if request.content_length is not None and request.content_length > MAX_BODY:
+        return web.json_response({"error": "review body too large"}, status=400)
+    body = await request.content.read(MAX_BODY + 1)
+    if len(body) > MAX_BODY:
+        return web.json_response({"error": "review body too large"}, status=400)
+    try:
+        return Review.parse(json.loads(body))
+    except (ValueError, UnicodeDecodeError) as error:
+        return web.json_response({"error": f"malformed AdmissionReview: {error}"}, status=400)
+
+
+async def _mutate(request: web.Request) -> web.Response:
+    review = await _review(request)
+    if isinstance(review, web.Response):
+        return review
+    return web.json_response(mutate(review))
+
+
+async def _validate(request: web.Request) -> web.Response:
+    review = await _review(request)
+    if isinstance(review, web.Response):
+        return review
+    catalog = request.app[CATALOG_KEY]
+    # The catalog may ask the API server: keep that off the event loop.
+    answer = await asyncio.get_running_loop().run_in_executor(None, validate, review, catalog)
+    return web.json_response(answer)
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+def make_app(catalog: Catalog | None = None) -> web.Application:
+    app = web.Application(client_max_size=MAX_BODY + 1024)
+    app[CATALOG_KEY] = catalog or NoCatalog()
+    app.router.add_post("/mutate", _mutate)
+    app.router.add_post("/validate", _validate)
+    app.router.add_get("/healthz", _healthz)
+    return app
+
+
+@contextlib.asynccontextmanager
+async def running(
+    host: str,
+    port: int,
+    certificate: ServingCertificate,
+    catalog: Catalog | None = None,
+    reload_interval: float = 5.0,
+) -> AsyncIterator[web.AppRunner]:
+    """Serve until the context exits; the certificate is re-read every ``reload_interval``."""
+    runner = web.AppRunner(make_app(catalog), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, ssl_context=certificate.context)
+    await site.start()
+    watcher = asyncio.create_task(_watch(certificate, reload_interval))
+    try:
+        yield runner
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        await runner.cleanup()
+
+
+async def serve_forever(
+    host: str, port: int, certificate: ServingCertificate, catalog: Catalog | None = None
+) -> None:
+    async with running(host, port, certificate, catalog):
+        log.info("webhooks listening on https://%s:%d", host, port)
+        started = time.monotonic()
+        while True:
+            await asyncio.sleep(3600)
+            log.debug("up %.0f s", time.monotonic() - started)
+
+
+def review_for(
+    obj: dict[str, Any],
+    kind: str,
+    group: str = "",
+    operation: str = "CREATE",
+    namespace: str = "default",
+) -> dict[str, Any]:
+    """An AdmissionReview request as the API server sends it (for tests and tools)."""
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "00000000-0000-0000-0000-000000000000",
+            "kind": {"group": group, "version": "v1", "kind": kind},
+            "operation": operation,
+            "namespace": namespace,
+            "object": obj,
+            "dryRun": False,
+        },
+    }
