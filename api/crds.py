@@ -66,7 +66,8 @@ KINDS = (
     ),
 )
 
-_DROP = {"title", "default", "description"}
+# propertyNames is not allowed in structural schemas; the webhook checks map keys instead.
+_DROP = {"title", "default", "description", "propertyNames"}
 
 
 def _structural(node: Any, defs: dict[str, Any]) -> Any:

@@ -160,7 +160,7 @@ class ResourceFlavorSpec(ApiModel):
         )
     )
 
-    node_labels: dict[str, str] = Field(default_factory=dict, max_length=8)
+    node_labels: dict[LabelKey, str] = Field(default_factory=dict, max_length=8)
     node_taints: list[Taint] = Field(default_factory=list, max_length=8)
     tolerations: list[Toleration] = Field(default_factory=list, max_length=8)
     topology_name: str | None = Field(default=None, max_length=253)

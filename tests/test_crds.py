@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
-
-from tests.cluster import api_client, eventually
-from topogate.controlplane import ControlPlane
 
 ROOT = Path(__file__).resolve().parent.parent
 BASES = ROOT / "config" / "crd" / "bases"
@@ -32,30 +27,6 @@ def test_committed_crds_match_the_models() -> None:
     assert committed == rendered, (
         "config/crd drifted from api/models.py: run python hack/gen_crds.py"
     )
-
-
-@pytest.fixture(scope="module")
-def crds(control_plane: ControlPlane) -> Iterator[client.ApiClient]:
-    api = api_client(control_plane)
-    extensions = client.ApiextensionsV1Api(api)
-    for path in sorted(BASES.glob("*.yaml")):
-        doc = yaml.safe_load(path.read_text())
-        try:
-            extensions.create_custom_resource_definition(doc)
-        except client.ApiException as error:
-            if error.status != 409:
-                raise
-
-    def established() -> bool:
-        for path in BASES.glob("*.yaml"):
-            name = yaml.safe_load(path.read_text())["metadata"]["name"]
-            conditions = extensions.read_custom_resource_definition(name).status.conditions or []
-            if not any(c.type == "Established" and c.status == "True" for c in conditions):
-                return False
-        return True
-
-    eventually(established)
-    yield api
 
 
 def _create(

@@ -88,12 +88,19 @@ def configurations(
         _rule(["batch"], ["jobs"], ["CREATE"]),
         _rule(["jobset.x-k8s.io"], ["jobsets"], ["CREATE"]),
     ]
+    # One webhook per queue label key (selectors cannot OR two keys): named after the group.
     queued = [
-        {"matchExpressions": [{"key": label, "operator": "Exists"}]} for label in c.QUEUE_LABELS
+        (
+            label.split("/")[0].split(".")[0],
+            {"matchExpressions": [{"key": label, "operator": "Exists"}]},
+        )
+        for label in c.QUEUE_LABELS
     ]
     mutating_hooks = [
-        _webhook(f"job{i}.mutate.topogate.dev", "/mutate", jobs, sel, True, "Fail", **where)
-        for i, sel in enumerate(queued)
+        _webhook(
+            f"{owner}-queued-jobs.mutate.topogate.dev", "/mutate", jobs, sel, True, "Fail", **where
+        )
+        for owner, sel in queued
     ]
     mutating_hooks.append(
         _webhook(
@@ -112,9 +119,15 @@ def configurations(
     ]
     validating_hooks = [
         _webhook(
-            f"job{i}.validate.topogate.dev", "/validate", job_updates, sel, True, "Fail", **where
+            f"{owner}-queued-jobs.validate.topogate.dev",
+            "/validate",
+            job_updates,
+            sel,
+            True,
+            "Fail",
+            **where,
         )
-        for i, sel in enumerate(queued)
+        for owner, sel in queued
     ]
     validating_hooks.append(
         _webhook(
