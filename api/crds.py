@@ -1,6 +1,6 @@
 """CustomResourceDefinitions generated from the pydantic models (never written by hand).
 
-``hack/gen_crds.py`` writes them to config/crd/bases/; a test fails when the committed copy
+``hack/gen_manifests.py`` writes them to config/crd/bases/; a test fails when the committed copy
 drifts from what the models say.
 """
 

@@ -29,6 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ip", action="append", default=[], help="IP SAN for a made certificate")
     parser.add_argument("--kubeconfig", help="cluster to read queues from (default: in-cluster)")
     parser.add_argument("--register-url", help="write webhook configurations pointing here")
+    parser.add_argument(
+        "--inject-ca",
+        metavar="NAME",
+        help="put the CA into the webhook configurations named NAME (in-cluster)",
+    )
     parser.add_argument("--reload-interval", type=float, default=5.0)
 
 
@@ -60,6 +65,31 @@ def register(api: Any, url: str, ca_bundle: bytes) -> None:
             replace(body["metadata"]["name"], body)
 
 
+def inject_ca(api: Any, name: str, ca_bundle: bytes) -> None:
+    """Set every webhook's caBundle in the two configurations called ``name``."""
+    import base64
+
+    from kubernetes import client
+
+    admission: Any = client.AdmissionregistrationV1Api(api)
+    encoded = base64.b64encode(ca_bundle).decode()
+    for read, patch in (
+        (
+            admission.read_mutating_webhook_configuration,
+            admission.patch_mutating_webhook_configuration,
+        ),
+        (
+            admission.read_validating_webhook_configuration,
+            admission.patch_validating_webhook_configuration,
+        ),
+    ):
+        current = read(name)
+        hooks = [
+            {"name": hook.name, "clientConfig": {"caBundle": encoded}} for hook in current.webhooks
+        ]
+        patch(name, {"webhooks": hooks})
+
+
 async def _run(args: argparse.Namespace) -> int:
     # Imported here so that `topogate plan` does not pay for the Kubernetes client and aiohttp.
     from topogate.kube import api_client
@@ -70,7 +100,8 @@ async def _run(args: argparse.Namespace) -> int:
     certificate = ServingCertificate.prepare(
         args.cert_dir, args.dns_name or ["localhost"], args.ip or ["127.0.0.1"]
     )
-    api = api_client(args.kubeconfig) if (args.kubeconfig or args.register_url) else None
+    wants_api = args.kubeconfig or args.register_url or args.inject_ca
+    api = api_client(args.kubeconfig) if wants_api else None
     catalog = ApiCatalog(api) if api is not None else None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -80,6 +111,10 @@ async def _run(args: argparse.Namespace) -> int:
         if args.register_url and api is not None:
             await loop.run_in_executor(
                 None, register, api, args.register_url, certificate.ca.read_bytes()
+            )
+        if args.inject_ca and api is not None:
+            await loop.run_in_executor(
+                None, inject_ca, api, args.inject_ca, certificate.ca.read_bytes()
             )
         logging.getLogger("topogate.webhooks").info("serving on %s:%d", args.host, args.port)
         print(f"webhooks ready on https://{args.host}:{args.port}", flush=True)

@@ -4,6 +4,7 @@
 #   kube-apiserver, kube-scheduler  from k8s.io/kubernetes (a wrapper module with the staging
 #                                   replace lines, derived from that release's own go.mod)
 #   etcd                            from go.etcd.io/etcd/server/v3 (a wrapper module)
+#   kustomize                       sigs.k8s.io/kustomize/kustomize/v5 (go install; renders config/)
 #
 # Outputs live outside the repository, keyed by version:
 #   ${TOPOGATE_CACHE:-~/.cache/topogate}/controlplane/kube-<v>-etcd-<v>/bin
@@ -13,11 +14,14 @@ set -euo pipefail
 # v1.34.2: the newest 1.34 whose staging modules the module proxy serves in full here.
 KUBE_VERSION=${KUBE_VERSION:-v1.34.2}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+# v5.7.1: the newest kustomize that builds with Go 1.26 (5.8 wants Go 1.27).
+KUSTOMIZE_VERSION=${KUSTOMIZE_VERSION:-v5.7.1}
 CACHE=${TOPOGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/topogate}
-OUT=$CACHE/controlplane/kube-$KUBE_VERSION-etcd-$ETCD_VERSION
+OUT=$CACHE/controlplane/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-kustomize-$KUSTOMIZE_VERSION
 BIN=$OUT/bin
 
-if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/etcd" ]; then
+if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/etcd" ] \
+  && [ -x "$BIN/kustomize" ]; then
   echo "$BIN"
   exit 0
 fi
@@ -73,9 +77,21 @@ build_etcd() {
   go build -p 2 -trimpath -ldflags "-s -w" -o "$staging/etcd" go.etcd.io/etcd/server/v3
 }
 
+build_kustomize() {
+  log "compiling kustomize $KUSTOMIZE_VERSION"
+  GOBIN="$staging" go install -trimpath -ldflags "-s -w" \
+    "sigs.k8s.io/kustomize/kustomize/v5@$KUSTOMIZE_VERSION"
+}
+
 started=$(date +%s)
-build_etcd
-build_kube
+# Reuse binaries a previous cache entry already built (only the missing ones are compiled).
+previous=$(ls -d "$CACHE"/controlplane/kube-"$KUBE_VERSION"-etcd-"$ETCD_VERSION"*/bin 2>/dev/null | head -n 1 || true)
+for tool in etcd kube-apiserver kube-scheduler kustomize; do
+  if [ -n "$previous" ] && [ -x "$previous/$tool" ]; then cp "$previous/$tool" "$staging/"; fi
+done
+[ -x "$staging/etcd" ] || build_etcd
+if [ ! -x "$staging/kube-apiserver" ] || [ ! -x "$staging/kube-scheduler" ]; then build_kube; fi
+[ -x "$staging/kustomize" ] || build_kustomize
 chmod 755 "$staging"
 rm -rf "$BIN"
 mv "$staging" "$BIN"

@@ -1,0 +1,81 @@
+"""config/: the kustomize base renders, and the API server accepts every object (dry run)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, dynamic
+
+from topogate.controlplane import BIN_ENV, binaries
+from topogate.webhooks.command import inject_ca
+from topogate.webhooks.configuration import configurations
+
+pytestmark = pytest.mark.cluster
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _render() -> list[dict[str, Any]]:
+    kustomize = Path(os.environ.get(BIN_ENV) or binaries()) / "kustomize"
+    done = subprocess.run(
+        [str(kustomize), "build", str(ROOT / "config" / "default")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def test_kustomize_base_applies_with_a_server_side_dry_run(crds: client.ApiClient) -> None:
+    docs = _render()
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    assert ("Deployment", "topogate-manager") in kinds
+    assert ("MutatingWebhookConfiguration", "topogate") in kinds
+    assert sum(d["kind"] == "CustomResourceDefinition" for d in docs) == 5
+    resources = dynamic.DynamicClient(crds).resources
+    for doc in docs:
+        resource = resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        # The namespace must exist for namespaced objects to be dry-run applied into it.
+        dry_run = None if doc["kind"] == "Namespace" else "All"
+        applied = resource.server_side_apply(
+            body=doc,
+            name=doc["metadata"]["name"],
+            namespace=doc["metadata"].get("namespace"),
+            field_manager="topogate-test",
+            dry_run=dry_run,
+            force_conflicts=True,
+        )
+        assert applied.metadata.name == doc["metadata"]["name"]
+    webhooks = next(d for d in docs if d["kind"] == "ValidatingWebhookConfiguration")["webhooks"]
+    for hook in webhooks:
+        assert hook["sideEffects"] == "None" and hook["failurePolicy"] == "Fail"
+        assert hook["clientConfig"]["service"]["namespace"] == "topogate-system"
+        if "namespaceSelector" in hook:
+            assert "kube-system" in hook["namespaceSelector"]["matchExpressions"][0]["values"]
+
+
+def test_the_server_injects_its_ca_into_the_configurations(crds: client.ApiClient) -> None:
+    admission = client.AdmissionregistrationV1Api(crds)
+    mutating, validating = configurations(service=("topogate-system", "topogate-webhook"))
+    for body in (mutating, validating):
+        body["metadata"]["name"] = "inject-test"
+    admission.create_mutating_webhook_configuration(mutating)
+    admission.create_validating_webhook_configuration(validating)
+    try:
+        inject_ca(crds, "inject-test", b"-----BEGIN CERTIFICATE-----\nTEST\n")
+        for read in (
+            admission.read_mutating_webhook_configuration,
+            admission.read_validating_webhook_configuration,
+        ):
+            hooks = read("inject-test").webhooks
+            assert hooks and all(
+                base64.b64decode(h.client_config.ca_bundle).startswith(b"-----BEGIN") for h in hooks
+            )
+    finally:
+        admission.delete_mutating_webhook_configuration("inject-test")
+        admission.delete_validating_webhook_configuration("inject-test")
