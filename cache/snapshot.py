@@ -108,6 +108,27 @@ class ClusterSnapshot:
                 vec[col] = amount
         return vec, missing
 
+    def with_usage(self, per_node: Mapping[str, Mapping[str, int]]) -> ClusterSnapshot:
+        """A copy with more usage (e.g. workloads admitted earlier in this cycle); same rows."""
+        used = self.used.copy()
+        for node, amounts in per_node.items():
+            row = self.node_index.get(node)
+            if row is None:
+                continue
+            vec, _ = self.vector(amounts)
+            used[row] += vec
+        return ClusterSnapshot(
+            self.node_names,
+            self.resources,
+            self.allocatable,
+            used,
+            self.ready,
+            self.unschedulable,
+            self.labels,
+            self.taints,
+            self.taint_sets,
+        )
+
     def pod_vector(self, requests: Mapping[str, int]) -> tuple[IntArray, list[str]]:
         """One pod's requests plus the pod slot it takes (so allocatable pods is honoured)."""
         return self.vector({**requests, PODS: 1})
