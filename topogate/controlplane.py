@@ -1,9 +1,11 @@
-"""A local Kubernetes control plane on 127.0.0.1 (etcd, kube-apiserver, kube-scheduler).
+"""A local Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, kube-scheduler and
+kube-controller-manager running the Job and garbage-collector controllers.
 
 Started envtest-style from binaries built by ``hack/controlplane/build.sh``: client
 certificates for authentication, RBAC authorization, and the ServiceAccount and
 TaintNodesByCondition admission plugins off (no controller-manager creates service accounts
-or lifts the not-ready taint). The webhook admission plugins stay on, so the API server calls
+or lifts the not-ready taint). The Job controller creates a Job's pods as in a cluster, and
+the garbage collector deletes what an owner reference ties to a deleted object. The webhook admission plugins stay on, so the API server calls
 topogate's webhooks exactly as in a cluster.
 
     python -m topogate.controlplane start --dir DIR   # prints the kubeconfig path
@@ -189,6 +191,22 @@ class ControlPlane:
                     f"--secure-port={free_port()}",
                 ],
             )
+            self._spawn(
+                "kube-controller-manager",
+                [
+                    str(bin_dir / "kube-controller-manager"),
+                    f"--kubeconfig={self.kubeconfig}",
+                    f"--authentication-kubeconfig={self.kubeconfig}",
+                    f"--authorization-kubeconfig={self.kubeconfig}",
+                    "--leader-elect=false",
+                    "--controllers=job-controller,garbage-collector-controller",
+                    "--authentication-skip-lookup=true",
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={free_port()}",
+                    # Fast enough for tests; the defaults are tuned for big clusters.
+                    "--concurrent-job-syncs=10",
+                ],
+            )
 
     def _write_kubeconfig(self) -> None:
         d = self.directory
@@ -271,7 +289,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("action", choices=("start", "stop"))
     parser.add_argument("--dir", type=Path, required=True, help="state, certificates and logs")
-    parser.add_argument("--no-scheduler", action="store_true")
+    parser.add_argument(
+        "--no-scheduler", action="store_true", help="without kube-scheduler and controller-manager"
+    )
     args = parser.parse_args(argv)
     if args.action == "start":
         try:

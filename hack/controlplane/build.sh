@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the local control plane from Go modules, or find it in the cache, and print its bin dir.
 #
-#   kube-apiserver, kube-scheduler  from k8s.io/kubernetes (a wrapper module with the staging
+#   kube-apiserver, kube-scheduler, from k8s.io/kubernetes
+#   kube-controller-manager (a wrapper module with the staging
 #                                   replace lines, derived from that release's own go.mod)
 #   etcd                            from go.etcd.io/etcd/server/v3 (a wrapper module)
 #   kustomize                       sigs.k8s.io/kustomize/kustomize/v5 (go install; renders config/)
@@ -20,8 +21,12 @@ CACHE=${TOPOGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/topogate}
 OUT=$CACHE/controlplane/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-kustomize-$KUSTOMIZE_VERSION
 BIN=$OUT/bin
 
-if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/etcd" ] \
-  && [ -x "$BIN/kustomize" ]; then
+KUBE_TOOLS="kube-apiserver kube-scheduler kube-controller-manager"
+complete() {
+  local tool
+  for tool in $KUBE_TOOLS etcd kustomize; do [ -x "$1/$tool" ] || return 1; done
+}
+if complete "$BIN"; then
   echo "$BIN"
   exit 0
 fi
@@ -50,17 +55,22 @@ build_kube() {
     local godebug
     godebug=$(sed -n 's/^godebug default=\(.*\)$/\1/p' "$upstream")
     if [ -n "$godebug" ]; then go mod edit -godebug "default=$godebug"; fi
-    go mod edit -require "k8s.io/kubernetes@$KUBE_VERSION" \
-      -tool k8s.io/kubernetes/cmd/kube-apiserver -tool k8s.io/kubernetes/cmd/kube-scheduler
-    log "resolving k8s.io/kubernetes $KUBE_VERSION modules"
-    go mod tidy
+    go mod edit -require "k8s.io/kubernetes@$KUBE_VERSION"
   fi
-  log "compiling kube-apiserver and kube-scheduler $KUBE_VERSION (cold: many minutes)"
+  local tool packages=() missing=()
+  for tool in $KUBE_TOOLS; do
+    # -tool keeps each command's dependencies in go.mod, so an older source dir learns new tools.
+    go mod edit -tool "k8s.io/kubernetes/cmd/$tool"
+    [ -x "$staging/$tool" ] || { packages+=("k8s.io/kubernetes/cmd/$tool"); missing+=("$tool"); }
+  done
+  log "resolving k8s.io/kubernetes $KUBE_VERSION modules"
+  go mod tidy
+  log "compiling ${missing[*]} $KUBE_VERSION (cold: many minutes)"
   local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION"
   ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor%%.*}"
   ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION"
   go build -p 2 -trimpath -tags selinux,notest,grpcnotrace -ldflags "$ldflags" -o "$staging/" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler
+    "${packages[@]}"
 }
 
 build_etcd() {
@@ -86,11 +96,13 @@ build_kustomize() {
 started=$(date +%s)
 # Reuse binaries a previous cache entry already built (only the missing ones are compiled).
 previous=$(ls -d "$CACHE"/controlplane/kube-"$KUBE_VERSION"-etcd-"$ETCD_VERSION"*/bin 2>/dev/null | head -n 1 || true)
-for tool in etcd kube-apiserver kube-scheduler kustomize; do
+for tool in etcd $KUBE_TOOLS kustomize; do
   if [ -n "$previous" ] && [ -x "$previous/$tool" ]; then cp "$previous/$tool" "$staging/"; fi
 done
 [ -x "$staging/etcd" ] || build_etcd
-if [ ! -x "$staging/kube-apiserver" ] || [ ! -x "$staging/kube-scheduler" ]; then build_kube; fi
+for tool in $KUBE_TOOLS; do
+  if [ ! -x "$staging/$tool" ]; then build_kube; break; fi
+done
 [ -x "$staging/kustomize" ] || build_kustomize
 chmod 755 "$staging"
 rm -rf "$BIN"
