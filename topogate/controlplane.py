@@ -3,10 +3,10 @@ kube-controller-manager running the Job and garbage-collector controllers.
 
 Started envtest-style from binaries built by ``hack/controlplane/build.sh``: client
 certificates for authentication, RBAC authorization, and the ServiceAccount and
-TaintNodesByCondition admission plugins off (no controller-manager creates service accounts
-or lifts the not-ready taint). The Job controller creates a Job's pods as in a cluster, and
-the garbage collector deletes what an owner reference ties to a deleted object. The webhook admission plugins stay on, so the API server calls
-topogate's webhooks exactly as in a cluster.
+TaintNodesByCondition admission plugins off (no service-account controller runs, no kubelet
+lifts the not-ready taint). The Job controller creates a Job's pods as in a cluster, and the
+garbage collector deletes what an owner reference ties to a deleted object. The webhook
+admission plugins stay on, so the API server calls topogate's webhooks exactly as in a cluster.
 
     python -m topogate.controlplane start --dir DIR   # prints the kubeconfig path
     python -m topogate.controlplane stop --dir DIR

@@ -1,0 +1,180 @@
+"""The job integration's decisions, pure: which Workload a queued Job or JobSet needs, when it
+finished, and how its object changes when it is admitted or must wait.
+
+The controller's shell reads jobs from its watches, calls these functions and sends what they
+return. Kueue's equivalents live in ``pkg/controller/jobframework`` (the reconciler) and
+``pkg/controller/jobs/{job,jobset}``.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from topogate.api import constants as c
+from topogate.api.jobs import workload_from_object
+
+Obj = dict[str, Any]
+
+JOB_UID_LABEL = f"{c.GROUP}/job-uid"
+# Kueue's label for a WorkloadPriorityClass; a PriorityClass of that name gives the value.
+PRIORITY_CLASS_LABEL = f"{c.KUEUE_GROUP}/priority-class"
+
+
+@dataclass(frozen=True, slots=True)
+class JobKind:
+    kind: str
+    api_version: str
+
+    def matches(self, obj: Mapping[str, Any]) -> bool:
+        return obj.get("kind") == self.kind and obj.get("apiVersion") == self.api_version
+
+
+JOB = JobKind("Job", "batch/v1")
+JOBSET = JobKind("JobSet", "jobset.x-k8s.io/v1alpha2")
+
+
+def queue_name(job: Mapping[str, Any]) -> str | None:
+    labels = (job.get("metadata") or {}).get("labels") or {}
+    for key in c.QUEUE_LABELS:
+        if labels.get(key):
+            return str(labels[key])
+    return None
+
+
+def workload_name(kind: str, name: str, uid: str) -> str:
+    """Deterministic and unique per job object: a re-created job gets a new Workload."""
+    digest = hashlib.sha256(uid.encode()).hexdigest()[:5]
+    return f"{kind.lower()}-{name}"[:240] + f"-{digest}"
+
+
+def _templates(job: Obj) -> list[tuple[str, Obj]]:
+    """(podset name, the pod template dict inside ``job``) — mutable references."""
+    spec = job.setdefault("spec", {})
+    if job.get("kind") == "Job":
+        return [("main", spec.setdefault("template", {}))]
+    out = []
+    for rjob in spec.get("replicatedJobs") or []:
+        template = rjob.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})
+        out.append((str(rjob.get("name")), template))
+    return out
+
+
+def desired_workload(job: Obj, priority_of: Callable[[str], int | None]) -> Obj:
+    """The Workload for a queued job; InputError (from workload_from_object) when it is bad.
+
+    ``priority_of`` maps a PriorityClass name to its value (None when unknown).
+    """
+    source = workload_from_object(job)
+    workload = source.workload
+    meta = job["metadata"]
+    kind = str(job["kind"])
+    workload.metadata.name = workload_name(kind, meta["name"], meta["uid"])
+    workload.metadata.namespace = meta.get("namespace") or "default"
+    workload.metadata.labels = {JOB_UID_LABEL: meta["uid"]}
+    workload.spec.queue_name = queue_name(job)
+    workload.spec.priority = _priority(job, priority_of)
+    replicas = {
+        str(r.get("name")): int(r.get("replicas") or 1)
+        for r in (job.get("spec") or {}).get("replicatedJobs") or []
+    }
+    for podset in workload.spec.pod_sets:
+        request = podset.topology_request
+        if request is None:
+            continue
+        # How the ungater finds a pod's rank (Kueue's PodIndexLabel / SubGroupIndexLabel).
+        request.pod_index_label = c.JOB_COMPLETION_INDEX
+        if kind == "JobSet":
+            request.sub_group_index_label = c.JOBSET_JOB_INDEX
+            request.sub_group_count = replicas.get(podset.name, 1)
+    body = workload.to_wire()
+    body["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": job["apiVersion"],
+            "kind": kind,
+            "name": meta["name"],
+            "uid": meta["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    body.pop("status", None)
+    return body
+
+
+def _priority(job: Mapping[str, Any], priority_of: Callable[[str], int | None]) -> int:
+    labels = (job.get("metadata") or {}).get("labels") or {}
+    names = [labels.get(PRIORITY_CLASS_LABEL)]
+    for _, template in _templates(copy.deepcopy(dict(job))):
+        names.append((template.get("spec") or {}).get("priorityClassName"))
+    for name in names:
+        if name:
+            value = priority_of(str(name))
+            if value is not None:
+                return value
+    return 0
+
+
+def is_suspended(job: Mapping[str, Any]) -> bool:
+    return bool((job.get("spec") or {}).get("suspend"))
+
+
+def finished(job: Mapping[str, Any]) -> str | None:
+    """ "Succeeded" or "Failed" once the job is done, else None."""
+    status = job.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") in ("Complete", "Completed"):
+            return "Succeeded"
+        if condition.get("type") == "Failed":
+            return "Failed"
+    terminal = status.get("terminalState")
+    if terminal in ("Completed", "Failed"):
+        return "Succeeded" if terminal == "Completed" else "Failed"
+    return None
+
+
+def admitted_job(
+    job: Obj,
+    workload: str,
+    node_selectors: Mapping[str, Mapping[str, str]],
+    tolerations: Mapping[str, list[Obj]] | None = None,
+) -> Obj:
+    """The job as it must be written when its workload is admitted: running, and every pod
+    template marked (podset label, workload annotation) and gated, so no pod schedules before
+    the ungater gives it a domain. Per podset, the flavor's node labels join the nodeSelector
+    and its tolerations the template's (as Kueue does when it starts a job)."""
+    out = copy.deepcopy(job)
+    out["spec"]["suspend"] = False
+    for podset, template in _templates(out):
+        meta = template.setdefault("metadata", {})
+        meta.setdefault("labels", {})[c.PODSET_LABEL] = podset
+        meta.setdefault("annotations", {})[c.WORKLOAD_ANNOTATION] = workload
+        spec = template.setdefault("spec", {})
+        gates = spec.setdefault("schedulingGates", [])
+        if not any(g.get("name") == c.TOPOLOGY_GATE for g in gates):
+            gates.append({"name": c.TOPOLOGY_GATE})
+        selector = node_selectors.get(podset)
+        if selector:
+            spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **selector}
+        extra = [
+            t
+            for t in (tolerations or {}).get(podset, [])
+            if t not in (spec.get("tolerations") or [])
+        ]
+        if extra:
+            spec["tolerations"] = [*(spec.get("tolerations") or []), *extra]
+    return out
+
+
+def is_marked(job: Obj) -> bool:
+    """Every template already carries the marks (the job was unsuspended by us)."""
+    for _, template in _templates(copy.deepcopy(job)):
+        labels = (template.get("metadata") or {}).get("labels") or {}
+        if c.PODSET_LABEL not in labels:
+            return False
+    return True

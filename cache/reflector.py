@@ -1,0 +1,136 @@
+"""List+watch one resource into a local store, as client-go's Reflector does.
+
+A full list (paged) fills the store and gives a resourceVersion; a watch with bookmarks
+continues from it. When the watch ends the reflector resumes from the last version it saw
+(bookmarks keep that version fresh); a 410 Gone means the version is too old, so it lists
+again and reports the difference as changes. Every change reaches ``on_change(old, new)``
+synchronously, on the event loop: the controller's state is updated before the next event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+
+from topogate.kubeapi import Kube, KubeError, Obj, Resource, key_of
+
+log = logging.getLogger("topogate.reflector")
+
+Change = Callable[[Obj | None, Obj | None], None]
+
+
+class Reflector:
+    def __init__(
+        self,
+        kube: Kube,
+        resource: Resource,
+        on_change: Change,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        optional: bool = False,
+        page_size: int = 500,
+        on_relist: Callable[[], None] | None = None,
+    ) -> None:
+        self.kube = kube
+        self.resource = resource
+        self.on_change = on_change
+        self.optional = optional  # a CRD that may not be installed (JobSet)
+        self.page_size = page_size
+        self.on_relist = on_relist
+        self._params: dict[str, Any] = {}
+        if label_selector:
+            self._params["labelSelector"] = label_selector
+        if field_selector:
+            self._params["fieldSelector"] = field_selector
+        self.store: dict[str, Obj] = {}
+        self.synced = asyncio.Event()
+        self.resource_version = ""
+
+    @property
+    def name(self) -> str:
+        return self.resource.plural
+
+    async def _list(self) -> None:
+        items: dict[str, Obj] = {}
+        token: str | None = None
+        while True:
+            page = await self.kube.list(
+                self.resource, limit=self.page_size, **{"continue": token}, **self._params
+            )
+            for item in page.get("items") or []:
+                items[key_of(item)] = item
+            meta = page.get("metadata") or {}
+            token = meta.get("continue") or None
+            if token is None:
+                self.resource_version = str(meta.get("resourceVersion") or "")
+                break
+        if self.on_relist is not None:
+            self.on_relist()
+        old_store, self.store = self.store, {}
+        for key, new in items.items():
+            self.store[key] = new
+            old = old_store.pop(key, None)
+            if old is None or _version(old) != _version(new):
+                self.on_change(old, new)
+        for old in old_store.values():
+            self.on_change(old, None)
+
+    def _apply(self, event: Obj) -> None:
+        kind, obj = event.get("type"), event.get("object") or {}
+        version = _version(obj)
+        if version:
+            self.resource_version = version
+        if kind == "BOOKMARK":
+            return
+        key = key_of(obj)
+        old = self.store.get(key)
+        if kind == "DELETED":
+            self.store.pop(key, None)
+            self.on_change(old, None)
+        elif kind in ("ADDED", "MODIFIED"):
+            self.store[key] = obj
+            self.on_change(old, obj)
+
+    async def run(self) -> None:
+        """Forever: list, then watch; relist only when the version is gone."""
+        backoff = 0.2
+        need_list = True
+        while True:
+            try:
+                if need_list:
+                    await self._list()
+                    need_list = False
+                    self.synced.set()
+                async for event in self.kube.watch(
+                    self.resource, self.resource_version, **self._params
+                ):
+                    self._apply(event)
+                backoff = 0.2
+            except KubeError as error:
+                if error.gone:
+                    log.info("%s: watch version too old, listing again", self.name)
+                    need_list = True
+                    continue
+                if error.not_found and self.optional:
+                    # The CRD is not installed; nothing to follow. Look again later.
+                    self.synced.set()
+                    need_list = True
+                    await asyncio.sleep(30)
+                    continue
+                log.warning("%s: %s; retrying in %.1f s", self.name, error, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 30)
+            except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as error:
+                log.warning("%s: watch broke (%r); retrying in %.1f s", self.name, error, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 30)
+                need_list = need_list or not self.resource_version
+
+
+def _version(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")

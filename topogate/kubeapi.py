@@ -1,0 +1,244 @@
+"""A small async transport to the Kubernetes API that speaks plain JSON dicts.
+
+Authentication and TLS come from the official client (``kubernetes.aio.config`` reads the
+kubeconfig or the in-cluster service account; its REST layer builds the TLS session). On top
+of that this module offers what a controller needs, without deserializing every pod into
+generated model classes: get, list, watch (a stream of events), create, update, patch, delete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import aiohttp
+from kubernetes.aio import config as aio_config
+from kubernetes.aio.client.configuration import Configuration
+from kubernetes.aio.client.rest import RESTClientObject
+
+Obj = dict[str, Any]
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+
+
+class KubeError(Exception):
+    """A non-2xx answer; ``status`` is the HTTP status, ``reason`` the API's reason."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status, self.reason, self.message = status, reason, message
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """One API resource: ``Resource("batch/v1", "jobs")``; the core group is ``"v1"``."""
+
+    api_version: str
+    plural: str
+    namespaced: bool = True
+
+    def path(
+        self, namespace: str | None = None, name: str | None = None, subresource: str = ""
+    ) -> str:
+        root = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        parts = [root]
+        if self.namespaced and namespace:
+            parts.append(f"namespaces/{quote(namespace, safe='')}")
+        parts.append(self.plural)
+        if name:
+            parts.append(quote(name, safe=""))
+        if subresource:
+            parts.append(subresource)
+        return "/".join(parts)
+
+
+NODES = Resource("v1", "nodes", namespaced=False)
+PODS = Resource("v1", "pods")
+EVENTS = Resource("events.k8s.io/v1", "events")
+LEASES = Resource("coordination.k8s.io/v1", "leases")
+JOBS = Resource("batch/v1", "jobs")
+JOBSETS = Resource("jobset.x-k8s.io/v1alpha2", "jobsets")
+PRIORITY_CLASSES = Resource("scheduling.k8s.io/v1", "priorityclasses", namespaced=False)
+WORKLOADS = Resource("topogate.dev/v1alpha1", "workloads")
+CLUSTER_QUEUES = Resource("topogate.dev/v1alpha1", "clusterqueues", namespaced=False)
+LOCAL_QUEUES = Resource("topogate.dev/v1alpha1", "localqueues")
+RESOURCE_FLAVORS = Resource("topogate.dev/v1alpha1", "resourceflavors", namespaced=False)
+TOPOLOGIES = Resource("topogate.dev/v1alpha1", "topologies", namespaced=False)
+
+
+def key_of(obj: Mapping[str, Any]) -> str:
+    """namespace/name, or name for cluster-scoped objects."""
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
+
+
+class Kube:
+    """JSON requests to one API server over one aiohttp session."""
+
+    def __init__(self, configuration: Configuration) -> None:
+        self._configuration = configuration
+        self._rest = RESTClientObject(configuration)
+        self._session: aiohttp.ClientSession = self._rest._create_pool_manager()
+        self._host = configuration.host.rstrip("/")
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None = None) -> Kube:
+        """From ``kubeconfig``, or the in-cluster service account when None."""
+        configuration = Configuration()
+        if kubeconfig:
+            await aio_config.load_kube_config(  # type: ignore[no-untyped-call]
+                kubeconfig, client_configuration=configuration, persist_config=False
+            )
+        else:
+            aio_config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration
+            )
+        return cls(configuration)
+
+    async def close(self) -> None:
+        await self._session.close()
+
+    async def _headers(self, content_type: str = "application/json") -> dict[str, str]:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        # Read per request: in-cluster tokens rotate.
+        settings: Mapping[str, Any] = await self._configuration.auth_settings()
+        for setting in settings.values():
+            if setting.get("in") == "header" and setting.get("value"):
+                headers[str(setting["key"])] = str(setting["value"])
+        return headers
+
+    def _url(self, path: str, params: Mapping[str, Any] | None) -> str:
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        return f"{self._host}{path}" + (f"?{urlencode(query)}" if query else "")
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        params: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
+        seconds: float = 60.0,
+    ) -> Obj:
+        async with self._session.request(
+            method,
+            self._url(path, params),
+            data=None if body is None else json.dumps(body),
+            headers=await self._headers(content_type),
+            timeout=aiohttp.ClientTimeout(total=seconds),
+        ) as response:
+            text = await response.text()
+            if response.status >= 300:
+                raise _error(response.status, text)
+            return json.loads(text) if text else {}
+
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Obj:
+        return await self.request("GET", resource.path(namespace, name))
+
+    async def list(self, resource: Resource, namespace: str | None = None, **params: Any) -> Obj:
+        return await self.request("GET", resource.path(namespace), params=params)
+
+    async def create(self, resource: Resource, body: Obj, namespace: str | None = None) -> Obj:
+        return await self.request("POST", resource.path(namespace), body)
+
+    async def replace(self, resource: Resource, body: Obj, subresource: str = "") -> Obj:
+        meta = body["metadata"]
+        path = resource.path(meta.get("namespace"), meta["name"], subresource)
+        return await self.request("PUT", path, body)
+
+    async def patch(
+        self,
+        resource: Resource,
+        name: str,
+        body: Any,
+        namespace: str | None = None,
+        subresource: str = "",
+        content_type: str = MERGE_PATCH,
+    ) -> Obj:
+        path = resource.path(namespace, name, subresource)
+        return await self.request("PATCH", path, body, content_type=content_type)
+
+    async def delete(self, resource: Resource, name: str, namespace: str | None = None) -> None:
+        try:
+            await self.request(
+                "DELETE", resource.path(namespace, name), {"propagationPolicy": "Background"}
+            )
+        except KubeError as error:
+            if not error.not_found:
+                raise
+
+    async def watch(
+        self,
+        resource: Resource,
+        resource_version: str,
+        timeout_seconds: int = 300,
+        **params: Any,
+    ) -> AsyncIterator[Obj]:
+        """Watch events ({"type", "object"}) from ``resource_version``, with bookmarks.
+
+        Ends when the server closes the stream; an ERROR event is raised as KubeError (410
+        Gone means the version is too old and the caller must list again).
+        """
+        query = {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": timeout_seconds,
+            **params,
+        }
+        async with self._session.get(
+            self._url(resource.path(), query),
+            headers=await self._headers(),
+            timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30),
+        ) as response:
+            if response.status >= 300:
+                raise _error(response.status, await response.text())
+            while True:
+                line = await response.content.readline()
+                if not line:
+                    return
+                event = json.loads(line)
+                if event.get("type") == "ERROR":
+                    status = event.get("object") or {}
+                    raise KubeError(
+                        int(status.get("code") or 500),
+                        str(status.get("reason") or "Error"),
+                        str(status.get("message") or ""),
+                    )
+                yield event
+
+
+def _error(status: int, text: str) -> KubeError:
+    try:
+        body = json.loads(text)
+        return KubeError(status, str(body.get("reason") or ""), str(body.get("message") or text))
+    except ValueError:
+        return KubeError(status, "", text[:500])
+
+
+async def sleep_or(event: asyncio.Event, seconds: float) -> bool:
+    """Wait ``seconds`` or until ``event`` is set; True when the event was set."""
+    try:
+        await asyncio.wait_for(event.wait(), seconds)
+        return True
+    except TimeoutError:
+        return False

@@ -1,0 +1,179 @@
+"""Small helpers for a local cluster (the demo and the end-to-end tests): install topogate's
+CRDs, create objects of the kinds the examples use, start and stop `topogate serve`.
+
+Not part of the controller; synchronous wrappers over the JSON transport (plain dicts, so
+example files go in as written).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from topogate.api.crds import all_crds
+from topogate.kubeapi import Kube, KubeError, Resource
+
+Obj = dict[str, Any]
+
+JOBSET_CRD: Obj = {
+    # JobSet's own controller is not in the Go module proxy reachable here; its CRD (a
+    # permissive schema) lets topogate's JobSet integration run against a real API server.
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "jobsets.jobset.x-k8s.io"},
+    "spec": {
+        "group": "jobset.x-k8s.io",
+        "names": {"kind": "JobSet", "plural": "jobsets", "singular": "jobset"},
+        "scope": "Namespaced",
+        "versions": [
+            {
+                "name": "v1alpha2",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+def _resource(obj: Obj) -> Resource:
+    kind, version = str(obj["kind"]), str(obj["apiVersion"])
+    plural = kind.lower()[:-1] + "ies" if kind.endswith("y") else kind.lower() + "s"
+    namespaced = kind not in CLUSTER_SCOPED
+    return Resource(version, plural, namespaced)
+
+
+CLUSTER_SCOPED = frozenset(
+    {
+        "Namespace",
+        "Node",
+        "CustomResourceDefinition",
+        "Topology",
+        "ResourceFlavor",
+        "ClusterQueue",
+        "PriorityClass",
+    }
+)
+
+
+async def _create_all(kubeconfig: Path, objs: Sequence[Obj]) -> list[Obj]:
+    kube = await Kube.connect(str(kubeconfig))
+    try:
+        out = []
+        for obj in objs:
+            namespace = (obj.get("metadata") or {}).get("namespace")
+            try:
+                out.append(await kube.create(_resource(obj), obj, namespace))
+            except KubeError as error:
+                if not error.conflict:
+                    raise
+                out.append(obj)
+        return out
+    finally:
+        await kube.close()
+
+
+def create_all(kubeconfig: Path, objs: Iterable[Obj]) -> list[Obj]:
+    """Create objects (namespaces first; what exists is left alone); returns what was made."""
+    objs = list(objs)
+    namespaces = sorted(
+        {o["metadata"]["namespace"] for o in objs if (o.get("metadata") or {}).get("namespace")}
+    )
+    first = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in namespaces]
+    return asyncio.run(_create_all(kubeconfig, first + objs))[len(first) :]
+
+
+def create(kubeconfig: Path, obj: Obj) -> Obj:
+    return create_all(kubeconfig, [obj])[0]
+
+
+def install_crds(kubeconfig: Path, jobset: bool = True) -> None:
+    """topogate's CRDs (and JobSet's), created or left as they are, and Established."""
+    docs = list(all_crds().values()) + ([JOBSET_CRD] if jobset else [])
+    create_all(kubeconfig, docs)
+    crds = Resource("apiextensions.k8s.io/v1", "customresourcedefinitions", namespaced=False)
+
+    async def established() -> bool:
+        kube = await Kube.connect(str(kubeconfig))
+        try:
+            for doc in docs:
+                crd = await kube.get(crds, doc["metadata"]["name"])
+                conditions = (crd.get("status") or {}).get("conditions") or []
+                if not any(
+                    c.get("type") == "Established" and c.get("status") == "True"
+                    for c in conditions
+                ):
+                    return False
+            return True
+        finally:
+            await kube.close()
+
+    deadline = time.monotonic() + 30
+    while not asyncio.run(established()):
+        if time.monotonic() > deadline:
+            raise TimeoutError("CRDs not Established within 30 s")
+        time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def serving(
+    kubeconfig: Path,
+    log_path: Path,
+    extra: Sequence[str] = (),
+    webhook_dir: Path | None = None,
+    webhook_port: int = 0,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`topogate serve` as a child process (its own log), stopped on exit."""
+    argv = [
+        sys.executable,
+        "-m",
+        "topogate",
+        "serve",
+        f"--kubeconfig={kubeconfig}",
+        "--ops-port=0",
+        "--leader-namespace=kube-system",
+        *extra,
+    ]
+    if webhook_dir is not None:
+        argv += [
+            f"--webhook-cert-dir={webhook_dir}",
+            "--webhook-host=127.0.0.1",
+            f"--webhook-port={webhook_port}",
+            f"--webhook-register-url=https://127.0.0.1:{webhook_port}",
+        ]
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        yield process
+    finally:
+        stop(process)
+
+
+def stop(process: subprocess.Popen[bytes], kill: bool = False) -> None:
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL if kill else signal.SIGTERM)
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=5)

@@ -1,0 +1,210 @@
+"""`topogate serve`: the controller. Watches, the job integration, the admitter, the ungater,
+leader election, health/metrics endpoints and, optionally, the webhook server in one process.
+
+Every replica watches (a warm standby takes over at once) and serves webhooks and probes; only
+the holder of the Lease writes workloads, jobs and pods.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("topogate.serve")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubeconfig", help="cluster to control (default: in-cluster)")
+    parser.add_argument(
+        "--leader-namespace", default="topogate-system", help="namespace of the leader Lease"
+    )
+    parser.add_argument("--leader-lease", default="topogate-controller", help="Lease name")
+    parser.add_argument(
+        "--identity", default=None, help="this replica's name in the Lease (default: host_pid)"
+    )
+    parser.add_argument("--lease-duration", type=float, default=15.0, metavar="SECONDS")
+    parser.add_argument("--renew-deadline", type=float, default=10.0, metavar="SECONDS")
+    parser.add_argument("--retry-period", type=float, default=2.0, metavar="SECONDS")
+    parser.add_argument("--ops-host", default="0.0.0.0")
+    parser.add_argument(
+        "--ops-port", type=int, default=8081, help="/healthz, /readyz, /metrics (0: any)"
+    )
+    parser.add_argument(
+        "--ungate-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="how long pod events are batched before the ungater releases pods",
+    )
+    parser.add_argument(
+        "--ungate-max-per-batch",
+        type=int,
+        default=1000,
+        help="pods released per round at most (spreads API load on huge gangs)",
+    )
+    webhook = parser.add_argument_group("webhooks (optional: serve them in this process)")
+    webhook.add_argument("--webhook-cert-dir", type=Path, help="enables the webhook server")
+    webhook.add_argument("--webhook-host", default="0.0.0.0")
+    webhook.add_argument("--webhook-port", type=int, default=9443)
+    webhook.add_argument("--webhook-dns-name", action="append", default=[])
+    webhook.add_argument("--webhook-ip", action="append", default=[])
+    webhook.add_argument(
+        "--webhook-register-url", help="write webhook configurations pointing at this URL"
+    )
+    parser.add_argument("--log-level", default="INFO")
+
+
+@contextlib.asynccontextmanager
+async def _webhooks(args: argparse.Namespace) -> AsyncIterator[None]:
+    if args.webhook_cert_dir is None:
+        yield
+        return
+    from topogate.kube import api_client
+    from topogate.webhooks.catalog import ApiCatalog
+    from topogate.webhooks.command import register
+    from topogate.webhooks.server import ServingCertificate, running
+
+    certificate = ServingCertificate.prepare(
+        args.webhook_cert_dir,
+        args.webhook_dns_name or ["localhost"],
+        args.webhook_ip or ["127.0.0.1"],
+    )
+    api = api_client(args.kubeconfig)
+    async with running(args.webhook_host, args.webhook_port, certificate, ApiCatalog(api), 5.0):
+        if args.webhook_register_url:
+            await asyncio.get_running_loop().run_in_executor(
+                None, register, api, args.webhook_register_url, certificate.ca.read_bytes()
+            )
+        log.info("webhooks on %s:%d", args.webhook_host, args.webhook_port)
+        yield
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from topogate.admission.admitter import Admitter
+    from topogate.admission.jobsync import JobSync
+    from topogate.cache.reflector import Reflector
+    from topogate.events import EventRecorder
+    from topogate.kubeapi import JOBSETS, NODES, Kube
+    from topogate.leader import LeaderElector, LeadershipLost
+    from topogate.metrics import Metrics
+    from topogate.ops import make_ops_app, start_ops_server
+    from topogate.ungater.controller import Ungater
+    from topogate.world import WATCHED, World
+
+    identity = args.identity or f"{socket.gethostname()}_{os.getpid()}"
+    kube = await Kube.connect(args.kubeconfig)
+    metrics = Metrics()
+    world = World()
+    events = EventRecorder(kube, identity)
+    admitter = Admitter(kube, world, metrics, events)
+    jobs = JobSync(kube, world, admitter, events)
+    ungater = Ungater(
+        kube,
+        world,
+        metrics,
+        admitter.admission_of,
+        interval=args.ungate_interval,
+        max_per_batch=args.ungate_max_per_batch,
+    )
+
+    def counter(plural: str) -> Callable[[], None]:
+        return lambda: metrics.relists.labels(plural).inc()
+
+    reflectors = {
+        r.plural: Reflector(
+            kube, r, world.handler(r), optional=r is JOBSETS, on_relist=counter(r.plural)
+        )
+        for r in WATCHED
+    }
+    elector = LeaderElector(
+        kube,
+        args.leader_namespace,
+        args.leader_lease,
+        identity,
+        lease_duration=args.lease_duration,
+        renew_deadline=args.renew_deadline,
+        retry_period=args.retry_period,
+        metrics=metrics,
+    )
+    tasks: list[asyncio.Task[Any]] = []
+
+    def unsynced() -> list[str]:
+        return sorted(name for name, r in reflectors.items() if not r.synced.is_set())
+
+    def ready() -> tuple[bool, str]:
+        waiting = unsynced()
+        if waiting:
+            return False, f"caches not synced: {', '.join(waiting)}"
+        if not elector.is_leader:
+            return True, f"standby (leader: {elector.leader_identity or 'unknown'})"
+        return True, "leading"
+
+    def healthy() -> tuple[bool, str]:
+        broken = [t.get_name() for t in tasks if t.done()]
+        return (False, f"stopped: {', '.join(broken)}") if broken else (True, "ok")
+
+    async def lead() -> None:
+        log.info("leading as %s; waiting for caches", identity)
+        await asyncio.gather(*(r.synced.wait() for r in reflectors.values()))
+        log.info("caches synced: %s", ", ".join(f"{k}={len(world.stores[k])}" for k in reflectors))
+        for kind, store_name in (("Job", "jobs"), ("JobSet", "jobsets")):
+            for key in world.stores[store_name]:
+                world.signals.job(kind, key)
+        world.signals.admit()
+        for key in list(world.pods_by_workload):
+            world.signals.ungate_workload(key)
+        await asyncio.gather(admitter.run(), jobs.run(), ungater.run())
+
+    ops = await start_ops_server(
+        make_ops_app(metrics, ready, healthy), args.ops_host, args.ops_port
+    )
+    print(f"topogate serve: {identity}; ops on :{ops.port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        async with _webhooks(args):
+            # Nodes first, so workloads admitted before a restart find their nodes.
+            node_task = asyncio.create_task(reflectors[NODES.plural].run(), name="watch-nodes")
+            tasks.append(node_task)
+            await reflectors[NODES.plural].synced.wait()
+            for name, reflector in reflectors.items():
+                if name != NODES.plural:
+                    tasks.append(asyncio.create_task(reflector.run(), name=f"watch-{name}"))
+            election = asyncio.create_task(elector.run(lead), name="leader")
+            stopping = asyncio.create_task(stop.wait())
+            done, _ = await asyncio.wait({election, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if election in done:
+                election.result()  # LeadershipLost or a crash: exit non-zero
+                return 0
+            election.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await election
+            return 0
+    except LeadershipLost as error:
+        log.error("leadership lost: %s; exiting so a fresh replica takes over", error)
+        return 1
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await events.drain()
+        await ops.cleanup()
+        await kube.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    return asyncio.run(_serve(args))

@@ -1,0 +1,197 @@
+"""The ungater's shell: releases gated pods of admitted workloads onto their domains.
+
+Pod events mark workloads; about once a second (``interval``) every marked workload is
+planned with :func:`plan_ungates` and its pods are patched, each with one JSON patch that
+checks the gates are unchanged, removes topogate's gate and merges the domain's labels into
+the nodeSelector. Expectations hold a workload back while its patches are unobserved, so a pod
+is never planned twice; after a restart the API server's pods are the whole truth (ungated
+pods carry their domain in their nodeSelector), so nothing is released twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from topogate.api import constants as c
+from topogate.kubeapi import JSON_PATCH, PODS, WORKLOADS, Kube, KubeError, Obj, key_of
+from topogate.metrics import Metrics
+from topogate.world import World, is_finished, meta, workload_of_pod
+
+from .ranks import Assignment, Domain, Expectations, Ungate, plan_ungates, pod_view
+
+log = logging.getLogger("topogate.ungater")
+
+
+def _gated(pod: Obj) -> bool:
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(g.get("name") == c.TOPOLOGY_GATE for g in gates)
+
+
+class Ungater:
+    def __init__(
+        self,
+        kube: Kube,
+        world: World,
+        metrics: Metrics,
+        admission_of: Callable[[str], Obj | None],
+        *,
+        interval: float = 1.0,
+        max_per_batch: int = 1000,
+        concurrency: int = 32,
+    ) -> None:
+        self.kube = kube
+        self.world = world
+        self.metrics = metrics
+        self.admission_of = admission_of
+        self.interval = interval
+        self.max_per_batch = max_per_batch
+        self._limit = asyncio.Semaphore(concurrency)
+        self.expectations = Expectations()
+        world.listeners.setdefault(PODS.plural, []).append(self._observe)
+        world.listeners.setdefault(WORKLOADS.plural, []).append(self._on_workload)
+
+    def _observe(self, old: Obj | None, new: Obj | None) -> None:
+        obj = new if new is not None else old
+        assert obj is not None
+        workload = workload_of_pod(obj)
+        if workload is None:
+            return
+        uid = str(meta(obj).get("uid"))
+        if uid in self.expectations.uids(workload) and (new is None or not _gated(new)):
+            self.expectations.observed(workload, uid)
+            if not self.expectations.pending(workload):
+                self.world.signals.ungate_workload(workload)
+
+    def _on_workload(self, old: Obj | None, new: Obj | None) -> None:
+        if new is None and old is not None:
+            self.expectations.forget(key_of(old))
+
+    async def run(self) -> None:
+        signals = self.world.signals
+        while True:
+            await signals.ungate_event.wait()
+            # Batch: events of the next ``interval`` join this round.
+            await asyncio.sleep(self.interval)
+            signals.ungate_event.clear()
+            batch, signals.ungate = signals.ungate, set()
+            left = await self.round(sorted(batch))
+            if left:
+                signals.ungate |= left
+                signals.ungate_event.set()
+
+    async def round(self, workloads: list[str]) -> set[str]:
+        """Plan and patch the given workloads; returns those with work left over."""
+        budget = self.max_per_batch
+        left: set[str] = set()
+        patches: list[tuple[str, Obj, Ungate]] = []
+        for key in workloads:
+            if self.expectations.pending(key):
+                continue  # its last patches are not observed yet; the observation requeues
+            plan = self.plan(key)
+            if len(plan) > budget:
+                left.add(key)
+                plan = plan[:budget]
+            budget -= len(plan)
+            if plan:
+                self.expectations.expect(key, (u.uid for _, u in plan))
+                patches.extend((key, pod, ungate) for pod, ungate in plan)
+        await asyncio.gather(*(self._patch(key, pod, ungate) for key, pod, ungate in patches))
+        return left
+
+    def plan(self, key: str) -> list[tuple[Obj, Ungate]]:
+        admission = self.admission_of(key)
+        workload = self.world.store(WORKLOADS).get(key)
+        if admission is None or (workload is not None and is_finished(workload)):
+            return []
+        pods_store = self.world.store(PODS)
+        members = [
+            pods_store[k] for k in self.world.pods_by_workload.get(key, ()) if k in pods_store
+        ]
+        requests = _topology_requests(workload)
+        out: list[tuple[Obj, Ungate]] = []
+        for assignment in admission.get("podSetAssignments") or []:
+            podset = str(assignment.get("name"))
+            pods = [
+                p for p in members if (meta(p).get("labels") or {}).get(c.PODSET_LABEL) == podset
+            ]
+            by_uid = {str(meta(p).get("uid")): p for p in pods}
+            topology = assignment.get("topologyAssignment")
+            if not topology:
+                # A flavor without topology: release every pod, no domain to write.
+                out.extend(
+                    (p, Ungate(meta(p)["name"], str(meta(p).get("uid")), {}))
+                    for p in pods
+                    if _gated(p)
+                )
+                continue
+            parsed = Assignment(
+                tuple(topology.get("levels") or ()),
+                tuple(_domain(d) for d in topology.get("domains") or []),
+            )
+            request = requests.get(podset, {})
+            ungates = plan_ungates(
+                parsed.levels,
+                parsed.domains,
+                [pod_view(p) for p in pods],
+                count=int(assignment.get("count") or 0),
+                index_label=request.get("podIndexLabel") or c.JOB_COMPLETION_INDEX,
+                sub_group_label=request.get("subGroupIndexLabel"),
+                sub_group_count=request.get("subGroupCount"),
+                expected=self.expectations.uids(key),
+            )
+            out.extend((by_uid[u.uid], u) for u in ungates if u.uid in by_uid)
+        return out
+
+    async def _patch(self, key: str, pod: Obj, ungate: Ungate) -> None:
+        m = meta(pod)
+        spec = pod.get("spec") or {}
+        gates = list(spec.get("schedulingGates") or [])
+        remaining = [g for g in gates if g.get("name") != c.TOPOLOGY_GATE]
+        selector = {**(spec.get("nodeSelector") or {}), **ungate.node_selector}
+        patch: list[dict[str, Any]] = [
+            {"op": "test", "path": "/spec/schedulingGates", "value": gates},
+            {"op": "replace", "path": "/spec/schedulingGates", "value": remaining},
+        ]
+        if ungate.node_selector:
+            patch.append({"op": "add", "path": "/spec/nodeSelector", "value": selector})
+        try:
+            async with self._limit:
+                await self.kube.patch(
+                    PODS, m["name"], patch, m.get("namespace"), content_type=JSON_PATCH
+                )
+        except KubeError as error:
+            # Gates changed, pod gone or refused: forget the expectation and plan again.
+            log.info("ungating %s/%s failed: %s", m.get("namespace"), m["name"], error)
+            self.expectations.observed(key, ungate.uid)
+            if error.status not in (404,):
+                self.world.signals.ungate_workload(key)
+            return
+        self.metrics.ungated_pods.inc()
+        created = _timestamp(m.get("creationTimestamp"))
+        if created is not None:
+            self.metrics.ungate_seconds.observe(max(time.time() - created, 0.0))
+
+
+def _domain(raw: Mapping[str, Any]) -> Domain:
+    return Domain(tuple(str(v) for v in raw.get("values") or ()), int(raw.get("count") or 0))
+
+
+def _topology_requests(workload: Obj | None) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for podset in ((workload or {}).get("spec") or {}).get("podSets") or []:
+        out[str(podset.get("name"))] = dict(podset.get("topologyRequest") or {})
+    return out
+
+
+def _timestamp(value: Any) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
