@@ -45,15 +45,17 @@ def register(api: Any, url: str, ca_bundle: bytes) -> None:
 
     admission: Any = client.AdmissionregistrationV1Api(api)  # it takes plain dicts
     mutating, validating = configurations(url=url, ca_bundle=ca_bundle)
-    for body, create, replace in (
+    for body, create, read, replace in (
         (
             mutating,
             admission.create_mutating_webhook_configuration,
+            admission.read_mutating_webhook_configuration,
             admission.replace_mutating_webhook_configuration,
         ),
         (
             validating,
             admission.create_validating_webhook_configuration,
+            admission.read_validating_webhook_configuration,
             admission.replace_validating_webhook_configuration,
         ),
     ):
@@ -62,7 +64,11 @@ def register(api: Any, url: str, ca_bundle: bytes) -> None:
         except client.ApiException as error:
             if error.status != 409:
                 raise
-            replace(body["metadata"]["name"], body)
+            # An update must name the version it replaces.
+            name = body["metadata"]["name"]
+            current = read(name)
+            body["metadata"]["resourceVersion"] = current.metadata.resource_version
+            replace(name, body)
 
 
 def inject_ca(api: Any, name: str, ca_bundle: bytes) -> None:

@@ -93,12 +93,19 @@ async def _watch(certificate: ServingCertificate, interval: float) -> None:
 async def _review(request: web.Request) -> Review | web.Response:
     if request.content_length is not None and request.content_length > MAX_BODY:
         return web.json_response({"error": "review body too large"}, status=400)
-    body = await request.content.read(MAX_BODY + 1)
-    if len(body) > MAX_BODY:
-        return web.json_response({"error": "review body too large"}, status=400)
+    # read(n) returns what has arrived so far, not n bytes: gather the whole body.
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > MAX_BODY:
+            return web.json_response({"error": "review body too large"}, status=400)
+        chunks.append(chunk)
+    body = b"".join(chunks)
     try:
         return Review.parse(json.loads(body))
     except (ValueError, UnicodeDecodeError) as error:
+        log.warning("refused a malformed AdmissionReview: %s", error)
         return web.json_response({"error": f"malformed AdmissionReview: {error}"}, status=400)
 
 
