@@ -19,6 +19,10 @@ from topogate.webhooks.command import run as run_webhook
 from . import __version__
 from .loader import load_cluster, load_single
 from .planner import plan, render_table, workload_document
+from .serve import add_arguments as add_serve_arguments
+from .serve import run as run_serve
+from .status import add_arguments as add_status_arguments
+from .status import run as run_status
 
 EXIT_FITS, EXIT_NO_FIT, EXIT_INVALID = 0, 1, 2
 
@@ -61,6 +65,22 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="plan the built-in example (a block/rack/host GPU cluster)",
     )
+    status = commands.add_parser(
+        "status",
+        help="admission state and pod placement of Workloads (also: kubectl topogate status)",
+        description="Show Workloads' admission state and, per PodSet and assigned topology "
+        "domain, how many pods are gated, ungated, bound, running or finished. "
+        "Exit 0: shown; 1: not found or the API server failed; 2: invalid arguments.",
+    )
+    add_status_arguments(status)
+    serve = commands.add_parser(
+        "serve",
+        help="run the controller: admit queued jobs where the topology allows, release pods",
+        description="Watch the cluster, create Workloads for queued Jobs/JobSets, admit whole "
+        "gangs in queue order where quota and topology allow, and release their pods in rank "
+        "order onto the assigned domains.",
+    )
+    add_serve_arguments(serve)
     webhook = commands.add_parser(
         "webhook", help="run the admission webhook server (HTTPS, AdmissionReview v1)"
     )
@@ -107,6 +127,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _plan(args)
         if args.command == "webhook":
             return run_webhook(args)
+        if args.command == "serve":
+            return run_serve(args)
+        if args.command == "status":
+            return run_status(args)
     except InputError as error:
         print(f"topogate {args.command}: error: {error.describe()}", file=sys.stderr)
         return EXIT_INVALID

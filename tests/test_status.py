@@ -1,0 +1,805 @@
+"""`topogate status`: the pure summary, its renderers, and the command on a real API server."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from tests.cluster import fake_node
+from topogate.cli import main
+from topogate.controlplane import ControlPlane, free_port
+from topogate.status import (
+    BOUND,
+    FINISHED,
+    GATED,
+    RUNNING,
+    UNGATED,
+    Counts,
+    admission_state,
+    connect,
+    document,
+    pod_state,
+    render_json,
+    render_table,
+    render_yaml,
+    select,
+    summarize,
+)
+from topogate.webhooks.certs import KeyPair, issue
+
+BLOCK = "status.example.com/block"
+RACK = "status.example.com/rack"
+GATE = {"name": "topogate.dev/topology"}
+
+
+# --- builders ---------------------------------------------------------------------------
+
+
+def _workload(
+    name: str,
+    namespace: str = "team",
+    pod_sets: dict[str, int] | None = None,
+    status: dict[str, Any] | None = None,
+    owners: list[dict[str, Any]] | None = None,
+    queue: str | None = "user-q",
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if owners:
+        metadata["ownerReferences"] = owners
+    spec: dict[str, Any] = {
+        "podSets": [{"name": n, "count": c} for n, c in (pod_sets or {"main": 6}).items()]
+    }
+    if queue:
+        spec["queueName"] = queue
+    workload: dict[str, Any] = {
+        "apiVersion": "topogate.dev/v1alpha1",
+        "kind": "Workload",
+        "metadata": metadata,
+        "spec": spec,
+    }
+    if status is not None:
+        workload["status"] = status
+    return workload
+
+
+def _condition(kind: str, status: str, reason: str, message: str = "") -> dict[str, Any]:
+    return {"type": kind, "status": status, "reason": reason, "message": message}
+
+
+def _admitted(
+    domains: list[tuple[list[str], int]],
+    levels: tuple[str, ...] = (BLOCK, RACK),
+    pod_set: str = "main",
+    cluster_queue: str = "gpu-cq",
+) -> dict[str, Any]:
+    return {
+        "conditions": [
+            _condition("QuotaReserved", "True", "QuotaReserved"),
+            _condition("Admitted", "True", "Admitted"),
+        ],
+        "admission": {
+            "clusterQueue": cluster_queue,
+            "podSetAssignments": [
+                {
+                    "name": pod_set,
+                    "count": sum(c for _, c in domains),
+                    "flavors": {"nvidia.com/gpu": "gpu"},
+                    "resourceUsage": {"nvidia.com/gpu": "48"},
+                    "topologyAssignment": {
+                        "levels": list(levels),
+                        "domains": [{"values": v, "count": c} for v, c in domains],
+                    },
+                }
+            ],
+        },
+    }
+
+
+def _pod(
+    name: str,
+    workload: str = "train-abc",
+    pod_set: str = "main",
+    namespace: str = "team",
+    *,
+    gated: bool = False,
+    domain: tuple[str, str] | None = None,
+    node: str | None = None,
+    phase: str | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "x"}], "restartPolicy": "Never"}
+    if gated:
+        spec["schedulingGates"] = [GATE]
+    if domain:
+        spec["nodeSelector"] = {BLOCK: domain[0], RACK: domain[1]}
+    if node:
+        spec["nodeName"] = node
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"topogate.dev/podset": pod_set},
+            "annotations": {"topogate.dev/workload": workload},
+        },
+        "spec": spec,
+    }
+    if phase:
+        pod["status"] = {"phase": phase}
+    return pod
+
+
+R1, R2 = ("b1", "r1"), ("b1", "r2")
+
+
+def _admitted_scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    workload = _workload("train-abc", status=_admitted([(["b1", "r1"], 3), (["b1", "r2"], 3)]))
+    pods = [
+        _pod("p0", domain=R1, node="n1", phase="Running"),
+        _pod("p1", domain=R1, node="n1", phase="Running"),
+        _pod("p2", domain=R1, node="n2", phase="Pending"),
+        _pod("p3", domain=R2),
+        _pod("p4", domain=R2, node="n3", phase="Succeeded"),
+        _pod("p5", domain=R2, gated=True),
+        _pod("p6", gated=True),  # not placed yet
+        _pod("p7", domain=("b9", "r9")),  # a domain the assignment does not name
+        # Not this workload's pods:
+        _pod("q0", workload="other", domain=R1, phase="Running"),
+        _pod("q1", namespace="elsewhere", domain=R1, phase="Running"),
+        _pod("q2", pod_set="unknown", domain=R1, phase="Running"),
+    ]
+    unannotated = _pod("q3", domain=R1, phase="Running")
+    del unannotated["metadata"]["annotations"]
+    return [workload], [*pods, unannotated]
+
+
+# --- the pure summary -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "phase", "state"),
+    [
+        ({"schedulingGates": [GATE]}, "Pending", GATED),
+        ({"schedulingGates": [{"name": "other.io/gate"}]}, "Pending", UNGATED),
+        ({}, None, UNGATED),
+        ({"nodeSelector": {BLOCK: "b1"}}, "Pending", UNGATED),
+        ({"nodeName": "n1"}, "Pending", BOUND),
+        ({"nodeName": "n1"}, "Running", RUNNING),
+        ({"nodeName": "n1"}, "Succeeded", FINISHED),
+        ({"nodeName": "n1"}, "Failed", FINISHED),
+        ({"schedulingGates": [GATE], "nodeName": "n1"}, "Running", GATED),
+    ],
+)
+def test_pod_state(spec: dict[str, Any], phase: str | None, state: str) -> None:
+    pod: dict[str, Any] = {"spec": spec}
+    if phase:
+        pod["status"] = {"phase": phase}
+    assert pod_state(pod) == state
+
+
+def test_pods_are_counted_per_domain_and_state() -> None:
+    workloads, pods = _admitted_scenario()
+    [summary] = summarize(workloads, pods)
+    assert (summary.namespace, summary.name, summary.queue, summary.cluster_queue) == (
+        "team",
+        "train-abc",
+        "user-q",
+        "gpu-cq",
+    )
+    assert (summary.state, summary.reason, summary.message) == ("Admitted", "Admitted", "")
+    [main_set] = summary.pod_sets
+    assert (main_set.name, main_set.count, main_set.levels) == ("main", 6, (BLOCK, RACK))
+    r1, r2 = main_set.domains
+    assert (r1.values, r1.assigned, r1.pods) == (("b1", "r1"), 3, Counts(bound=1, running=2))
+    assert (r2.values, r2.assigned, r2.pods) == (
+        ("b1", "r2"),
+        3,
+        Counts(gated=1, ungated=1, finished=1),
+    )
+    assert main_set.unassigned == Counts(gated=1, ungated=1)
+
+
+def test_pending_workload_has_its_message_and_unassigned_pods() -> None:
+    status = {
+        "conditions": [
+            _condition(
+                "QuotaReserved",
+                "False",
+                "Pending",
+                "couldn't assign flavors to pod set workers: insufficient unused quota",
+            )
+        ]
+    }
+    workload = _workload(
+        "launcher", pod_sets={"leader": 1, "workers": 4}, status=status, queue=None
+    )
+    pods = [
+        _pod("l0", workload="launcher", pod_set="leader", gated=True),
+        _pod("w0", workload="launcher", pod_set="workers", gated=True),
+        _pod("w1", workload="launcher", pod_set="workers", gated=True),
+    ]
+    [summary] = summarize([workload], pods)
+    assert (summary.state, summary.reason) == ("Pending", "Pending")
+    assert summary.message.endswith("insufficient unused quota")
+    assert (summary.queue, summary.cluster_queue) == (None, None)
+    assert [(p.name, p.count, p.levels, p.domains) for p in summary.pod_sets] == [
+        ("leader", 1, (), []),
+        ("workers", 4, (), []),
+    ]
+    assert [p.unassigned for p in summary.pod_sets] == [Counts(gated=1), Counts(gated=2)]
+    assert render_table([summary], "team") == (
+        "WORKLOAD team/launcher  QUEUE - (-)  STATE Pending  couldn't assign flavors to pod set "
+        "workers: insufficient unused quota\n"
+        "  PODSET leader  COUNT 1  LEVELS -\n"
+        "    DOMAIN  ASSIGNED  GATED  UNGATED  BOUND  RUNNING  FINISHED\n"
+        "    -       -         1      0        0      0        0\n"
+        "  PODSET workers  COUNT 4  LEVELS -\n"
+        "    DOMAIN  ASSIGNED  GATED  UNGATED  BOUND  RUNNING  FINISHED\n"
+        "    -       -         2      0        0      0        0\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("conditions", "expected"),
+    [
+        ([], ("Queued", "", "")),
+        (
+            [
+                _condition("Admitted", "True", "Admitted"),
+                _condition("Finished", "True", "Failed", "pod p3 failed"),
+            ],
+            ("Finished", "Failed", "pod p3 failed"),
+        ),
+        (
+            [_condition("QuotaReserved", "True", "QuotaReserved")],
+            ("QuotaReserved", "QuotaReserved", ""),
+        ),
+        (
+            [_condition("QuotaReserved", "False", "Pending", "no room")],
+            ("Pending", "Pending", "no room"),
+        ),
+        (
+            [
+                _condition("QuotaReserved", "True", "QuotaReserved"),
+                _condition("Admitted", "True", "Admitted"),
+                _condition("Finished", "False", "Running"),
+            ],
+            ("Admitted", "Admitted", ""),
+        ),
+    ],
+)
+def test_admission_state(conditions: list[dict[str, Any]], expected: tuple[str, str, str]) -> None:
+    assert admission_state(_workload("w", status={"conditions": conditions})) == expected
+
+
+def test_finished_workload_shows_its_reason() -> None:
+    status = _admitted([(["b1", "r1"], 2)])
+    status["conditions"].append(_condition("Finished", "True", "Succeeded", "done"))
+    pods = [_pod(f"p{i}", domain=R1, node="n1", phase="Succeeded") for i in range(2)]
+    [summary] = summarize([_workload("train-abc", pod_sets={"main": 2}, status=status)], pods)
+    assert summary.state_text == "Finished (Succeeded)"
+    assert summary.pod_sets[0].domains[0].pods == Counts(finished=2)
+    assert render_table([summary], "team").splitlines()[0] == (
+        "WORKLOAD team/train-abc  QUEUE user-q (gpu-cq)  STATE Finished (Succeeded)"
+    )
+
+
+def test_hostname_assignment_matches_on_the_hostname_selector() -> None:
+    host = "kubernetes.io/hostname"
+    status = _admitted([(["h1"], 1), (["h2"], 1)], levels=(host,))
+    pods = [
+        _pod("p0"),
+        _pod("p1"),
+    ]
+    pods[0]["spec"]["nodeSelector"] = {host: "h2", BLOCK: "b1"}
+    [summary] = summarize([_workload("train-abc", pod_sets={"main": 2}, status=status)], pods)
+    h1, h2 = summary.pod_sets[0].domains
+    assert (h1.pods, h2.pods, summary.pod_sets[0].unassigned) == (
+        Counts(),
+        Counts(ungated=1),
+        Counts(ungated=1),
+    )
+
+
+def test_workloads_are_sorted_by_namespace_then_name() -> None:
+    workloads = [_workload("b", "ns2"), _workload("a", "ns2"), _workload("z", "ns1")]
+    assert [(w.namespace, w.name) for w in summarize(workloads, [])] == [
+        ("ns1", "z"),
+        ("ns2", "a"),
+        ("ns2", "b"),
+    ]
+
+
+def _owner(kind: str, name: str, controller: bool | None = True) -> dict[str, Any]:
+    ref: dict[str, Any] = {
+        "apiVersion": "batch/v1" if kind == "Job" else "jobset.x-k8s.io/v1alpha2",
+        "kind": kind,
+        "name": name,
+        "uid": str(uuid.uuid4()),
+    }
+    if controller is not None:
+        ref["controller"] = controller
+    return ref
+
+
+def names(workloads: list[Any]) -> list[str]:
+    return [w["metadata"]["name"] for w in workloads]
+
+
+def test_name_resolves_to_the_workload_or_its_owning_job_or_jobset() -> None:
+    workloads = [
+        _workload("job-train-1a2b3", owners=[_owner("Job", "train")]),
+        _workload("jobset-big-9z8y7", owners=[_owner("JobSet", "big")]),
+        _workload("train"),  # a Workload named like a Job: its own name wins
+        _workload("loose-x", owners=[_owner("Job", "loose", controller=None)]),
+        _workload("cm-owned", owners=[_owner("ConfigMap", "cfg")]),
+    ]
+    assert names(select(workloads, "job-train-1a2b3")) == ["job-train-1a2b3"]
+    assert names(select(workloads, "big")) == ["jobset-big-9z8y7"]
+    assert names(select(workloads, "train")) == ["train"]
+    assert names(select(workloads, "loose")) == []  # not its controller
+    assert names(select(workloads, "cfg")) == []
+    assert names(select(workloads, "nothing")) == []
+
+
+# --- renderers --------------------------------------------------------------------------
+
+ADMITTED_TABLE = (
+    "WORKLOAD team/train-abc  QUEUE user-q (gpu-cq)  STATE Admitted\n"
+    "  PODSET main  COUNT 6  LEVELS status.example.com/block, status.example.com/rack\n"
+    "    DOMAIN  ASSIGNED  GATED  UNGATED  BOUND  RUNNING  FINISHED\n"
+    "    b1/r1   3         0      0        1      2        0\n"
+    "    b1/r2   3         1      1        0      0        1\n"
+    "    -       -         1      1        0      0        0\n"
+)
+
+ADMITTED_DOCUMENT = {
+    "workloads": [
+        {
+            "namespace": "team",
+            "name": "train-abc",
+            "queue": "user-q",
+            "clusterQueue": "gpu-cq",
+            "state": "Admitted",
+            "reason": "Admitted",
+            "message": "",
+            "podSets": [
+                {
+                    "name": "main",
+                    "count": 6,
+                    "levels": [BLOCK, RACK],
+                    "domains": [
+                        {
+                            "values": ["b1", "r1"],
+                            "assigned": 3,
+                            "gated": 0,
+                            "ungated": 0,
+                            "bound": 1,
+                            "running": 2,
+                            "finished": 0,
+                        },
+                        {
+                            "values": ["b1", "r2"],
+                            "assigned": 3,
+                            "gated": 1,
+                            "ungated": 1,
+                            "bound": 0,
+                            "running": 0,
+                            "finished": 1,
+                        },
+                    ],
+                    "unassigned": {
+                        "gated": 1,
+                        "ungated": 1,
+                        "bound": 0,
+                        "running": 0,
+                        "finished": 0,
+                    },
+                }
+            ],
+        }
+    ]
+}
+
+
+def test_table_json_and_yaml_renderings() -> None:
+    summaries = summarize(*_admitted_scenario())
+    assert render_table(summaries, "team") == ADMITTED_TABLE
+    assert document(summaries) == ADMITTED_DOCUMENT
+    assert json.loads(render_json(summaries)) == ADMITTED_DOCUMENT
+    assert yaml.safe_load(render_yaml(summaries)) == ADMITTED_DOCUMENT
+    # Keys keep their documented order in both formats.
+    assert list(json.loads(render_json(summaries))["workloads"][0]) == [
+        "namespace",
+        "name",
+        "queue",
+        "clusterQueue",
+        "state",
+        "reason",
+        "message",
+        "podSets",
+    ]
+
+
+def test_several_workloads_print_one_block_each_and_none_prints_a_line() -> None:
+    workloads, pods = _admitted_scenario()
+    workloads.append(_workload("waiting", pod_sets={"main": 2}))
+    table = render_table(summarize(workloads, pods), "team")
+    assert table == ADMITTED_TABLE + (
+        "\n"
+        "WORKLOAD team/waiting  QUEUE user-q (-)  STATE Queued\n"
+        "  PODSET main  COUNT 2  LEVELS -\n"
+        "    DOMAIN  ASSIGNED  GATED  UNGATED  BOUND  RUNNING  FINISHED\n"
+        "    -       -         0      0        0      0        0\n"
+    )
+    assert render_table([], "team") == "No workloads in namespace team.\n"
+    assert render_table([], None) == "No workloads in any namespace.\n"
+    assert json.loads(render_json([])) == {"workloads": []}
+
+
+# --- the command without a server -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status", "-n", "a", "-A"],
+        ["status", "-o", "wide"],
+        ["status", "a", "b"],
+        ["status", "--no-such-flag"],
+    ],
+)
+def test_bad_flags_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert "usage: topogate" in capsys.readouterr().err
+
+
+def test_name_with_all_namespaces_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "train", "-A"]) == 2
+    assert capsys.readouterr().err == (
+        "topogate status: error: NAME cannot be combined with --all-namespaces\n"
+    )
+
+
+def _kubeconfig(
+    path: Path,
+    server: str,
+    namespace: str | None = None,
+    user: dict[str, Any] | None = None,
+    ca: str | None = None,
+) -> Path:
+    cluster: dict[str, Any] = {"server": server}
+    if ca:
+        cluster["certificate-authority"] = ca
+    else:
+        cluster["insecure-skip-tls-verify"] = True
+    context: dict[str, Any] = {"cluster": "c", "user": "u"}
+    if namespace:
+        context["namespace"] = namespace
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": "u", "user": user or {"token": "t"}}],
+        "contexts": [{"name": "ctx", "context": context}],
+        "current-context": "ctx",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_unreachable_server_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server = f"https://127.0.0.1:{free_port()}"
+    kubeconfig = _kubeconfig(tmp_path / "config", server)
+    assert main(["status", "--kubeconfig", str(kubeconfig)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    [line] = captured.err.splitlines()
+    assert line.startswith(
+        f"topogate status: error: cannot connect to the API server at {server}: "
+    )
+    assert "Connection refused" in line
+
+
+def test_missing_kubeconfig_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nope"
+    assert main(["status", "--kubeconfig", str(missing)]) == 1
+    assert (
+        capsys.readouterr().err == f"topogate status: error: kubeconfig {missing} does not exist\n"
+    )
+
+
+def test_no_configuration_at_all_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
+    assert main(["status"]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(
+        "topogate status: error: no kubeconfig (--kubeconfig, $KUBECONFIG, ~/.kube/config) "
+        "and not running in a cluster"
+    )
+
+
+def test_default_namespace_comes_from_the_context(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with_namespace = _kubeconfig(tmp_path / "a", "https://127.0.0.1:1", namespace="team-x")
+    without = _kubeconfig(tmp_path / "b", "https://127.0.0.1:1")
+    api, namespace = connect(str(with_namespace))
+    with api:
+        assert namespace == "team-x"
+        assert api.configuration.host == "https://127.0.0.1:1"
+    monkeypatch.setenv("KUBECONFIG", f"{tmp_path / 'missing'}:{without}")
+    api, namespace = connect(None)
+    with api:
+        assert namespace == "default"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBECONFIG")
+    (tmp_path / ".kube").mkdir()
+    with_namespace.rename(tmp_path / ".kube" / "config")
+    api, namespace = connect(None)
+    with api:
+        assert namespace == "team-x"
+
+
+# --- on the real API server ---------------------------------------------------------------
+
+
+class Scenario:
+    """One namespace with an admitted Workload owned by a suspended Job, a pending Workload,
+    and pods in every state; a node for the bound ones (unschedulable, tainted, so nothing
+    else lands there)."""
+
+    def __init__(self, api: client.ApiClient, plane: ControlPlane) -> None:
+        suffix = uuid.uuid4().hex[:6]
+        self.api, self.plane = api, plane
+        self.namespace = f"status-{suffix}"
+        self.empty_namespace = f"status-empty-{suffix}"
+        self.node = f"status-node-{suffix}"
+        self.core: Any = client.CoreV1Api(api)
+        self.custom: Any = client.CustomObjectsApi(api)
+        self.batch: Any = client.BatchV1Api(api)
+
+    def create(self) -> None:
+        for namespace in (self.namespace, self.empty_namespace):
+            self.core.create_namespace({"metadata": {"name": namespace}})
+        node = fake_node(self.node)
+        node["spec"] = {
+            "unschedulable": True,
+            "taints": [{"key": "status.example.com/test", "effect": "NoSchedule"}],
+        }
+        self.core.create_node(node)
+        job = self.batch.create_namespaced_job(
+            self.namespace,
+            {
+                "metadata": {"name": "train"},
+                "spec": {
+                    "suspend": True,
+                    "parallelism": 6,
+                    "completions": 6,
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [{"name": "c", "image": "x"}],
+                        }
+                    },
+                },
+            },
+        )
+        owner = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": "train",
+            "uid": job.metadata.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+        admitted = _workload("train-abc", self.namespace, owners=[owner])
+        status = {
+            "conditions": [
+                {**c, "lastTransitionTime": "2025-01-01T00:00:00Z"}
+                for c in _admitted([(["b1", "r1"], 3), (["b1", "r2"], 3)])["conditions"]
+            ],
+            "admission": _admitted([(["b1", "r1"], 3), (["b1", "r2"], 3)])["admission"],
+        }
+        pending_status = {
+            "conditions": [
+                {
+                    **_condition("QuotaReserved", "False", "Pending", "waiting for quota"),
+                    "lastTransitionTime": "2025-01-01T00:00:00Z",
+                }
+            ]
+        }
+        for body, workload_status in (
+            (admitted, status),
+            (_workload("waiting", self.namespace, pod_sets={"main": 2}), pending_status),
+        ):
+            name = body["metadata"]["name"]
+            self.custom.create_namespaced_custom_object(
+                "topogate.dev", "v1alpha1", self.namespace, "workloads", body
+            )
+            self.custom.patch_namespaced_custom_object_status(
+                "topogate.dev",
+                "v1alpha1",
+                self.namespace,
+                "workloads",
+                name,
+                {"status": workload_status},
+                _content_type="application/merge-patch+json",
+            )
+        pods = [
+            (_pod("p0", domain=R1, node=self.node), "Running"),
+            (_pod("p1", domain=R1, node=self.node), "Running"),
+            (_pod("p2", domain=R1, node=self.node), None),
+            (_pod("p3", domain=R2), None),
+            (_pod("p4", domain=R2, node=self.node), "Succeeded"),
+            (_pod("p5", domain=R2, gated=True), None),
+            (_pod("p6", gated=True), None),
+            (_pod("p7", domain=("b9", "r9")), None),
+            (_pod("q0", workload="other", domain=R1, node=self.node), "Running"),
+        ]
+        for pod, phase in pods:
+            pod["metadata"]["namespace"] = self.namespace
+            self.core.create_namespaced_pod(self.namespace, pod)
+            if phase:
+                self.core.patch_namespaced_pod_status(
+                    pod["metadata"]["name"], self.namespace, {"status": {"phase": phase}}
+                )
+
+    def delete(self) -> None:
+        """Everything this scenario made; pods at once (no kubelet confirms a graceful end)."""
+        calls: list[Callable[[], Any]] = [
+            lambda: self.core.delete_collection_namespaced_pod(
+                self.namespace, grace_period_seconds=0
+            ),
+            lambda: self.custom.delete_collection_namespaced_custom_object(
+                "topogate.dev", "v1alpha1", self.namespace, "workloads"
+            ),
+            lambda: self.batch.delete_namespaced_job(
+                "train", self.namespace, propagation_policy="Background"
+            ),
+            lambda: self.core.delete_node(self.node),
+            lambda: self.core.delete_namespace(self.namespace),
+            lambda: self.core.delete_namespace(self.empty_namespace),
+        ]
+        for call in calls:
+            try:
+                call()
+            except client.ApiException as error:
+                if error.status != 404:
+                    raise
+
+
+@pytest.fixture(scope="module")
+def scenario(crds: client.ApiClient, control_plane: ControlPlane) -> Iterator[Scenario]:
+    made = Scenario(crds, control_plane)
+    try:
+        made.create()
+        yield made
+    finally:
+        made.delete()
+
+
+def _status(
+    scenario: Scenario, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, str, str]:
+    code = main(["status", "--kubeconfig", str(scenario.plane.kubeconfig), *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _in(scenario: Scenario, text: str) -> str:
+    return text.replace("team/", f"{scenario.namespace}/")
+
+
+WAITING_TABLE = (
+    "WORKLOAD team/waiting  QUEUE user-q (-)  STATE Pending  waiting for quota\n"
+    "  PODSET main  COUNT 2  LEVELS -\n"
+    "    DOMAIN  ASSIGNED  GATED  UNGATED  BOUND  RUNNING  FINISHED\n"
+    "    -       -         0      0        0      0        0\n"
+)
+
+
+@pytest.mark.cluster
+def test_status_of_a_workload_by_its_name_and_by_its_jobs(
+    scenario: Scenario, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ns = scenario.namespace
+    assert _status(scenario, capsys, "train-abc", "-n", ns) == (
+        0,
+        _in(scenario, ADMITTED_TABLE),
+        "",
+    )
+    assert _status(scenario, capsys, "train", "-n", ns) == (0, _in(scenario, ADMITTED_TABLE), "")
+
+
+@pytest.mark.cluster
+def test_status_as_json_and_yaml(scenario: Scenario, capsys: pytest.CaptureFixture[str]) -> None:
+    expected = json.loads(json.dumps(ADMITTED_DOCUMENT))
+    expected["workloads"][0]["namespace"] = scenario.namespace
+    code, out, _ = _status(scenario, capsys, "train", "-n", scenario.namespace, "-o", "json")
+    assert (code, json.loads(out)) == (0, expected)
+    code, out, _ = _status(scenario, capsys, "train-abc", "-n", scenario.namespace, "-o", "yaml")
+    assert (code, yaml.safe_load(out)) == (0, expected)
+
+
+@pytest.mark.cluster
+def test_namespace_listing_uses_the_contexts_namespace(
+    scenario: Scenario,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("topogate.status._PAGE", 2)  # lists come in pages: follow `continue`
+    admin = yaml.safe_load(scenario.plane.kubeconfig.read_text())
+    admin["contexts"][0]["context"]["namespace"] = scenario.namespace
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(yaml.safe_dump(admin))
+    code = main(["status", "--kubeconfig", str(kubeconfig)])
+    out = capsys.readouterr().out
+    assert (code, out) == (0, _in(scenario, ADMITTED_TABLE + "\n" + WAITING_TABLE))
+    # -A: ours among whatever other tests left.
+    code, out, _ = _status(scenario, capsys, "-A", "-o", "json")
+    ours = [w for w in json.loads(out)["workloads"] if w["namespace"] == scenario.namespace]
+    assert code == 0
+    assert [(w["name"], w["state"], w["message"]) for w in ours] == [
+        ("train-abc", "Admitted", ""),
+        ("waiting", "Pending", "waiting for quota"),
+    ]
+    assert _status(scenario, capsys, "-n", scenario.empty_namespace) == (
+        0,
+        f"No workloads in namespace {scenario.empty_namespace}.\n",
+        "",
+    )
+
+
+@pytest.mark.cluster
+def test_not_found_is_one_line_and_exit_1(
+    scenario: Scenario, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ns = scenario.namespace
+    assert _status(scenario, capsys, "no-such", "-n", ns) == (
+        1,
+        "",
+        f"topogate status: error: Workload {ns}/no-such not found "
+        "(no Workload or Job/JobSet of that name)\n",
+    )
+
+
+@pytest.mark.cluster
+def test_forbidden_names_the_server_and_status(
+    scenario: Scenario, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = scenario.plane.directory
+    ca = KeyPair(
+        (directory / "client-ca.crt").read_bytes(), (directory / "client-ca.key").read_bytes()
+    )
+    issue(ca, "status-nobody", client=True).write(tmp_path / "u.crt", tmp_path / "u.key")
+    kubeconfig = _kubeconfig(
+        tmp_path / "config",
+        scenario.plane.url,
+        namespace=scenario.namespace,
+        user={"client-certificate": str(tmp_path / "u.crt"), "client-key": str(tmp_path / "u.key")},
+        ca=str(directory / "serving-ca.crt"),
+    )
+    assert main(["status", "--kubeconfig", str(kubeconfig)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    [line] = captured.err.splitlines()
+    assert line.startswith(
+        f"topogate status: error: the API server at {scenario.plane.url} answered 403 Forbidden "
+        'listing workloads: workloads.topogate.dev is forbidden: User "status-nobody" cannot list'
+    ), line

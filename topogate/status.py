@@ -1,0 +1,522 @@
+"""``topogate status``: where a Workload stands and where its pods are.
+
+Three layers: :func:`summarize` is pure (Workload and Pod dicts in, dataclasses out); the
+renderers turn those into a table, JSON or YAML; :func:`run` is the thin shell that reads the
+API server with the official (sync) client. The client is imported inside the shell's
+functions, so ``topogate plan`` does not pay for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from topogate.api.constants import GROUP, PODSET_LABEL, TOPOLOGY_GATE, VERSION, WORKLOAD_ANNOTATION
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+Obj = Mapping[str, Any]
+
+PLURAL = "workloads"
+OWNER_KINDS = ("Job", "JobSet")
+# Pod states, in the order of the table's columns (a pod is in exactly one).
+GATED, UNGATED, BOUND, RUNNING, FINISHED = "gated", "ungated", "bound", "running", "finished"
+POD_STATES = (GATED, UNGATED, BOUND, RUNNING, FINISHED)
+UNASSIGNED = "-"
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+_SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+_PAGE = 500
+_TIMEOUT = (10, 120)  # connect, read (seconds)
+
+
+# --- the model --------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Counts:
+    """Pods per state."""
+
+    gated: int = 0
+    ungated: int = 0
+    bound: int = 0
+    running: int = 0
+    finished: int = 0
+
+    def add(self, state: str) -> None:
+        setattr(self, state, getattr(self, state) + 1)
+
+    @property
+    def total(self) -> int:
+        return self.gated + self.ungated + self.bound + self.running + self.finished
+
+    def as_dict(self) -> dict[str, int]:
+        return {state: getattr(self, state) for state in POD_STATES}
+
+
+@dataclass(slots=True)
+class DomainStatus:
+    values: tuple[str, ...]
+    assigned: int
+    pods: Counts = field(default_factory=Counts)
+
+
+@dataclass(slots=True)
+class PodSetStatus:
+    name: str
+    count: int
+    levels: tuple[str, ...] = ()
+    domains: list[DomainStatus] = field(default_factory=list)
+    unassigned: Counts = field(default_factory=Counts)
+
+
+@dataclass(slots=True)
+class WorkloadStatus:
+    namespace: str
+    name: str
+    queue: str | None
+    cluster_queue: str | None
+    state: str
+    reason: str
+    message: str
+    pod_sets: list[PodSetStatus] = field(default_factory=list)
+
+    @property
+    def state_text(self) -> str:
+        """``Finished (Succeeded)``, ``Admitted``, ``Pending``, ``Queued``."""
+        if self.state == "Finished" and self.reason:
+            return f"Finished ({self.reason})"
+        return self.state
+
+
+# --- the pure core ----------------------------------------------------------------------
+
+
+def _dict(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _name(obj: Obj) -> str:
+    return str(_dict(obj.get("metadata")).get("name") or "")
+
+
+def _namespace(obj: Obj) -> str:
+    return str(_dict(obj.get("metadata")).get("namespace") or "")
+
+
+def select(workloads: Iterable[Obj], name: str) -> list[Obj]:
+    """The Workload called ``name``, else those whose controller is a Job/JobSet ``name``.
+
+    ``workloads`` are one namespace's, so at most one matches by name; a Job and a JobSet of
+    the same name can each own one.
+    """
+    candidates = list(workloads)
+    direct = [w for w in candidates if _name(w) == name]
+    if direct:
+        return direct
+    return [
+        w
+        for w in candidates
+        if any(
+            ref.get("kind") in OWNER_KINDS and ref.get("name") == name and ref.get("controller")
+            for ref in map(_dict, _list(_dict(w.get("metadata")).get("ownerReferences")))
+        )
+    ]
+
+
+def pod_state(pod: Obj) -> str:
+    """One of :data:`POD_STATES`: terminated first, then gated, running, bound, ungated."""
+    spec, status = _dict(pod.get("spec")), _dict(pod.get("status"))
+    phase = status.get("phase")
+    if phase in ("Succeeded", "Failed"):
+        return FINISHED
+    if any(_dict(gate).get("name") == TOPOLOGY_GATE for gate in _list(spec.get("schedulingGates"))):
+        return GATED
+    if phase == "Running":
+        return RUNNING
+    if spec.get("nodeName"):
+        return BOUND
+    return UNGATED
+
+
+def admission_state(workload: Obj) -> tuple[str, str, str]:
+    """(state, reason, message): Finished > Admitted > Pending > QuotaReserved > Queued."""
+    conditions = {
+        c.get("type"): c for c in map(_dict, _list(_dict(workload.get("status")).get("conditions")))
+    }
+
+    def holds(kind: str, status: str = "True") -> Mapping[str, Any] | None:
+        condition = conditions.get(kind)
+        return condition if condition is not None and condition.get("status") == status else None
+
+    for state, kind, status in (
+        ("Finished", "Finished", "True"),
+        ("Admitted", "Admitted", "True"),
+        ("Pending", "QuotaReserved", "False"),
+        # Quota held, admission checks not yet passed (Kueue's two-step admission).
+        ("QuotaReserved", "QuotaReserved", "True"),
+    ):
+        condition = holds(kind, status)
+        if condition is not None:
+            return state, str(condition.get("reason") or ""), str(condition.get("message") or "")
+    return "Queued", "", ""
+
+
+def _domain_key(pod: Obj, levels: Sequence[str]) -> tuple[str, ...] | None:
+    selector = _dict(_dict(pod.get("spec")).get("nodeSelector"))
+    values = tuple(selector.get(level) for level in levels)
+    if not levels or any(not isinstance(v, str) for v in values):
+        return None
+    return tuple(str(v) for v in values)
+
+
+def _pod_set(spec_set: Obj | None, assignment: Obj | None, pods: Iterable[Obj]) -> PodSetStatus:
+    name = str((spec_set or assignment or {}).get("name") or "")
+    count = (spec_set if spec_set is not None else assignment or {}).get("count")
+    topology = _dict((assignment or {}).get("topologyAssignment"))
+    levels = tuple(str(level) for level in _list(topology.get("levels")))
+    result = PodSetStatus(name=name, count=int(count or 0), levels=levels)
+    by_values: dict[tuple[str, ...], DomainStatus] = {}
+    for domain in map(_dict, _list(topology.get("domains"))):
+        values = tuple(str(v) for v in _list(domain.get("values")))
+        status = DomainStatus(values=values, assigned=int(domain.get("count") or 0))
+        result.domains.append(status)
+        by_values.setdefault(values, status)
+    for pod in pods:
+        key = _domain_key(pod, levels)
+        target = by_values.get(key) if key is not None else None
+        (target.pods if target is not None else result.unassigned).add(pod_state(pod))
+    return result
+
+
+def summarize(workloads: Iterable[Obj], pods: Iterable[Obj]) -> list[WorkloadStatus]:
+    """Each Workload's admission state and, per PodSet and assigned domain, its pods' states.
+
+    A pod belongs to a Workload when it is in its namespace, carries the ``topogate.dev/podset``
+    label (the PodSet) and the ``topogate.dev/workload`` annotation (the Workload's name). It
+    belongs to a domain when its nodeSelector has the domain's value for every level; the others
+    are counted as unassigned. Sorted by namespace, then name.
+    """
+    grouped: dict[tuple[str, str, str], list[Obj]] = {}
+    for pod in pods:
+        metadata = _dict(pod.get("metadata"))
+        pod_set = _dict(metadata.get("labels")).get(PODSET_LABEL)
+        owner = _dict(metadata.get("annotations")).get(WORKLOAD_ANNOTATION)
+        if isinstance(pod_set, str) and isinstance(owner, str):
+            grouped.setdefault((_namespace(pod), owner, pod_set), []).append(pod)
+
+    result = []
+    for workload in workloads:
+        namespace, name = _namespace(workload), _name(workload)
+        spec, status = _dict(workload.get("spec")), _dict(workload.get("status"))
+        admission = _dict(status.get("admission"))
+        assignments = {
+            str(a.get("name")): a for a in map(_dict, _list(admission.get("podSetAssignments")))
+        }
+        spec_sets = {str(s.get("name")): s for s in map(_dict, _list(spec.get("podSets")))}
+        names = list(spec_sets) + [n for n in assignments if n not in spec_sets]
+        state, reason, message = admission_state(workload)
+        queue, cluster_queue = spec.get("queueName"), admission.get("clusterQueue")
+        result.append(
+            WorkloadStatus(
+                namespace=namespace,
+                name=name,
+                queue=str(queue) if queue else None,
+                cluster_queue=str(cluster_queue) if cluster_queue else None,
+                state=state,
+                reason=reason,
+                message=message,
+                pod_sets=[
+                    _pod_set(
+                        spec_sets.get(n), assignments.get(n), grouped.get((namespace, name, n), [])
+                    )
+                    for n in names
+                ],
+            )
+        )
+    return sorted(result, key=lambda w: (w.namespace, w.name))
+
+
+# --- renderers --------------------------------------------------------------------------
+
+
+def document(workloads: Sequence[WorkloadStatus]) -> dict[str, Any]:
+    """The stable structure behind ``-o json`` and ``-o yaml``."""
+    return {
+        "workloads": [
+            {
+                "namespace": w.namespace,
+                "name": w.name,
+                "queue": w.queue,
+                "clusterQueue": w.cluster_queue,
+                "state": w.state,
+                "reason": w.reason,
+                "message": w.message,
+                "podSets": [
+                    {
+                        "name": p.name,
+                        "count": p.count,
+                        "levels": list(p.levels),
+                        "domains": [
+                            {"values": list(d.values), "assigned": d.assigned, **d.pods.as_dict()}
+                            for d in p.domains
+                        ],
+                        "unassigned": p.unassigned.as_dict(),
+                    }
+                    for p in w.pod_sets
+                ],
+            }
+            for w in workloads
+        ]
+    }
+
+
+def render_json(workloads: Sequence[WorkloadStatus]) -> str:
+    return json.dumps(document(workloads), indent=2) + "\n"
+
+
+def render_yaml(workloads: Sequence[WorkloadStatus]) -> str:
+    return yaml.safe_dump(document(workloads), sort_keys=False)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _table(rows: Sequence[Sequence[str]], indent: str) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        (indent + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))).rstrip()
+        for row in rows
+    ]
+
+
+_COLUMNS = ("DOMAIN", "ASSIGNED", *(state.upper() for state in POD_STATES))
+
+
+def render_workload(workload: WorkloadStatus) -> str:
+    header = (
+        f"WORKLOAD {workload.namespace}/{workload.name}  "
+        f"QUEUE {workload.queue or '-'} ({workload.cluster_queue or '-'})  "
+        f"STATE {workload.state_text}"
+    )
+    if workload.state == "Pending" and workload.message:
+        header += f"  {_one_line(workload.message)}"
+    lines = [header]
+    for pod_set in workload.pod_sets:
+        levels = ", ".join(pod_set.levels) or "-"
+        lines.append(f"  PODSET {pod_set.name}  COUNT {pod_set.count}  LEVELS {levels}")
+        rows: list[list[str]] = [list(_COLUMNS)]
+        for domain in pod_set.domains:
+            counts = domain.pods.as_dict()
+            rows.append(
+                ["/".join(domain.values) or "-", str(domain.assigned)]
+                + [str(counts[s]) for s in POD_STATES]
+            )
+        if pod_set.unassigned.total or not pod_set.domains:
+            counts = pod_set.unassigned.as_dict()
+            rows.append([UNASSIGNED, "-"] + [str(counts[s]) for s in POD_STATES])
+        lines.extend(_table(rows, "    "))
+    return "\n".join(lines) + "\n"
+
+
+def render_table(workloads: Sequence[WorkloadStatus], namespace: str | None) -> str:
+    """One block per Workload; ``namespace`` None means all namespaces (for the empty case)."""
+    if not workloads:
+        where = f"namespace {namespace}" if namespace is not None else "any namespace"
+        return f"No workloads in {where}.\n"
+    return "\n".join(render_workload(w) for w in workloads)
+
+
+def render(workloads: Sequence[WorkloadStatus], output: str, namespace: str | None) -> str:
+    if output == "json":
+        return render_json(workloads)
+    if output == "yaml":
+        return render_yaml(workloads)
+    return render_table(workloads, namespace)
+
+
+# --- the shell --------------------------------------------------------------------------
+
+
+class StatusError(Exception):
+    """Reported as one line on stderr, exit status 1."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "name",
+        nargs="?",
+        metavar="NAME",
+        help="a Workload, or the Job/JobSet that owns one (default: every Workload)",
+    )
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "-n", "--namespace", help="default: the kubeconfig context's namespace, else 'default'"
+    )
+    where.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="Workloads of every namespace"
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        help="default: $KUBECONFIG, else ~/.kube/config, else the in-cluster service account",
+    )
+    parser.add_argument(
+        "-o", "--output", choices=("table", "json", "yaml"), default="table", help="default: table"
+    )
+
+
+def _kubeconfig_paths(explicit: str | None) -> str | None:
+    """The kubeconfig to load (``:``-joined like $KUBECONFIG), or None for in-cluster."""
+    if explicit:
+        if not Path(explicit).expanduser().is_file():
+            raise StatusError(f"kubeconfig {explicit} does not exist")
+        return str(Path(explicit).expanduser())
+    candidates = (os.environ.get("KUBECONFIG") or "~/.kube/config").split(os.pathsep)
+    present = [str(Path(p).expanduser()) for p in candidates if p]
+    present = [p for p in present if Path(p).is_file()]
+    return os.pathsep.join(present) or None
+
+
+def connect(kubeconfig: str | None) -> tuple[ApiClient, str]:
+    """An API client and the default namespace (the context's, else ``default``)."""
+    from kubernetes import config
+
+    from topogate.kube import api_client
+
+    paths = _kubeconfig_paths(kubeconfig)
+    try:
+        if paths is None:
+            try:
+                api = api_client(None)
+            except config.ConfigException as error:
+                raise StatusError(
+                    "no kubeconfig (--kubeconfig, $KUBECONFIG, ~/.kube/config) and not running "
+                    f"in a cluster ({_one_line(str(error))})"
+                ) from None
+            own = ""
+            if _SERVICE_ACCOUNT_NAMESPACE.is_file():
+                own = _SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+            return api, own or "default"
+        _, current = config.list_kube_config_contexts(paths)  # type: ignore[no-untyped-call]
+        context_namespace = _dict(_dict(current).get("context")).get("namespace")
+        return api_client(paths), str(context_namespace or "default")
+    except StatusError:
+        raise
+    except (config.ConfigException, OSError, yaml.YAMLError, ValueError, KeyError) as error:
+        where = paths or "the in-cluster configuration"
+        raise StatusError(f"cannot load {where}: {_one_line(str(error))}") from None
+
+
+def _api_error(server: str, error: Exception, what: str) -> StatusError:
+    from kubernetes.client import ApiException
+
+    if isinstance(error, ApiException) and error.status:
+        message = ""
+        try:
+            message = str(json.loads(error.body or "").get("message") or "")
+        except (ValueError, AttributeError):
+            message = ""
+        if error.status == 404 and what == PLURAL:  # lists 404 only for unserved types
+            return StatusError(
+                f"the API server at {server} does not serve {GROUP}/{VERSION} {PLURAL} "
+                "(are topogate's CRDs installed?)"
+            )
+        text = f"the API server at {server} answered {error.status} {error.reason or ''}".rstrip()
+        return StatusError(_one_line(f"{text} listing {what}: {message}" if message else text))
+    reason: Any = error.reason if isinstance(error, ApiException) else error
+    reason = getattr(reason, "reason", None) or reason  # urllib3's MaxRetryError wraps the cause
+    text = _one_line(str(reason)).split("Failed to establish a new connection: ")[-1]
+    return StatusError(f"cannot connect to the API server at {server}: {text}")
+
+
+def _list_all(call: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Obj]:
+    """Every item of a list call, page by page, as camelCase dicts (the wire's JSON)."""
+    items: list[Obj] = []
+    token: str | None = None
+    while True:
+        response = call(
+            *args,
+            limit=_PAGE,
+            _continue=token,
+            _preload_content=False,
+            _request_timeout=_TIMEOUT,
+            **kwargs,
+        )
+        try:
+            body = _dict(json.loads(response.data))
+        finally:
+            response.release_conn()
+        items.extend(map(_dict, _list(body.get("items"))))
+        token = _dict(body.get("metadata")).get("continue") or None
+        if not token:
+            return items
+
+
+def fetch(api: ApiClient, namespace: str | None, name: str | None) -> list[WorkloadStatus]:
+    """Read Workloads (all, or NAME's) and their pods; ``namespace`` None: every namespace."""
+    import urllib3
+    from kubernetes import client, config
+
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    server = str(api.configuration.host)
+    what = PLURAL
+    try:
+        if namespace is None:
+            workloads = _list_all(custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
+        else:
+            workloads = _list_all(
+                custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL
+            )
+        if name is not None:
+            workloads = select(workloads, name)
+            if not workloads:
+                raise StatusError(
+                    f"Workload {namespace}/{name} not found (no Workload or Job/JobSet of that "
+                    "name)"
+                )
+        if not workloads:
+            return []
+        what = "pods"
+        if namespace is None:
+            pods = _list_all(core.list_pod_for_all_namespaces, label_selector=PODSET_LABEL)
+        else:
+            pods = _list_all(core.list_namespaced_pod, namespace, label_selector=PODSET_LABEL)
+    except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as error:
+        raise _api_error(server, error, what) from None
+    except config.ConfigException as error:  # credential plugins run at request time
+        raise StatusError(f"cannot authenticate to {server}: {_one_line(str(error))}") from None
+    return summarize(workloads, pods)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``topogate status``: exit 0 with the report, 1 with one error line on stderr."""
+    if args.name and args.all_namespaces:
+        print(
+            "topogate status: error: NAME cannot be combined with --all-namespaces", file=sys.stderr
+        )
+        return EXIT_USAGE
+    try:
+        api, default_namespace = connect(args.kubeconfig)
+        with api:
+            namespace = None if args.all_namespaces else args.namespace or default_namespace
+            workloads = fetch(api, namespace, args.name)
+    except StatusError as error:
+        print(f"topogate status: error: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    sys.stdout.write(render(workloads, args.output, namespace))
+    return EXIT_OK
