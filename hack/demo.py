@@ -18,10 +18,11 @@ import time
 from pathlib import Path
 
 import yaml
-from kubernetes import client, config
+from kubernetes import client
 
 from topogate.cli import main as topogate
 from topogate.controlplane import ControlPlane, free_port
+from topogate.kube import api_client
 from topogate.localcluster import create, create_all, install_crds, serving, stop
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "topogate" / "examples"
@@ -40,7 +41,7 @@ def main() -> int:
     print(f"== control plane in {workdir}", flush=True)
     plane = ControlPlane.start(workdir / "controlplane")
     kubeconfig = plane.kubeconfig
-    api = config.new_client_from_config(str(kubeconfig))
+    api = api_client(str(kubeconfig))
     try:
         install_crds(kubeconfig)
         cluster = _docs(EXAMPLES / "cluster.yaml") + _docs(EXAMPLES / "queues.yaml")
@@ -67,7 +68,7 @@ def main() -> int:
                 pods = core.list_namespaced_pod(
                     "research", label_selector="batch.kubernetes.io/job-name=llm-pretrain"
                 ).items
-                bound = sum(1 for p in pods if p.spec.node_name)
+                bound = sum(1 for p in pods if p.spec is not None and p.spec.node_name)
                 print(f"\n-- t={time.monotonic() - started:4.1f}s  pods bound: {bound}/6")
                 topogate(["status", "llm-pretrain", "-n", "research", f"--kubeconfig={kubeconfig}"])
                 sys.stdout.flush()

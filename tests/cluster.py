@@ -46,3 +46,15 @@ def fake_node(name: str, labels: dict[str, str] | None = None, gpus: int = 8) ->
             "conditions": [{"type": "Ready", "status": "True"}],
         },
     }
+
+
+def drop_webhooks(plane: ControlPlane) -> None:
+    """Delete topogate's webhook configurations: once their server is gone they would refuse
+    (failurePolicy Fail) what later tests on the same control plane create."""
+    admission = client.AdmissionregistrationV1Api(api_client(plane))
+    for item in admission.list_mutating_webhook_configuration().items:
+        if item.metadata.name.startswith("topogate"):
+            admission.delete_mutating_webhook_configuration(item.metadata.name)
+    for item in admission.list_validating_webhook_configuration().items:
+        if item.metadata.name.startswith("topogate"):
+            admission.delete_validating_webhook_configuration(item.metadata.name)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.cluster import eventually
+from tests.cluster import drop_webhooks, eventually
 from topogate.controlplane import ControlPlane, free_port
 
 pytestmark = pytest.mark.cluster
@@ -115,6 +115,7 @@ def webhook(
         yield api
     finally:
         server.stop()
+        drop_webhooks(control_plane)
 
 
 def test_queued_job_is_suspended_by_the_api_servers_call(webhook: client.ApiClient) -> None:

@@ -115,8 +115,7 @@ def install_crds(kubeconfig: Path, jobset: bool = True) -> None:
                 crd = await kube.get(crds, doc["metadata"]["name"])
                 conditions = (crd.get("status") or {}).get("conditions") or []
                 if not any(
-                    c.get("type") == "Established" and c.get("status") == "True"
-                    for c in conditions
+                    c.get("type") == "Established" and c.get("status") == "True" for c in conditions
                 ):
                     return False
             return True
