@@ -48,7 +48,7 @@ def queue_name(job: Mapping[str, Any]) -> str | None:
 def workload_name(kind: str, name: str, uid: str) -> str:
     """Deterministic and unique per job object: a re-created job gets a new Workload."""
     digest = hashlib.sha256(uid.encode()).hexdigest()[:5]
-    return f"{kind.lower()}-{name}"[:240] + f"-{digest}"
+    return f"{kind.lower()}-{name}"[:240].rstrip(".-") + f"-{digest}"
 
 
 def _templates(job: Obj) -> list[tuple[str, Obj]]:
@@ -78,7 +78,7 @@ def desired_workload(job: Obj, priority_of: Callable[[str], int | None]) -> Obj:
     workload.spec.queue_name = queue_name(job)
     workload.spec.priority = _priority(job, priority_of)
     replicas = {
-        str(r.get("name")): int(r.get("replicas") or 1)
+        str(r.get("name")): 1 if r.get("replicas") is None else int(r["replicas"])
         for r in (job.get("spec") or {}).get("replicatedJobs") or []
     }
     for podset in workload.spec.pod_sets:
@@ -161,13 +161,12 @@ def admitted_job(
         selector = node_selectors.get(podset)
         if selector:
             spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **selector}
-        extra = [
-            t
-            for t in (tolerations or {}).get(podset, [])
-            if t not in (spec.get("tolerations") or [])
-        ]
-        if extra:
-            spec["tolerations"] = [*(spec.get("tolerations") or []), *extra]
+        merged = list(spec.get("tolerations") or [])
+        for toleration in (tolerations or {}).get(podset, []):
+            if toleration not in merged:
+                merged.append(toleration)
+        if merged:
+            spec["tolerations"] = merged
     return out
 
 

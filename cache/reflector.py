@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -62,7 +63,11 @@ class Reflector:
             page = await self.kube.list(
                 self.resource, limit=self.page_size, **{"continue": token}, **self._params
             )
+            # List items come without kind and apiVersion; watch events carry them.
+            kind = str(page.get("kind") or "").removesuffix("List")
             for item in page.get("items") or []:
+                item.setdefault("kind", kind)
+                item.setdefault("apiVersion", page.get("apiVersion") or self.resource.api_version)
                 items[key_of(item)] = item
             meta = page.get("metadata") or {}
             token = meta.get("continue") or None
@@ -76,9 +81,9 @@ class Reflector:
             self.store[key] = new
             old = old_store.pop(key, None)
             if old is None or _version(old) != _version(new):
-                self.on_change(old, new)
+                self._emit(old, new)
         for old in old_store.values():
-            self.on_change(old, None)
+            self._emit(old, None)
 
     def _apply(self, event: Obj) -> None:
         kind, obj = event.get("type"), event.get("object") or {}
@@ -91,30 +96,50 @@ class Reflector:
         old = self.store.get(key)
         if kind == "DELETED":
             self.store.pop(key, None)
-            self.on_change(old, None)
+            self._emit(old if old is not None else obj, None)
         elif kind in ("ADDED", "MODIFIED"):
             self.store[key] = obj
-            self.on_change(old, obj)
+            self._emit(old, obj)
+
+    def _emit(self, old: Obj | None, new: Obj | None) -> None:
+        # A handler's bug must not look like a broken watch (the version has moved on).
+        try:
+            self.on_change(old, new)
+        except Exception:
+            log.exception("%s: handler failed", self.name)
 
     async def run(self) -> None:
         """Forever: list, then watch; relist only when the version is gone."""
         backoff = 0.2
         need_list = True
+        gone_in_a_row = 0
         while True:
             try:
                 if need_list:
                     await self._list()
                     need_list = False
                     self.synced.set()
+                started, events = time.monotonic(), 0
                 async for event in self.kube.watch(
                     self.resource, self.resource_version, **self._params
                 ):
                     self._apply(event)
-                backoff = 0.2
+                    events += 1
+                gone_in_a_row = 0
+                if events == 0 and time.monotonic() - started < 1.0:
+                    # A server that closes every watch at once must not be hammered.
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 30)
+                else:
+                    backoff = 0.2
             except KubeError as error:
                 if error.gone:
                     log.info("%s: watch version too old, listing again", self.name)
                     need_list = True
+                    gone_in_a_row += 1
+                    if gone_in_a_row > 1:
+                        await asyncio.sleep(backoff)
+                        backoff = min(backoff * 2, 30)
                     continue
                 if error.not_found and self.optional:
                     # The CRD is not installed; nothing to follow. Look again later.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,7 +31,8 @@ class EventRecorder:
         body = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{meta.get('name')}.", "namespace": namespace},
+            # client-go's naming: the object's name and a unique hex suffix.
+            "metadata": {"name": f"{meta.get('name')}.{time.time_ns():x}", "namespace": namespace},
             "eventTime": micro_time(),
             "reportingController": CONTROLLER,
             "reportingInstance": self.instance[:128],
