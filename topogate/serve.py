@@ -59,6 +59,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     webhook.add_argument(
         "--webhook-register-url", help="write webhook configurations pointing at this URL"
     )
+    webhook.add_argument(
+        "--webhook-inject-ca",
+        metavar="NAME",
+        help="put the CA into the webhook configurations named NAME (in-cluster)",
+    )
     parser.add_argument("--log-level", default="INFO")
 
 
@@ -69,7 +74,7 @@ async def _webhooks(args: argparse.Namespace) -> AsyncIterator[None]:
         return
     from topogate.kube import api_client
     from topogate.webhooks.catalog import ApiCatalog
-    from topogate.webhooks.command import register
+    from topogate.webhooks.command import inject_ca, register
     from topogate.webhooks.server import ServingCertificate, running
 
     certificate = ServingCertificate.prepare(
@@ -79,9 +84,14 @@ async def _webhooks(args: argparse.Namespace) -> AsyncIterator[None]:
     )
     api = api_client(args.kubeconfig)
     async with running(args.webhook_host, args.webhook_port, certificate, ApiCatalog(api), 5.0):
+        loop = asyncio.get_running_loop()
         if args.webhook_register_url:
-            await asyncio.get_running_loop().run_in_executor(
+            await loop.run_in_executor(
                 None, register, api, args.webhook_register_url, certificate.ca.read_bytes()
+            )
+        if args.webhook_inject_ca:
+            await loop.run_in_executor(
+                None, inject_ca, api, args.webhook_inject_ca, certificate.ca.read_bytes()
             )
         log.info("webhooks on %s:%d", args.webhook_host, args.webhook_port)
         yield
