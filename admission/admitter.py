@@ -17,7 +17,6 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -28,15 +27,13 @@ from topogate.api.models import (
     Admission,
     ClusterQueue,
     Condition,
-    PodSetAssignment,
     ResourceFlavor,
     Topology,
-    TopologyAssignment,
-    TopologyDomainAssignment,
     Workload,
 )
 from topogate.api.podspec import parse_tolerations, pod_requests
-from topogate.api.quantity import format_units, to_units
+from topogate.api.quantity import to_units
+from topogate.api.times import now, parse_time
 from topogate.api.validation import parse_model
 from topogate.cache.nodes import PODS as POD_SLOT
 from topogate.cache.snapshot import ClusterSnapshot
@@ -54,8 +51,10 @@ from topogate.kubeapi import (
     key_of,
 )
 from topogate.metrics import Metrics
+from topogate.planner import podset_request
 from topogate.world import World, condition, is_admitted, is_finished, meta, owner_job
 
+from .assignments import node_usage, pod_set_assignments
 from .queues import (
     Admitted,
     FlavorTopology,
@@ -65,15 +64,11 @@ from .queues import (
     Usage,
     admission_cycle,
 )
-from .request import PlacementDecision, PlacementRequest
+from .request import PlacementRequest
 
 log = logging.getLogger("topogate.admitter")
 
 PENDING = "Pending"
-
-
-def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _cond(kind: str, status: str, reason: str, message: str) -> dict[str, Any]:
@@ -197,8 +192,6 @@ class Admitter:
             if model is not None and model.spec.topology_name:
                 topology = topologies.get(model.spec.topology_name)
                 break
-        from topogate.planner import podset_request  # the planner's request builder
-
         where = f"Workload {key}"
         try:
             model_workload = parse_model(Workload, workload, where)
@@ -236,7 +229,7 @@ class Admitter:
         self._candidates[key] = candidate
         return candidate
 
-    def _usage(self, queues: Mapping[str, QueueSpec]) -> Usage:
+    def _usage(self) -> Usage:
         """Quota in use, from every admitted, unfinished workload's status (or our writes)."""
         usage: Usage = {}
         for key, workload in self.world.store(WORKLOADS).items():
@@ -275,10 +268,6 @@ class Admitter:
 
     # --- holding usage -------------------------------------------------------------------
 
-    def _hold(self, key: str, per_node: Mapping[str, Mapping[str, int]]) -> None:
-        self.world.capacity.set_workload_usage(key, per_node)
-        self.world.held.add(key)
-
     def hold_from_status(self, workload: Obj) -> None:
         """Hold an admitted workload's usage from its status (after a restart)."""
         key = key_of(workload)
@@ -305,7 +294,7 @@ class Admitter:
                     slot = per_node.setdefault(node, {})
                     for name, amount in requests.items():
                         slot[name] = slot.get(name, 0) + amount * count
-        self._hold(key, per_node)
+        self.world.hold(key, per_node)
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -340,11 +329,11 @@ class Admitter:
             return
         snapshot = self.world.capacity.snapshot()
         placer = SnapshotPlacer(snapshot, self._flavor_topologies(snapshot, flavors, topologies))
-        result = admission_cycle(queues, pending, self._usage(queues), placer)
+        result = admission_cycle(queues, pending, self._usage(), placer)
         self.metrics.admission_cycle_seconds.observe(time.perf_counter() - started)
         self.cycles += 1
         requests = {p.key: p.request for p in pending}
-        jobs = [self._admit(waiting[a.key], a, requests[a.key], flavors) for a in result.admitted]
+        jobs = [self._admit(waiting[a.key], a, requests[a.key]) for a in result.admitted]
         jobs += [self._wait(waiting[k], m) for k, m in {**problems, **result.pending}.items()]
         await asyncio.gather(*jobs)
         admitted = {a.key for a in result.admitted}
@@ -371,7 +360,6 @@ class Admitter:
         workload: Obj,
         admitted: Admitted,
         request: PlacementRequest,
-        flavors: Mapping[str, ResourceFlavor],
     ) -> None:
         key = admitted.key
         admission = _admission(admitted, request)
@@ -384,30 +372,23 @@ class Admitter:
             ],
         }
         # Hold the capacity before the write, so a cycle meanwhile cannot give it away.
-        per_node = _node_usage(request, admitted.decision)
-        self._hold(key, per_node)
+        per_node = node_usage(request, admitted.decision)
+        self.world.hold(key, per_node)
         self.written[key] = admission
         m = meta(workload)
         try:
             async with self._writes:
-                await self.kube.patch(
-                    WORKLOADS,
-                    m["name"],
-                    {"metadata": {"resourceVersion": m.get("resourceVersion")}, "status": status},
-                    m.get("namespace"),
-                    subresource="status",
-                )
+                await write_status(self.kube, workload, status)
         except KubeError as error:
             # Not admitted after all (changed or deleted meanwhile): give the capacity back.
             log.info("admitting %s failed: %s", key, error)
             self.written.pop(key, None)
-            self.world.held.discard(key)
-            self.world.capacity.release_workload(key)
+            self.world.release(key)
             self.metrics.admission_attempts.labels("conflict").inc()
             self.world.signals.admit()
             return
         self.metrics.admission_attempts.labels("admitted").inc()
-        created = _timestamp(m.get("creationTimestamp"))
+        created = parse_time(m.get("creationTimestamp"))
         if created is not None:
             self.metrics.admission_wait_seconds.labels(admitted.cluster_queue).observe(
                 max(time.time() - created, 0.0)
@@ -429,77 +410,30 @@ class Admitter:
             and current.get("message") == message
         ):
             return
-        m = meta(workload)
         status = {"conditions": [_cond("QuotaReserved", "False", PENDING, message)]}
         try:
             async with self._writes:
-                await self.kube.patch(
-                    WORKLOADS,
-                    m["name"],
-                    {"metadata": {"resourceVersion": m.get("resourceVersion")}, "status": status},
-                    m.get("namespace"),
-                    subresource="status",
-                )
+                await write_status(self.kube, workload, status)
         except KubeError as error:
             log.debug("pending status of %s not written: %s", key_of(workload), error)
             return
         self.events.emit(workload, PENDING, message, warning=True)
 
 
-def _timestamp(value: Any) -> float | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-    except ValueError:
-        return None
+async def write_status(kube: Kube, workload: Obj, status: Obj, *, guarded: bool = True) -> None:
+    """Merge-patch a Workload's status; ``guarded``: only over the version we read."""
+    m = meta(workload)
+    body: Obj = {"status": status}
+    if guarded:
+        body["metadata"] = {"resourceVersion": m.get("resourceVersion")}
+    await kube.patch(WORKLOADS, m["name"], body, m.get("namespace"), subresource="status")
 
 
 def _admission(admitted: Admitted, request: PlacementRequest) -> Obj:
-    placements = {p.name: p for p in admitted.decision.placements} if admitted.decision else {}
-    assignments = []
-    for podset in request.podsets:
-        resources = sorted(podset.requests)
-        placement = placements.get(podset.name)
-        topology = None
-        if placement is not None and podset.count:
-            topology = TopologyAssignment(
-                levels=list(placement.levels),
-                domains=[
-                    TopologyDomainAssignment(values=list(d.values), count=d.count)
-                    for d in placement.domains
-                ],
-            )
-        assignments.append(
-            PodSetAssignment(
-                name=podset.name,
-                count=podset.count,
-                flavors=dict.fromkeys(resources, admitted.flavor),
-                resource_usage={
-                    r: format_units(r, podset.requests[r] * podset.count) for r in resources
-                },
-                topology_assignment=topology,
-            )
-        )
+    assignments = pod_set_assignments(request, admitted.decision, admitted.flavor)
     return Admission(
         cluster_queue=admitted.cluster_queue, pod_set_assignments=assignments
     ).to_wire()
-
-
-def _node_usage(
-    request: PlacementRequest, decision: PlacementDecision | None
-) -> dict[str, dict[str, int]]:
-    per_node: dict[str, dict[str, int]] = {}
-    if decision is None:
-        return per_node
-    by_name = {p.name: p for p in request.podsets}
-    for placement in decision.placements:
-        requests = {**by_name[placement.name].requests, POD_SLOT: 1}
-        for node, count in placement.node_counts.items():
-            slot = per_node.setdefault(node, {})
-            for name, amount in requests.items():
-                slot[name] = slot.get(name, 0) + amount * count
-    return per_node
 
 
 def _spread(

@@ -31,7 +31,7 @@ from topogate.kubeapi import (
 )
 from topogate.world import World, is_finished, meta
 
-from .admitter import Admitter, _cond
+from .admitter import Admitter, _cond, write_status
 from .integration import (
     admitted_job,
     desired_workload,
@@ -190,11 +190,5 @@ class JobSync:
             if c.get("type") != "Finished"
         ]
         conditions.append(_cond("Finished", "True", outcome, f"the job {outcome.lower()}"))
-        await self.kube.patch(
-            WORKLOADS,
-            m["name"],
-            {"status": {"conditions": conditions}},
-            m.get("namespace"),
-            subresource="status",
-        )
+        await write_status(self.kube, workload, {"conditions": conditions}, guarded=False)
         log.info("workload %s/%s finished: %s", m.get("namespace"), m["name"], outcome)

@@ -16,10 +16,10 @@ from typing import Protocol
 from topogate.api.models import ClusterQueue
 from topogate.api.podspec import Toleration
 from topogate.api.quantity import format_units, to_units
-from topogate.cache.nodes import PODS
 from topogate.cache.snapshot import ClusterSnapshot
 from topogate.cache.topology import DomainTree
 
+from .assignments import node_usage
 from .placement import place
 from .request import PlacementDecision, PlacementRequest
 
@@ -205,13 +205,10 @@ class SnapshotPlacer:
         if held:
             extra: dict[str, dict[str, int]] = {}
             for earlier, decision in held:
-                by_name = {p.name: p for p in earlier.podsets}
-                for placement in decision.placements:
-                    requests = by_name[placement.name].requests
-                    for node, count in placement.node_counts.items():
-                        slot = extra.setdefault(node, {})
-                        for resource, amount in {**requests, PODS: 1}.items():
-                            slot[resource] = slot.get(resource, 0) + amount * count
+                for node, amounts in node_usage(earlier, decision).items():
+                    slot = extra.setdefault(node, {})
+                    for resource, amount in amounts.items():
+                        slot[resource] = slot.get(resource, 0) + amount
             snapshot = snapshot.with_usage(extra)
         return place(
             topology.tree,

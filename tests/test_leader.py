@@ -13,9 +13,10 @@ import pytest
 from aiohttp.test_utils import TestClient
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from topogate.api.times import micro_time
 from topogate.controlplane import ControlPlane
 from topogate.kubeapi import LEASES, Kube, KubeError, Obj, Resource
-from topogate.leader import LeaderElector, LeadershipLost, micro_time
+from topogate.leader import LeaderElector, LeadershipLost
 from topogate.metrics import Metrics
 from topogate.ops import make_ops_app, start_ops_server
 

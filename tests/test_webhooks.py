@@ -13,39 +13,12 @@ from kubernetes import client
 
 from tests.cluster import drop_webhooks, eventually
 from topogate.controlplane import ControlPlane, free_port
+from topogate.localcluster import JOBSET_CRD
 
 pytestmark = pytest.mark.cluster
 
 BLOCK, RACK = "cloud.com/block", "cloud.com/rack"
 NS = "wh-test"
-JOBSET_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "jobsets.jobset.x-k8s.io"},
-    "spec": {
-        "group": "jobset.x-k8s.io",
-        "names": {
-            "kind": "JobSet",
-            "plural": "jobsets",
-            "singular": "jobset",
-            "listKind": "JobSetList",
-        },
-        "scope": "Namespaced",
-        "versions": [
-            {
-                "name": "v1alpha2",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
 
 
 def _job(

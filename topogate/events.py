@@ -5,17 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import UTC, datetime
 from typing import Any
 
+from topogate.api.times import micro_time
 from topogate.kubeapi import EVENTS, Kube, KubeError, Obj
 
 log = logging.getLogger("topogate.events")
 CONTROLLER = "topogate.dev/controller"
-
-
-def micro_time() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class EventRecorder:

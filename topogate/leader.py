@@ -28,9 +28,9 @@ import math
 import random
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import Any
 
+from topogate.api.times import micro_time
 from topogate.kubeapi import LEASES, Kube, KubeError, Obj
 from topogate.metrics import Metrics
 
@@ -42,12 +42,6 @@ JITTER_FACTOR = 1.2
 
 class LeadershipLost(Exception):
     """The Lease could not be renewed in time, or another replica took it."""
-
-
-def micro_time(moment: datetime | None = None) -> str:
-    """A metav1.MicroTime: ``2026-01-02T03:04:05.123456Z``."""
-    moment = moment or datetime.now(UTC)
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaderElector:

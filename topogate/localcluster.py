@@ -31,7 +31,12 @@ JOBSET_CRD: Obj = {
     "metadata": {"name": "jobsets.jobset.x-k8s.io"},
     "spec": {
         "group": "jobset.x-k8s.io",
-        "names": {"kind": "JobSet", "plural": "jobsets", "singular": "jobset"},
+        "names": {
+            "kind": "JobSet",
+            "plural": "jobsets",
+            "singular": "jobset",
+            "listKind": "JobSetList",
+        },
         "scope": "Namespaced",
         "versions": [
             {

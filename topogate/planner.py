@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 import numpy as np
 
+from topogate.admission.assignments import pod_set_assignments
 from topogate.admission.placement import place
 from topogate.admission.request import (
     Mode,
@@ -28,15 +28,13 @@ from topogate.api.models import (
     Admission,
     Condition,
     PodSet,
-    PodSetAssignment,
     ResourceFlavor,
     Topology,
-    TopologyAssignment,
-    TopologyDomainAssignment,
     WorkloadStatus,
 )
 from topogate.api.podspec import Toleration, node_constraints, parse_tolerations, pod_requests
 from topogate.api.quantity import format_units
+from topogate.api.times import now
 from topogate.api.validation import join
 from topogate.cache.snapshot import ClusterSnapshot, IntArray
 from topogate.cache.topology import DomainTree
@@ -216,17 +214,13 @@ def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = Non
     return PlanResult(source, choice, decision, usage)
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _condition(status: Literal["True", "False"], reason: str, message: str) -> Condition:
     return Condition(
         type="TopologyAssigned",
         status=status,
         reason=reason,
         message=message,
-        last_transition_time=_now(),
+        last_transition_time=now(),
     )
 
 
@@ -243,28 +237,7 @@ def _status(
                 )
             ]
         )
-    assignments = []
-    for request, placement in zip(requests, decision.placements, strict=True):
-        resources = sorted(request.requests)
-        assignments.append(
-            PodSetAssignment(
-                name=request.name,
-                count=request.count,
-                flavors=dict.fromkeys(resources, choice.name),
-                resource_usage={
-                    r: format_units(r, request.requests[r] * request.count) for r in resources
-                },
-                topology_assignment=TopologyAssignment(
-                    levels=list(placement.levels),
-                    domains=[
-                        TopologyDomainAssignment(values=list(d.values), count=d.count)
-                        for d in placement.domains
-                    ],
-                )
-                if request.count
-                else None,
-            )
-        )
+    assignments = pod_set_assignments(PlacementRequest("", requests), decision, choice.name)
     return WorkloadStatus(
         conditions=[
             _condition(

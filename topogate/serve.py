@@ -72,28 +72,19 @@ async def _webhooks(args: argparse.Namespace) -> AsyncIterator[None]:
     if args.webhook_cert_dir is None:
         yield
         return
-    from topogate.kube import api_client
-    from topogate.webhooks.catalog import ApiCatalog
-    from topogate.webhooks.command import inject_ca, register
-    from topogate.webhooks.server import ServingCertificate, running
+    from topogate.webhooks.command import serving
 
-    certificate = ServingCertificate.prepare(
+    async with serving(
+        args.webhook_host,
+        args.webhook_port,
         args.webhook_cert_dir,
-        args.webhook_dns_name or ["localhost"],
-        args.webhook_ip or ["127.0.0.1"],
-    )
-    api = api_client(args.kubeconfig)
-    async with running(args.webhook_host, args.webhook_port, certificate, ApiCatalog(api), 5.0):
-        loop = asyncio.get_running_loop()
-        if args.webhook_register_url:
-            await loop.run_in_executor(
-                None, register, api, args.webhook_register_url, certificate.ca.read_bytes()
-            )
-        if args.webhook_inject_ca:
-            await loop.run_in_executor(
-                None, inject_ca, api, args.webhook_inject_ca, certificate.ca.read_bytes()
-            )
-        log.info("webhooks on %s:%d", args.webhook_host, args.webhook_port)
+        dns_names=args.webhook_dns_name,
+        ips=args.webhook_ip,
+        kubeconfig=args.kubeconfig,
+        use_api=True,
+        register_url=args.webhook_register_url,
+        inject_ca_into=args.webhook_inject_ca,
+    ):
         yield
 
 

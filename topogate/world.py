@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,6 +126,15 @@ class World:
         self.held: set[str] = set()
         self.hold_usage: Callable[[Obj], None] | None = None  # set by the admitter
 
+    def hold(self, key: str, per_node: Mapping[str, Mapping[str, int]]) -> None:
+        """Hold an admitted workload's capacity until it finishes or is deleted."""
+        self.capacity.set_workload_usage(key, per_node)
+        self.held.add(key)
+
+    def release(self, key: str) -> None:
+        self.held.discard(key)
+        self.capacity.release_workload(key)
+
     def store(self, resource: Resource) -> dict[str, Obj]:
         return self.stores[resource.plural]
 
@@ -199,8 +208,7 @@ class World:
             self.signals.job(*owner)
         if new is None or is_finished(new):
             if key in self.held:
-                self.held.discard(key)
-                self.capacity.release_workload(key)
+                self.release(key)
             self.signals.admit()
             return
         if is_admitted(new):

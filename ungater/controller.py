@@ -13,16 +13,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Callable
 from typing import Any
 
 from topogate.api import constants as c
+from topogate.api.models import TopologyAssignment
+from topogate.api.times import parse_time
 from topogate.kubeapi import JSON_PATCH, PODS, WORKLOADS, Kube, KubeError, Obj, key_of
 from topogate.metrics import Metrics
 from topogate.world import World, is_finished, meta, workload_of_pod
 
-from .ranks import Assignment, Domain, Expectations, Ungate, plan_ungates, pod_view
+from .ranks import Assignment, Expectations, Ungate, plan_ungates, pod_view
 
 log = logging.getLogger("topogate.ungater")
 
@@ -129,10 +130,7 @@ class Ungater:
                     if _gated(p)
                 )
                 continue
-            parsed = Assignment(
-                tuple(topology.get("levels") or ()),
-                tuple(_domain(d) for d in topology.get("domains") or []),
-            )
+            parsed = Assignment.from_model(TopologyAssignment.model_validate(topology))
             request = requests.get(podset, {})
             ungates = plan_ungates(
                 parsed.levels,
@@ -172,13 +170,9 @@ class Ungater:
                 self.world.signals.ungate_workload(key)
             return
         self.metrics.ungated_pods.inc()
-        created = _timestamp(m.get("creationTimestamp"))
+        created = parse_time(m.get("creationTimestamp"))
         if created is not None:
             self.metrics.ungate_seconds.observe(max(time.time() - created, 0.0))
-
-
-def _domain(raw: Mapping[str, Any]) -> Domain:
-    return Domain(tuple(str(v) for v in raw.get("values") or ()), int(raw.get("count") or 0))
 
 
 def _topology_requests(workload: Obj | None) -> dict[str, dict[str, Any]]:
@@ -186,12 +180,3 @@ def _topology_requests(workload: Obj | None) -> dict[str, dict[str, Any]]:
     for podset in ((workload or {}).get("spec") or {}).get("podSets") or []:
         out[str(podset.get("name"))] = dict(podset.get("topologyRequest") or {})
     return out
-
-
-def _timestamp(value: Any) -> float | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-    except ValueError:
-        return None

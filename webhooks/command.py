@@ -1,4 +1,4 @@
-"""`topogate webhook`: run the admission webhook server (the controller's `serve` embeds it later).
+"""`topogate webhook`: the admission webhook server alone (`topogate serve` embeds the same one).
 
 With ``--register-url`` it also writes the webhook configurations (URL + caBundle) into the
 cluster named by ``--kubeconfig``, which is how the local control plane and the tests use it.
@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +98,22 @@ def inject_ca(api: Any, name: str, ca_bundle: bytes) -> None:
         patch(name, {"webhooks": hooks})
 
 
-async def _run(args: argparse.Namespace) -> int:
+@contextlib.asynccontextmanager
+async def serving(
+    host: str,
+    port: int,
+    cert_dir: Path,
+    *,
+    dns_names: list[str],
+    ips: list[str],
+    kubeconfig: str | None,
+    use_api: bool,
+    register_url: str | None = None,
+    inject_ca_into: str | None = None,
+    reload_interval: float = 5.0,
+) -> AsyncIterator[None]:
+    """The webhook server, its certificate (made or read, reloaded on change) and, with an API
+    client, the queue catalog and the webhook configurations' registration or CA injection."""
     # Imported here so that `topogate plan` does not pay for the Kubernetes client and aiohttp.
     from topogate.kube import api_client
 
@@ -104,25 +121,41 @@ async def _run(args: argparse.Namespace) -> int:
     from .server import ServingCertificate, running
 
     certificate = ServingCertificate.prepare(
-        args.cert_dir, args.dns_name or ["localhost"], args.ip or ["127.0.0.1"]
+        cert_dir, dns_names or ["localhost"], ips or ["127.0.0.1"]
     )
-    wants_api = args.kubeconfig or args.register_url or args.inject_ca
-    api = api_client(args.kubeconfig) if wants_api else None
+    api = api_client(kubeconfig) if use_api else None
     catalog = ApiCatalog(api) if api is not None else None
+    loop = asyncio.get_running_loop()
+    async with running(host, port, certificate, catalog, reload_interval):
+        if register_url and api is not None:
+            await loop.run_in_executor(
+                None, register, api, register_url, certificate.ca.read_bytes()
+            )
+        if inject_ca_into and api is not None:
+            await loop.run_in_executor(
+                None, inject_ca, api, inject_ca_into, certificate.ca.read_bytes()
+            )
+        logging.getLogger("topogate.webhooks").info("serving on %s:%d", host, port)
+        yield
+
+
+async def _run(args: argparse.Namespace) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with running(args.host, args.port, certificate, catalog, args.reload_interval):
-        if args.register_url and api is not None:
-            await loop.run_in_executor(
-                None, register, api, args.register_url, certificate.ca.read_bytes()
-            )
-        if args.inject_ca and api is not None:
-            await loop.run_in_executor(
-                None, inject_ca, api, args.inject_ca, certificate.ca.read_bytes()
-            )
-        logging.getLogger("topogate.webhooks").info("serving on %s:%d", args.host, args.port)
+    async with serving(
+        args.host,
+        args.port,
+        args.cert_dir,
+        dns_names=args.dns_name,
+        ips=args.ip,
+        kubeconfig=args.kubeconfig,
+        use_api=bool(args.kubeconfig or args.register_url or args.inject_ca),
+        register_url=args.register_url,
+        inject_ca_into=args.inject_ca,
+        reload_interval=args.reload_interval,
+    ):
         print(f"webhooks ready on https://{args.host}:{args.port}", flush=True)
         await stop.wait()
     return 0
