@@ -131,6 +131,15 @@ class _GroupPlacer:
             )
         else:
             self.slice_level = self.tree.output_level
+        # The highest level a preferred search may climb to (0: the whole tree).
+        self.limit_level = 0
+        if request.limit is not None:
+            self.limit_level = self._level_index(request.limit, "no requested topology level")
+            if self.limit_level > self.level:
+                raise _NoFit(
+                    f"required topology {request.limit} is below the preferred topology "
+                    f"{self.tree.level_keys[self.level]}"
+                )
         if self.level > self.slice_level:
             raise _NoFit(
                 f"podset slice topology {layers[0].level} is above the podset topology "
@@ -213,6 +222,9 @@ class _GroupPlacer:
         if level == self.slice_level:
             self.slc[level] = self.pod[level] // self.slice_size
             self.slc_wl[level] = self.pod_wl[level] // self.slice_size
+            if self.workers.exclusive_slices:
+                self.slc[level] = np.minimum(self.slc[level], 1)
+                self.slc_wl[level] = np.minimum(self.slc_wl[level], 1)
         elif level < self.slice_level:
             self.slc[level], self.slc_wl[level] = summed, summed_wl
         else:
@@ -377,9 +389,12 @@ class _GroupPlacer:
                 return level, [top]
             if self.required:
                 raise self._not_fit(int(slc[order[0]]), need, level)
-            if level > 0 and not self.unconstrained:
+            if level > self.limit_level and not self.unconstrained:
                 level -= 1
                 continue
+            if self.workers.limit is not None:
+                # Climbed to the highest allowed level: the gang must fit in one domain.
+                raise self._not_fit(int(slc[order[0]]), need, level)
             return level, self._several_domains(level, order, need)
 
     def _several_domains(self, level: int, order: IntArray, need: int) -> list[int]:

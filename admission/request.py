@@ -40,12 +40,21 @@ class PodSetRequest:
     slices: tuple[SliceLayer, ...] = ()  # outermost first
     constraints: NodeConstraints = field(default_factory=NodeConstraints)
     group: str | None = None  # leader+workers: two PodSets placed together
+    # PREFERRED only: the highest level the search may climb to; the gang must then fit in
+    # one domain of it (KAI's required+preferred pair, Volcano's hard highestTierAllowed).
+    limit: str | None = None
+    # Each slice gets a domain of the slice level to itself (Volcano's HyperJob: one
+    # replicated job per domain), instead of sharing a domain when capacity allows.
+    exclusive_slices: bool = False
+    # PREFERRED only: Kueue's balanced placement, an even split over the fewest domains.
+    balanced: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class PlacementRequest:
     workload: str
     podsets: tuple[PodSetRequest, ...]
+    topology: str | None = None  # the topology the job names (KAI), else its flavor's
 
 
 @dataclass(frozen=True, slots=True)
