@@ -37,7 +37,7 @@ from topogate.api.times import now, parse_time
 from topogate.api.validation import parse_model
 from topogate.cache.nodes import PODS as POD_SLOT
 from topogate.cache.snapshot import ClusterSnapshot
-from topogate.cache.topology import DomainTree
+from topogate.cache.sources import HYPERNODE_TOPOLOGY, TopologySource, topology_sources
 from topogate.events import EventRecorder
 from topogate.kubeapi import (
     CLUSTER_QUEUES,
@@ -51,7 +51,7 @@ from topogate.kubeapi import (
     key_of,
 )
 from topogate.metrics import Metrics
-from topogate.planner import podset_request
+from topogate.planner import podset_request, requested_topology, uses_volcano_tiers
 from topogate.world import World, condition, is_admitted, is_finished, meta, owner_job
 
 from .assignments import node_usage, pod_set_assignments
@@ -130,7 +130,7 @@ class Admitter:
 
     def _models(
         self,
-    ) -> tuple[dict[str, QueueSpec], dict[str, ResourceFlavor], dict[str, Topology]]:
+    ) -> tuple[dict[str, QueueSpec], dict[str, ResourceFlavor], dict[str, TopologySource]]:
         queues: dict[str, QueueSpec] = {}
         for obj in self.world.store(CLUSTER_QUEUES).values():
             try:
@@ -152,7 +152,7 @@ class Admitter:
                 topologies[topology.metadata.name] = topology
             except InputError as error:
                 log.warning("ignoring %s", error.describe())
-        return queues, flavors, topologies
+        return queues, flavors, topology_sources(topologies, self.world.forest())
 
     def _cluster_queue(self, workload: Obj) -> tuple[str | None, str]:
         m = meta(workload)
@@ -171,7 +171,7 @@ class Admitter:
         workload: Obj,
         queues: Mapping[str, QueueSpec],
         flavors: Mapping[str, ResourceFlavor],
-        topologies: Mapping[str, Topology],
+        sources: Mapping[str, TopologySource],
     ) -> Candidate:
         key = key_of(workload)
         m = meta(workload)
@@ -185,36 +185,53 @@ class Admitter:
         queue = queues.get(cq)
         if queue is None:
             return Candidate(version, None, f"ClusterQueue {cq} doesn't exist")
-        # Levels are checked against the first flavor of the queue that has a topology.
-        topology = None
-        for flavor in queue.flavors:
-            model = flavors.get(flavor.flavor)
-            if model is not None and model.spec.topology_name:
-                topology = topologies.get(model.spec.topology_name)
-                break
         where = f"Workload {key}"
         try:
             model_workload = parse_model(Workload, workload, where)
-            if topology is None:
-                topology = parse_model(
-                    Topology,
-                    {
-                        "metadata": {"name": "none"},
-                        "spec": {"levels": [{"nodeLabel": c.HOSTNAME_LABEL}]},
-                    },
-                    where,
+            podsets = model_workload.spec.pod_sets
+            paths = [f"spec.podSets[{i}].template" for i in range(len(podsets))]
+            named = requested_topology(podsets, paths, where)
+            # Levels are checked against the topology the job names, else the first flavor
+            # of the queue that has one, else (Volcano's tiers) the HyperNode forest.
+            source = None
+            if named is not None:
+                source = sources.get(named)
+                if source is None:
+                    return Candidate(version, None, f"{where}: topology {named!r} doesn't exist")
+            else:
+                for flavor in queue.flavors:
+                    model = flavors.get(flavor.flavor)
+                    if model is not None and model.spec.topology_name:
+                        source = sources.get(model.spec.topology_name)
+                        break
+            if (
+                source is None
+                and HYPERNODE_TOPOLOGY in sources
+                and uses_volcano_tiers(podsets, paths, where)
+            ):
+                named, source = HYPERNODE_TOPOLOGY, sources[HYPERNODE_TOPOLOGY]
+            if source is None:
+                source = TopologySource.from_topology(
+                    parse_model(
+                        Topology,
+                        {
+                            "metadata": {"name": "none"},
+                            "spec": {"levels": [{"nodeLabel": c.HOSTNAME_LABEL}]},
+                        },
+                        where,
+                    )
                 )
                 if any(
                     p.topology_request
                     and (p.topology_request.required or p.topology_request.preferred)
-                    for p in model_workload.spec.pod_sets
+                    for p in podsets
                 ):
                     return Candidate(
                         version, None, f"ClusterQueue {cq} has no flavor with a topology"
                     )
             requests = tuple(
-                podset_request(p, f"spec.podSets[{i}].template", topology, where)
-                for i, p in enumerate(model_workload.spec.pod_sets)
+                podset_request(p, path, source, where)
+                for p, path in zip(podsets, paths, strict=True)
             )
         except InputError as error:
             return Candidate(version, None, error.describe())
@@ -223,7 +240,7 @@ class Admitter:
             cluster_queue=cq,
             priority=int((workload.get("spec") or {}).get("priority") or 0),
             created=str(m.get("creationTimestamp") or ""),
-            request=PlacementRequest(key, requests),
+            request=PlacementRequest(key, requests, named),
         )
         candidate = Candidate(version, pending, "")
         self._candidates[key] = candidate
@@ -250,21 +267,32 @@ class Admitter:
         self,
         snapshot: ClusterSnapshot,
         flavors: Mapping[str, ResourceFlavor],
-        topologies: Mapping[str, Topology],
-    ) -> dict[str, FlavorTopology]:
-        out: dict[str, FlavorTopology] = {}
+        sources: Mapping[str, TopologySource],
+        named: set[str],
+    ) -> SnapshotPlacer:
+        """Trees per flavor (its own topology) and per (flavor, topology a job names)."""
+        own: dict[str, FlavorTopology] = {}
+        by_name: dict[tuple[str, str], FlavorTopology] = {}
         for name, flavor in flavors.items():
-            topology = topologies.get(flavor.spec.topology_name or "")
-            if topology is None:
+            try:
+                tolerations = parse_tolerations(
+                    [t.to_wire() for t in flavor.spec.tolerations],
+                    f"ResourceFlavor {name}",
+                    "spec.tolerations",
+                )
+            except InputError as error:
+                log.warning("ignoring %s", error.describe())
                 continue
-            tree = DomainTree.from_labels(snapshot, topology.level_labels, flavor.spec.node_labels)
-            tolerations = parse_tolerations(
-                [t.to_wire() for t in flavor.spec.tolerations],
-                f"ResourceFlavor {name}",
-                "spec.tolerations",
-            )
-            out[name] = FlavorTopology(tree, topology.metadata.name, tolerations)
-        return out
+            labels = flavor.spec.node_labels
+            source = sources.get(flavor.spec.topology_name or "")
+            if source is not None:
+                own[name] = FlavorTopology(source.tree(snapshot, labels), source.name, tolerations)
+            for topology in named:
+                wanted = sources.get(topology)
+                if wanted is not None:
+                    tree = wanted.tree(snapshot, labels)
+                    by_name[(name, topology)] = FlavorTopology(tree, wanted.name, tolerations)
+        return SnapshotPlacer(snapshot, own, by_name)
 
     # --- holding usage -------------------------------------------------------------------
 
@@ -308,7 +336,7 @@ class Admitter:
 
     async def cycle(self) -> None:
         started = time.perf_counter()
-        queues, flavors, topologies = self._models()
+        queues, flavors, sources = self._models()
         workloads = self.world.store(WORKLOADS)
         pending: list[PendingWorkload] = []
         problems: dict[str, str] = {}
@@ -317,7 +345,7 @@ class Admitter:
             if is_finished(workload) or self.admission_of(key) is not None:
                 continue
             waiting[key] = workload
-            candidate = self._candidate(workload, queues, flavors, topologies)
+            candidate = self._candidate(workload, queues, flavors, sources)
             if candidate.pending is None:
                 problems[key] = candidate.problem
             else:
@@ -328,7 +356,8 @@ class Admitter:
             self._gauges(queues, [])
             return
         snapshot = self.world.capacity.snapshot()
-        placer = SnapshotPlacer(snapshot, self._flavor_topologies(snapshot, flavors, topologies))
+        named = {p.request.topology for p in pending if p.request.topology is not None}
+        placer = self._flavor_topologies(snapshot, flavors, sources, named)
         result = admission_cycle(queues, pending, self._usage(), placer)
         self.metrics.admission_cycle_seconds.observe(time.perf_counter() - started)
         self.cycles += 1

@@ -194,11 +194,20 @@ class SnapshotPlacer:
 
     snapshot: ClusterSnapshot
     flavors: Mapping[str, FlavorTopology]
+    # (flavor, topology) for jobs that name their topology (KAI) instead of the flavor's.
+    named: Mapping[tuple[str, str], FlavorTopology] = field(default_factory=dict)
 
     def __call__(
         self, flavor: str, request: PlacementRequest, held: Held
     ) -> PlacementDecision | None:
-        topology = self.flavors.get(flavor)
+        if request.topology is not None:
+            topology = self.named.get((flavor, request.topology))
+            if topology is None:
+                return PlacementDecision(
+                    fits=False, message=f"topology {request.topology!r} does not exist"
+                )
+        else:
+            topology = self.flavors.get(flavor)
         if topology is None:
             return None
         snapshot = self.snapshot

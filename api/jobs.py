@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .annotations import AnnotationError, check_groups, topology_request
+from .constants import JOBSET_JOB_INDEX
 from .errors import InputError
 from .models import ObjectMeta, PodSet, PodSetTopologyRequest, Workload, WorkloadSpec
 from .validation import join, object_name, parse_model
+from .vocabularies import REPLICA_REQUIRED_TOPOLOGY, vocabulary_request
 
 JOBSET_API_VERSIONS = ("jobset.x-k8s.io/v1alpha2",)
 
@@ -54,19 +56,46 @@ def _job_pod_count(spec: Mapping[str, Any], where: str, path: str) -> int:
     return count
 
 
-def _podset(name: str, count: int, template: Mapping[str, Any], where: str, path: str) -> PodSet:
+def _podset(
+    name: str,
+    count: int,
+    template: Mapping[str, Any],
+    where: str,
+    path: str,
+    replicas: int | None = None,
+) -> PodSet:
+    """One PodSet; ``replicas`` is the number of child Jobs of a JobSet's replicated job."""
     meta = _mapping(template.get("metadata"), where, join(path, "metadata"), required=False)
     annotations_path = join(path, "metadata.annotations")
     annotations = _mapping(meta.get("annotations"), where, annotations_path, False)
     _mapping(template.get("spec"), where, join(path, "spec"))
+    strings = {str(k): str(v) for k, v in annotations.items()}
     try:
-        request = topology_request(
-            {str(k): str(v) for k, v in annotations.items()},
-            annotations_path,
-            count,
-        )
+        request = topology_request(strings, annotations_path, count)
+        vocabulary = vocabulary_request(strings, annotations_path)
     except AnnotationError as exc:
         raise InputError("; ".join(exc.problems), where=where) from None
+    if vocabulary is not None and vocabulary.replica_level is not None:
+        key = f"{annotations_path}[{REPLICA_REQUIRED_TOPOLOGY}]"
+        if replicas is None:
+            raise InputError(
+                f"{key}: Forbidden: only a JobSet's replicated job has replicas to place "
+                "one per domain",
+                where=where,
+            )
+        if request is not None and (
+            request.pod_set_slice_required_topology
+            or request.podset_slice_required_topology_constraints
+        ):
+            raise InputError(
+                f"{key}: Forbidden: may not be set together with slice annotations",
+                where=where,
+            )
+    if replicas is not None and (request is not None or vocabulary is not None):
+        # As Kueue does for JobSets: ranks are job-index x pods-per-job + pod index.
+        request = request or PodSetTopologyRequest()
+        request.sub_group_index_label = JOBSET_JOB_INDEX
+        request.sub_group_count = replicas
     return PodSet(name=name, count=count, template=dict(template), topology_request=request)
 
 
@@ -111,7 +140,7 @@ def workload_from_object(obj: Mapping[str, Any], source: str = "") -> WorkloadSo
             template = _mapping(job_spec.get("template"), where, path)
             replicas = _count(rjob.get("replicas"), where, f"{base}.replicas")
             count = replicas * _job_pod_count(job_spec, where, f"{base}.template.spec")
-            podsets.append(_podset(name, count, template, where, path))
+            podsets.append(_podset(name, count, template, where, path, replicas))
             paths[name] = path
     elif kind == "Pod" and api_version == "v1":
         template = {"metadata": obj.get("metadata") or {}, "spec": obj.get("spec")}

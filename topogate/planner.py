@@ -6,8 +6,8 @@ PodSet into a ``PodSetRequest``, calls ``place`` and writes the answer as a Work
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -22,6 +22,7 @@ from topogate.admission.request import (
     SliceLayer,
 )
 from topogate.api import constants as c
+from topogate.api.annotations import AnnotationError
 from topogate.api.errors import InputError
 from topogate.api.jobs import WorkloadSource
 from topogate.api.models import (
@@ -29,14 +30,23 @@ from topogate.api.models import (
     Condition,
     PodSet,
     ResourceFlavor,
-    Topology,
     WorkloadStatus,
 )
 from topogate.api.podspec import Toleration, node_constraints, parse_tolerations, pod_requests
 from topogate.api.quantity import format_units
 from topogate.api.times import now
 from topogate.api.validation import join
+from topogate.api.vocabularies import (
+    KAI_PREFERRED,
+    KAI_REQUIRED,
+    NETWORK_TOPOLOGY,
+    REPLICA_REQUIRED_TOPOLOGY,
+    VOLCANO_SOFT,
+    VocabularyRequest,
+    vocabulary_request,
+)
 from topogate.cache.snapshot import ClusterSnapshot, IntArray
+from topogate.cache.sources import HYPERNODE_TOPOLOGY, TopologySource, topology_sources
 from topogate.cache.topology import DomainTree
 
 from .loader import ClusterInput
@@ -47,7 +57,7 @@ IMPLICIT_FLAVOR = "default"
 @dataclass(frozen=True, slots=True)
 class FlavorChoice:
     name: str
-    topology: Topology
+    source: TopologySource
     node_labels: dict[str, str]
     tolerations: tuple[Toleration, ...]
 
@@ -67,15 +77,42 @@ class PlanResult:
     choice: FlavorChoice
     decision: PlacementDecision
     usage: dict[str, list[DomainUsage]]  # per PodSet, for the table
+    warnings: list[str] = field(default_factory=list)  # e.g. HyperNodes left out, and why
 
     @property
     def fits(self) -> bool:
         return self.decision.fits
 
 
-def choose_flavor(cluster: ClusterInput, wanted: str | None) -> FlavorChoice:
-    """The topology flavor to plan on: --flavor, the only one, or the implicit one."""
+def _pick_source(
+    sources: Mapping[str, TopologySource], name: str, where: str, field: str
+) -> TopologySource:
+    source = sources.get(name)
+    if source is None:
+        known = ", ".join(sorted(sources)) or "none"
+        raise InputError(
+            f"names topology {name!r}, which is not in the cluster input (found: {known})",
+            where=where,
+            field=field,
+        )
+    return source
+
+
+def choose_flavor(
+    cluster: ClusterInput,
+    wanted: str | None,
+    named: str | None = None,
+    volcano: bool = False,
+) -> FlavorChoice:
+    """The flavor and topology to plan on.
+
+    The flavor: --flavor, the only topology flavor, or an implicit one over every node. The
+    topology: the one the job names, else the flavor's, else (for Volcano's tier vocabulary)
+    the HyperNode forest, else the only topology in the input.
+    """
+    sources = topology_sources(cluster.topologies, cluster.forest)
     tas = {name: f for name, f in cluster.flavors.items() if f.spec.topology_name}
+    flavor: ResourceFlavor | None = None
     if wanted is not None:
         flavor = cluster.flavors.get(wanted)
         if flavor is None:
@@ -84,40 +121,44 @@ def choose_flavor(cluster: ClusterInput, wanted: str | None) -> FlavorChoice:
                 f"no ResourceFlavor {wanted!r} in the cluster input (found: {known})",
                 where="--flavor",
             )
-        if not flavor.spec.topology_name:
+        if not flavor.spec.topology_name and named is None and not volcano:
             raise InputError(
                 "has no topologyName; plan needs a topology flavor",
                 where=f"ResourceFlavor {wanted}",
                 field="spec.topologyName",
             )
-        chosen = flavor
     elif len(tas) == 1:
-        chosen = next(iter(tas.values()))
+        flavor = next(iter(tas.values()))
     elif len(tas) > 1:
         raise InputError(
             f"several topology ResourceFlavors ({', '.join(sorted(tas))}); pick one with --flavor",
             where="--cluster",
         )
-    else:
-        if len(cluster.topologies) != 1:
-            found = ", ".join(sorted(cluster.topologies)) or "none"
-            raise InputError(
-                "without a ResourceFlavor the cluster input must hold exactly one Topology "
-                f"(found: {found})",
-                where="--cluster",
-            )
-        # The implicit flavor: every node that carries all the topology's level labels.
-        return FlavorChoice(IMPLICIT_FLAVOR, next(iter(cluster.topologies.values())), {}, ())
-    topology_name = chosen.spec.topology_name or ""
-    named = cluster.topologies.get(topology_name)
-    if named is None:
-        raise InputError(
-            f"names Topology {topology_name!r}, which is not in the cluster input",
-            where=f"ResourceFlavor {chosen.metadata.name}",
-            field="spec.topologyName",
+    if named is not None:
+        source = _pick_source(sources, named, "the workload", "topology name annotation")
+    elif flavor is not None and flavor.spec.topology_name:
+        source = _pick_source(
+            sources,
+            flavor.spec.topology_name,
+            f"ResourceFlavor {flavor.metadata.name}",
+            "spec.topologyName",
         )
+    elif volcano and HYPERNODE_TOPOLOGY in sources:
+        source = sources[HYPERNODE_TOPOLOGY]
+    elif len(sources) == 1:
+        source = next(iter(sources.values()))
+    else:
+        found = ", ".join(sorted(sources)) or "none"
+        raise InputError(
+            "without a ResourceFlavor the cluster input must hold exactly one topology (a "
+            f"Topology or HyperNodes), or the job must name one (found: {found})",
+            where="--cluster",
+        )
+    if flavor is None:
+        # The implicit flavor: every node of the topology.
+        return FlavorChoice(IMPLICIT_FLAVOR, source, {}, ())
     return FlavorChoice(
-        chosen.metadata.name, named, dict(chosen.spec.node_labels), _flavor_tolerations(chosen)
+        flavor.metadata.name, source, dict(flavor.spec.node_labels), _flavor_tolerations(flavor)
     )
 
 
@@ -129,45 +170,91 @@ def _annotation_field(podset: PodSet, path: str, name: str) -> str:
     return f"{join(path, 'metadata.annotations')}[{c.KUEUE_GROUP}/{name}]"
 
 
-def podset_request(podset: PodSet, path: str, topology: Topology, where: str) -> PodSetRequest:
-    """The core's request for one PodSet; levels are checked against ``topology``."""
+def _vocabulary(podset: PodSet, path: str, where: str) -> VocabularyRequest | None:
+    annotations = (podset.template.get("metadata") or {}).get("annotations") or {}
+    try:
+        return vocabulary_request(
+            {str(k): str(v) for k, v in annotations.items()}, join(path, "metadata.annotations")
+        )
+    except AnnotationError as exc:
+        raise InputError("; ".join(exc.problems), where=where) from None
+
+
+def requested_topology(podsets: Sequence[PodSet], paths: Sequence[str], where: str) -> str | None:
+    """The topology a workload names (KAI's or topogate's key), or None for its flavor's.
+
+    Every PodSet that names one must name the same: a gang is placed on one topology.
+    """
+    named: dict[str, str] = {}
+    for podset, path in zip(podsets, paths, strict=True):
+        vocabulary = _vocabulary(podset, path, where)
+        if vocabulary is not None and vocabulary.topology:
+            named.setdefault(vocabulary.topology, path)
+    if len(named) > 1:
+        listed = ", ".join(f"{name!r} at {path}" for name, path in named.items())
+        raise InputError(f"pod sets name different topologies ({listed})", where=where)
+    return next(iter(named), None)
+
+
+def uses_volcano_tiers(podsets: Sequence[PodSet], paths: Sequence[str], where: str) -> bool:
+    return any(
+        (v := _vocabulary(p, path, where)) is not None and v.volcano is not None
+        for p, path in zip(podsets, paths, strict=True)
+    )
+
+
+def podset_request(podset: PodSet, path: str, source: TopologySource, where: str) -> PodSetRequest:
+    """The core's request for one PodSet; level names are checked against ``source``.
+
+    Kueue's annotations name levels; KAI's name levels too (required + preferred: start at the
+    preferred level, climb no higher than the required one); Volcano's name tiers (hard: start
+    at tier 1, climb no higher than highestTierAllowed; soft: start at tier 1, no limit).
+    """
     spec = podset.template.get("spec") or {}
-    levels = topology.level_labels
+    levels = source.level_keys
     request = podset.topology_request
-    mode, level = Mode.UNCONSTRAINED, None
+    vocabulary = _vocabulary(podset, path, where)
+    mode, level, limit = Mode.UNCONSTRAINED, None, None
     slices: tuple[SliceLayer, ...] = ()
+    exclusive = False
+    annotations_path = join(path, "metadata.annotations")
+
+    def resolve(value: str, field: str) -> int:
+        index = source.level_index(value)
+        if index is None:
+            raise InputError(
+                f"{value!r} is not a level of topology {source.name!r} "
+                f"(levels: {source.describe_levels()})",
+                where=where,
+                field=field,
+            )
+        return index
 
     def check(value: str, name: str) -> int:
-        if value not in levels:
-            raise InputError(
-                f"{value!r} is not a level of topology {topology.metadata.name!r} "
-                f"(levels: {', '.join(levels)})",
-                where=where,
-                field=_annotation_field(podset, path, name),
-            )
-        return levels.index(value)
+        return resolve(value, _annotation_field(podset, path, name))
 
     if request is not None:
         if request.required:
-            mode, level = Mode.REQUIRED, request.required
-            check(level, c.REQUIRED_TOPOLOGY)
+            mode, level = Mode.REQUIRED, levels[check(request.required, c.REQUIRED_TOPOLOGY)]
         elif request.preferred:
-            mode, level = Mode.PREFERRED, request.preferred
-            check(level, c.PREFERRED_TOPOLOGY)
+            mode, level = Mode.PREFERRED, levels[check(request.preferred, c.PREFERRED_TOPOLOGY)]
         if request.podset_slice_required_topology_constraints:
+            name = c.SLICE_CONSTRAINTS
             slices = tuple(
-                SliceLayer(layer.topology, layer.size)
+                SliceLayer(levels[check(layer.topology, name)], layer.size)
                 for layer in request.podset_slice_required_topology_constraints
             )
-            name = c.SLICE_CONSTRAINTS
         elif request.pod_set_slice_required_topology and request.pod_set_slice_size:
-            slices = (
-                SliceLayer(request.pod_set_slice_required_topology, request.pod_set_slice_size),
-            )
             name = c.SLICE_REQUIRED_TOPOLOGY
+            slices = (
+                SliceLayer(
+                    levels[check(request.pod_set_slice_required_topology, name)],
+                    request.pod_set_slice_size,
+                ),
+            )
         previous = levels.index(level) if level else 0
         for i, layer in enumerate(slices):
-            index = check(layer.level, name)
+            index = levels.index(layer.level)
             if index < previous or (i > 0 and index == previous):
                 raise InputError(
                     f"slice level {layer.level!r} must be below "
@@ -176,6 +263,26 @@ def podset_request(podset: PodSet, path: str, topology: Topology, where: str) ->
                     field=_annotation_field(podset, path, name),
                 )
             previous = index
+    if vocabulary is not None:
+        try:
+            mode, level, limit = _vocabulary_levels(
+                vocabulary, source, mode, level, resolve, annotations_path
+            )
+        except InputError as error:
+            raise InputError(error.message, where=where, field=error.field) from None
+        if vocabulary.replica_level is not None:
+            field = f"{annotations_path}[{REPLICA_REQUIRED_TOPOLOGY}]"
+            replica_level = levels[resolve(vocabulary.replica_level, field)]
+            replicas = (request.sub_group_count if request else None) or 1
+            if level is not None and levels.index(replica_level) < levels.index(level):
+                raise InputError(
+                    f"replica level {replica_level!r} must not be above the pod set's level "
+                    f"{level!r}",
+                    where=where,
+                    field=field,
+                )
+            slices = (SliceLayer(replica_level, podset.count // replicas),)
+            exclusive = True
     return PodSetRequest(
         name=podset.name,
         count=podset.count,
@@ -185,7 +292,69 @@ def podset_request(podset: PodSet, path: str, topology: Topology, where: str) ->
         slices=slices,
         constraints=node_constraints(spec, where, join(path, "spec")),
         group=request.pod_set_group_name if request else None,
+        limit=limit,
+        exclusive_slices=exclusive,
     )
+
+
+def _vocabulary_levels(
+    vocabulary: VocabularyRequest,
+    source: TopologySource,
+    mode: Mode,
+    level: str | None,
+    resolve: Callable[[str, str], int],
+    annotations_path: str,
+) -> tuple[Mode, str | None, str | None]:
+    """(mode, level, limit) for a KAI or Volcano request; Kueue's stay as they are."""
+    levels = source.level_keys
+    if vocabulary.kai_required or vocabulary.kai_preferred:
+        required = preferred = None
+        if vocabulary.kai_required:
+            required = resolve(vocabulary.kai_required, f"{annotations_path}[{KAI_REQUIRED}]")
+        if vocabulary.kai_preferred:
+            preferred = resolve(vocabulary.kai_preferred, f"{annotations_path}[{KAI_PREFERRED}]")
+        if preferred is None:
+            return Mode.REQUIRED, levels[required or 0], None
+        if required is None:
+            return Mode.PREFERRED, levels[preferred], None
+        if preferred < required:
+            raise InputError(
+                f"the preferred level {levels[preferred]!r} is above the required level "
+                f"{levels[required]!r}",
+                field=f"{annotations_path}[{KAI_PREFERRED}]",
+            )
+        if preferred == required:
+            return Mode.REQUIRED, levels[required], None
+        return Mode.PREFERRED, levels[preferred], levels[required]
+    volcano = vocabulary.volcano
+    if volcano is None:
+        return mode, level, None
+    field = f"{annotations_path}[{NETWORK_TOPOLOGY}]"
+    start = source.lowest_tier_level()  # Volcano searches tier 1 first
+    if volcano.mode == VOLCANO_SOFT:
+        return Mode.PREFERRED, levels[start], None
+    if volcano.highest_tier_name is not None:
+        highest = source.level_index(volcano.highest_tier_name)
+        if highest is None:
+            # Volcano logs a warning and runs the job unconstrained; we refuse.
+            raise InputError(
+                f"highestTierName {volcano.highest_tier_name!r} names no tier of topology "
+                f"{source.name!r} (levels: {source.describe_levels()})",
+                field=field,
+            )
+    else:
+        tier = volcano.highest_tier if volcano.highest_tier is not None else 0
+        found = source.level_for_tier(tier)
+        if found is None:
+            raise InputError(
+                f"highestTierAllowed {tier}: topology {source.name!r} has no level at tier "
+                f"{tier} or below (levels: {source.describe_levels()})",
+                field=field,
+            )
+        highest = found
+    if highest >= start:
+        return Mode.REQUIRED, levels[highest], None
+    return Mode.PREFERRED, levels[start], levels[highest]
 
 
 def _flavor_tolerations(flavor: ResourceFlavor) -> tuple[Toleration, ...]:
@@ -194,24 +363,35 @@ def _flavor_tolerations(flavor: ResourceFlavor) -> tuple[Toleration, ...]:
 
 
 def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = None) -> PlanResult:
-    choice = choose_flavor(cluster, flavor)
+    forest = cluster.forest
+    # Structure problems leave the faulty part out and are reported; the sound part of the
+    # forest still places jobs (one bad HyperNode must not stop everything, as in Volcano).
+    warnings = [
+        f"HyperNode {name}: {problem}"
+        for name, problems in sorted((forest.problems if forest else {}).items())
+        for problem in problems
+    ]
     workload = source.workload
+    podsets = workload.spec.pod_sets
+    paths = [source.template_paths[p.name] for p in podsets]
+    named = requested_topology(podsets, paths, source.where)
+    choice = choose_flavor(cluster, flavor, named, uses_volcano_tiers(podsets, paths, source.where))
     requests = tuple(
-        podset_request(p, source.template_paths[p.name], choice.topology, source.where)
-        for p in workload.spec.pod_sets
+        podset_request(p, path, choice.source, source.where)
+        for p, path in zip(podsets, paths, strict=True)
     )
     snapshot = ClusterSnapshot.build(cluster.nodes, cluster.pods)
-    tree = DomainTree.from_labels(snapshot, choice.topology.level_labels, choice.node_labels)
+    tree = choice.source.tree(snapshot, choice.node_labels)
     decision = place(
         tree,
         snapshot,
-        PlacementRequest(workload.metadata.name, requests),
-        topology_name=choice.topology.metadata.name,
+        PlacementRequest(workload.metadata.name, requests, named),
+        topology_name=choice.source.name,
         flavor_tolerations=choice.tolerations,
     )
     workload.status = _status(decision, requests, choice)
     usage = _usage(decision, requests, snapshot, tree) if decision.fits else {}
-    return PlanResult(source, choice, decision, usage)
+    return PlanResult(source, choice, decision, usage, warnings)
 
 
 def _condition(status: Literal["True", "False"], reason: str, message: str) -> Condition:
@@ -243,7 +423,7 @@ def _status(
             _condition(
                 "True",
                 "Assigned",
-                f"fits on flavor {choice.name!r}, topology {choice.topology.metadata.name!r}",
+                f"fits on flavor {choice.name!r}, topology {choice.source.name!r}",
             )
         ],
         admission=Admission(pod_set_assignments=assignments),
@@ -288,8 +468,8 @@ def render_table(result: PlanResult) -> str:
     workload = result.source.workload
     lines = [
         f"Workload {workload.metadata.namespace}/{workload.metadata.name} on flavor "
-        f"{result.choice.name!r} (topology {result.choice.topology.metadata.name!r}: "
-        f"{' > '.join(result.choice.topology.level_labels)})"
+        f"{result.choice.name!r} (topology {result.choice.source.name!r}: "
+        f"{' > '.join(result.choice.source.level_keys)})"
     ]
     if not result.fits:
         lines.append(f"DOES NOT FIT: {result.decision.podset}: {result.decision.message}")

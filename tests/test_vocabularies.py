@@ -1,0 +1,353 @@
+"""KAI-Scheduler and Volcano words for topology requests, and HyperJob on a JobSet, via `plan`.
+
+The KAI tree is the seed's datacenter/zone/rack example (GPUs per node as drawn there); the
+Volcano tree is the seed's s0-s6 HyperNode example.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from topogate.api.errors import InputError
+from topogate.api.hypernodes import parse_hypernode
+from topogate.api.jobs import workload_from_object
+from topogate.api.models import Topology
+from topogate.api.validation import parse_model
+from topogate.cache.nodes import NodeInfo
+from topogate.loader import ClusterInput
+from topogate.planner import PlanResult, plan
+
+DC, ZONE, RACK, HOST = "datacenter", "zone", "rack", "kubernetes.io/hostname"
+GPU = "nvidia.com/gpu"
+
+# The seed's KAI example: zone -> rack -> node: GPUs.
+KAI_TREE = {
+    "zone-a": {"rack-a1": {"na1": 2, "na2": 2, "na3": 2}, "rack-a2": {"na4": 4},
+               "rack-a3": {"na5": 2, "na6": 2, "na7": 2}},
+    "zone-b": {"rack-b1": {"nb1": 4, "nb2": 4}, "rack-b2": {"nb3": 2}},
+    "zone-c": {"rack-c1": {"nc1": 2, "nc2": 4}},
+}  # fmt: skip
+
+
+def _node(name: str, gpus: int, **labels: str) -> NodeInfo:
+    return NodeInfo(
+        name,
+        labels={HOST: name, **labels},
+        allocatable={"cpu": 64_000, GPU: gpus, "pods": 110},
+    )
+
+
+def kai_cluster() -> ClusterInput:
+    nodes = [
+        _node(name, gpus, **{DC: "dc1", ZONE: zone, RACK: rack})
+        for zone, racks in KAI_TREE.items()
+        for rack, members in racks.items()
+        for name, gpus in members.items()
+    ]
+    topology = parse_model(
+        Topology,
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Topology",
+            "metadata": {"name": "gpu-tree"},
+            "spec": {"levels": [{"nodeLabel": key} for key in (DC, ZONE, RACK, HOST)]},
+        },
+        "",
+    )
+    return ClusterInput(nodes=nodes, topologies={"gpu-tree": topology})
+
+
+def job(pods: int, annotations: dict[str, str], gpus: int = 1) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {
+            "parallelism": pods,
+            "completions": pods,
+            "completionMode": "Indexed",
+            "template": {
+                "metadata": {"annotations": annotations},
+                "spec": {
+                    "containers": [{"name": "c", "resources": {"requests": {GPU: str(gpus)}}}]
+                },
+            },
+        },
+    }
+
+
+def run(cluster: ClusterInput, obj: dict[str, Any], flavor: str | None = None) -> PlanResult:
+    return plan(cluster, workload_from_object(obj), flavor)
+
+
+def zones_used(result: PlanResult) -> set[str]:
+    labels = {n.name: n.labels for n in kai_cluster().nodes}
+    return {
+        labels[node][ZONE]
+        for placement in result.decision.placements
+        for node in placement.node_counts
+    }
+
+
+def racks_used(result: PlanResult) -> set[str]:
+    labels = {n.name: n.labels for n in kai_cluster().nodes}
+    return {
+        labels[node][RACK]
+        for placement in result.decision.placements
+        for node in placement.node_counts
+    }
+
+
+# --- KAI-Scheduler ------------------------------------------------------------------------
+
+
+def kai(required: str | None = None, preferred: str | None = None) -> dict[str, str]:
+    out = {"kai.scheduler/topology": "gpu-tree"}
+    if required:
+        out["kai.scheduler/topology-required-placement"] = required
+    if preferred:
+        out["kai.scheduler/topology-preferred-placement"] = preferred
+    return out
+
+
+def test_kai_preferred_rack_fits_in_one_rack() -> None:
+    result = run(kai_cluster(), job(8, kai(required=ZONE, preferred=RACK)))
+    assert result.fits
+    assert racks_used(result) == {"rack-b1"}  # the only rack with 8 GPUs
+
+
+def test_kai_preferred_rack_climbs_to_the_required_zone() -> None:
+    result = run(kai_cluster(), job(10, kai(required=ZONE, preferred=RACK)))
+    assert result.fits
+    # No rack holds 10; zone-b holds exactly 10 (Kueue's best fit: the tightest domain).
+    assert zones_used(result) == {"zone-b"}
+    assert len(racks_used(result)) == 2
+
+
+def test_kai_climbs_no_higher_than_the_required_zone() -> None:
+    result = run(kai_cluster(), job(17, kai(required=ZONE, preferred=RACK)))
+    assert not result.fits
+    assert 'topology "gpu-tree" allows to fit only 16 out of 17 pod(s)' in result.decision.message
+
+
+def test_kai_preferred_only_may_span_zones() -> None:
+    result = run(kai_cluster(), job(17, kai(preferred=RACK)))
+    assert result.fits
+    assert len(zones_used(result)) >= 2
+
+
+def test_kai_required_only_is_a_hard_level() -> None:
+    assert not run(kai_cluster(), job(9, kai(required=RACK))).fits
+    assert racks_used(run(kai_cluster(), job(6, kai(required=RACK)))) in (
+        {"rack-a1"},
+        {"rack-a3"},
+        {"rack-c1"},
+    )
+
+
+def test_kai_preferred_above_required_is_an_error() -> None:
+    with pytest.raises(InputError) as error:
+        run(kai_cluster(), job(2, kai(required=RACK, preferred=ZONE)))
+    assert "kai.scheduler/topology-preferred-placement" in error.value.describe()
+    assert "is above the required level" in error.value.describe()
+
+
+def test_kai_unknown_level_names_the_annotation() -> None:
+    with pytest.raises(InputError) as error:
+        run(kai_cluster(), job(2, kai(required="row")))
+    text = error.value.describe()
+    assert "kai.scheduler/topology-required-placement" in text
+    assert "'row' is not a level of topology 'gpu-tree'" in text
+
+
+def test_kai_unknown_topology_is_an_error() -> None:
+    annotations = {**kai(required=ZONE), "kai.scheduler/topology": "other"}
+    with pytest.raises(InputError, match="names topology 'other'"):
+        run(kai_cluster(), job(2, annotations))
+
+
+def test_two_vocabularies_at_once_are_refused() -> None:
+    annotations = {**kai(required=ZONE), "kueue.x-k8s.io/podset-required-topology": RACK}
+    with pytest.raises(InputError, match="more than one vocabulary"):
+        workload_from_object(job(2, annotations))
+
+
+# --- Volcano tiers on a label topology (tier 1 = the level above hostname) ----------------
+
+
+def volcano(**fields: Any) -> dict[str, str]:
+    return {"topogate.dev/network-topology": json.dumps(fields)}
+
+
+def test_volcano_hard_tier_on_labels() -> None:
+    # tier 1 = rack, tier 2 = zone, tier 3 = datacenter.
+    result = run(kai_cluster(), job(10, volcano(mode="hard", highestTierAllowed=2)))
+    assert result.fits and zones_used(result) == {"zone-b"}
+    assert not run(kai_cluster(), job(17, volcano(mode="hard", highestTierAllowed=2))).fits
+    assert run(kai_cluster(), job(17, volcano(mode="hard", highestTierAllowed=3))).fits
+
+
+def test_volcano_tier_name_is_the_label_key() -> None:
+    result = run(kai_cluster(), job(8, volcano(mode="hard", highestTierName=RACK)))
+    assert racks_used(result) == {"rack-b1"}
+    with pytest.raises(InputError, match="highestTierName 'spine' names no tier"):
+        run(kai_cluster(), job(8, volcano(mode="hard", highestTierName="spine")))
+
+
+def test_volcano_soft_prefers_tier_1_and_may_span() -> None:
+    assert racks_used(run(kai_cluster(), job(8, volcano(mode="soft")))) == {"rack-b1"}
+    assert run(kai_cluster(), job(30, volcano(mode="soft"))).fits
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"mode": "hard"}, "hard mode needs highestTierAllowed or highestTierName"),
+        ({"mode": "firm"}, "Unsupported value: 'firm'"),
+        ({"highestTierAllowed": -1}, "must be an integer >= 0"),
+        ({"highestTierAllowed": 1, "highestTierName": "x"}, "may not both be set"),
+        ({"tier": 1}, "unknown field(s) tier"),
+    ],
+)
+def test_volcano_annotation_errors(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(InputError) as error:
+        workload_from_object(job(2, volcano(**fields)))
+    assert message in error.value.describe()
+    assert "topogate.dev/network-topology" in error.value.describe()
+
+
+# --- HyperJob on a JobSet: one replica per domain ----------------------------------------
+
+
+def jobset(replicas: int, per_job: int, annotations: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "hyper", "namespace": "ml"},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "workers",
+                    "replicas": replicas,
+                    "template": {
+                        "spec": {
+                            "parallelism": per_job,
+                            "completions": per_job,
+                            "template": {
+                                "metadata": {"annotations": annotations},
+                                "spec": {
+                                    "containers": [
+                                        {"name": "c", "resources": {"requests": {GPU: "2"}}}
+                                    ]
+                                },
+                            },
+                        }
+                    },
+                }
+            ]
+        },
+    }
+
+
+def test_hyperjob_puts_each_replica_in_its_own_rack() -> None:
+    # Three replicas of 2 pods x 2 GPUs: rack-b1 could hold two replicas (8 GPUs), but each
+    # replica gets a rack of its own.
+    annotations = {"topogate.dev/replica-required-topology": RACK}
+    result = run(kai_cluster(), jobset(3, 2, annotations))
+    assert result.fits
+    placement = result.decision.placements[0]
+    labels = {n.name: n.labels for n in kai_cluster().nodes}
+    per_rack: dict[str, int] = {}
+    for node, count in placement.node_counts.items():
+        per_rack[labels[node][RACK]] = per_rack.get(labels[node][RACK], 0) + count
+    assert sorted(per_rack.values()) == [2, 2, 2]
+    # Ranks fill the assignment in order, so each replica (2 consecutive ranks) has one rack.
+    counts = [d.count for d in placement.domains]
+    racks = [labels[d.values[-1]][RACK] for d in placement.domains]
+    ranks: list[str] = [rack for rack, n in zip(racks, counts, strict=True) for _ in range(n)]
+    assert [len(set(ranks[i : i + 2])) for i in range(0, 6, 2)] == [1, 1, 1]
+
+
+def test_hyperjob_with_more_replicas_than_racks_does_not_fit() -> None:
+    annotations = {"topogate.dev/replica-required-topology": RACK}
+    result = run(kai_cluster(), jobset(7, 1, annotations))
+    assert not result.fits  # 6 racks, 7 replicas
+
+
+def test_hyperjob_annotation_on_a_job_is_refused() -> None:
+    with pytest.raises(InputError, match="only a JobSet's replicated job"):
+        workload_from_object(job(2, {"topogate.dev/replica-required-topology": RACK}))
+
+
+# --- Volcano on the seed's s0-s6 HyperNode tree ---------------------------------------------
+
+
+def _hn(name: str, tier: int, members: list[str], kind: str = "HyperNode") -> dict[str, Any]:
+    return {
+        "apiVersion": "topology.volcano.sh/v1alpha1",
+        "kind": "HyperNode",
+        "metadata": {"name": name},
+        "spec": {
+            "tier": tier,
+            "members": [{"type": kind, "selector": {"exactMatch": {"name": m}}} for m in members],
+        },
+    }
+
+
+def seed_forest_cluster(extra: list[dict[str, Any]] | None = None) -> ClusterInput:
+    # s0..s3 (tier 1) hold node0..node7 in pairs; s4={s0,s1}, s5={s2,s3} (tier 2); s6 on top.
+    objects = [_hn(f"s{i}", 1, [f"node{2 * i}", f"node{2 * i + 1}"], "Node") for i in range(4)]
+    objects += [_hn("s4", 2, ["s0", "s1"]), _hn("s5", 2, ["s2", "s3"]), _hn("s6", 3, ["s4", "s5"])]
+    cluster = ClusterInput(nodes=[_node(f"node{i}", 1) for i in range(8)])
+    for obj in objects + (extra or []):
+        hypernode = parse_hypernode(obj)
+        cluster.hypernodes[hypernode.name] = hypernode
+    return cluster
+
+
+def tier2_of(result: PlanResult) -> set[str]:
+    group = {f"node{i}": "s4" if i < 4 else "s5" for i in range(8)}
+    return {group[n] for p in result.decision.placements for n in p.node_counts}
+
+
+def test_volcano_hard_tier_2_never_spans_s6() -> None:
+    cluster = seed_forest_cluster()
+    result = run(cluster, job(4, volcano(mode="hard", highestTierAllowed=2)))
+    assert result.fits and len(tier2_of(result)) == 1
+    assert result.choice.source.name == "hypernodes"
+    assert result.choice.source.level_keys == ("tier-3", "tier-2", "tier-1", HOST)
+    refused = run(cluster, job(5, volcano(mode="hard", highestTierAllowed=2)))
+    assert not refused.fits
+    assert 'topology "hypernodes" allows to fit only 4 out of 5 pod(s)' in refused.decision.message
+    assert run(cluster, job(5, volcano(mode="hard", highestTierAllowed=3))).fits
+
+
+def test_volcano_hard_tier_1_keeps_a_pair() -> None:
+    result = run(seed_forest_cluster(), job(2, volcano(mode="hard", highestTierAllowed=1)))
+    nodes = sorted(n for p in result.decision.placements for n in p.node_counts)
+    assert len(nodes) == 2 and int(nodes[0][4:]) // 2 == int(nodes[1][4:]) // 2
+
+
+def test_volcano_soft_spans_the_whole_forest_when_needed() -> None:
+    assert run(seed_forest_cluster(), job(8, volcano(mode="soft"))).fits
+
+
+def test_kai_words_on_hypernode_tiers() -> None:
+    annotations = {
+        "kai.scheduler/topology": "hypernodes",
+        "kai.scheduler/topology-preferred-placement": "tier-1",
+        "kai.scheduler/topology-required-placement": "tier-2",
+    }
+    result = run(seed_forest_cluster(), job(3, annotations))
+    assert result.fits and len(tier2_of(result)) == 1
+
+
+def test_a_bad_hypernode_does_not_stop_placement() -> None:
+    # x1 and x2 name each other: both are left out with a warning; s0-s6 still place jobs.
+    cycle = [_hn("x1", 4, ["x2"]), _hn("x2", 5, ["x1"])]
+    result = run(seed_forest_cluster(cycle), job(4, volcano(mode="hard", highestTierAllowed=2)))
+    assert result.fits
+    assert any("HyperNode x1" in w and "cycle" in w for w in result.warnings)
