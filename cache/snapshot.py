@@ -244,6 +244,9 @@ class CapacityCache:
         if self._nodes.pop(name, None) is not None:
             self._snapshot = None
 
+    def nodes(self) -> list[NodeInfo]:
+        return list(self._nodes.values())
+
     def upsert_pod(self, pod: PodUsage | None, key: str) -> None:
         """Record a pod's usage; ``None`` (unbound or terminated) forgets it."""
         previous = self._pods.pop(key, None)

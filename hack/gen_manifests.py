@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from topogate.api.crds import all_crds
+from topogate.localcluster import HYPERNODE_CRD
 from topogate.webhooks.configuration import configurations
 
 CONFIG = Path(__file__).resolve().parent.parent / "config"
@@ -34,6 +35,9 @@ def rendered() -> dict[str, str]:
             "resources": sorted(name.removeprefix("crd/") for name in files),
         }
     )
+    # Volcano's HyperNode CRD, for clusters without Volcano: apply it by hand when wanted
+    # (a cluster with Volcano has its own), so it is not in the kustomization.
+    files["crd/optional/topology.volcano.sh_hypernodes.yaml"] = _dump(HYPERNODE_CRD)
     mutating, validating = configurations(service=("topogate-system", "topogate-webhook"))
     files["webhook/manifests.yaml"] = _dump(mutating, validating)
     return files

@@ -94,6 +94,9 @@ def test_level_must_belong_to_the_queue_topology() -> None:
         def queue_levels(self, namespace: str, queue: str) -> tuple[str, list[str]] | None:
             return ("dc", ["cloud.com/block", RACK]) if (namespace, queue) == ("ml", "q") else None
 
+        def hypernodes(self) -> None:
+            return None
+
     job = _job(
         {"kueue.x-k8s.io/queue-name": "q"},
         {"kueue.x-k8s.io/podset-required-topology": "cloud.com/zone"},
@@ -175,3 +178,76 @@ def test_serving_certificate_is_made_and_reloaded_on_rotation(tmp_path: Path) ->
     assert certificate.reload() is True
     with pytest.raises(FileNotFoundError):
         ServingCertificate(tmp_path / "empty")
+
+
+# --- HyperNodes: the object alone, then the tree it would join -----------------------------
+
+
+def _hypernode(name: str, tier: int, members: list[tuple[str, str]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "topology.volcano.sh/v1alpha1",
+        "kind": "HyperNode",
+        "metadata": {"name": name},
+        "spec": {
+            "tier": tier,
+            "members": [
+                {"type": kind, "selector": {"exactMatch": {"name": member}}}
+                for kind, member in members
+            ],
+        },
+    }
+
+
+class _Existing:
+    def __init__(self, *objects: dict[str, Any]) -> None:
+        self.objects = list(objects)
+
+    def queue_levels(self, namespace: str, queue: str) -> None:
+        return None
+
+    def hypernodes(self) -> list[dict[str, Any]]:
+        return self.objects
+
+
+def _review_hypernode(obj: dict[str, Any], existing: _Existing) -> dict[str, Any]:
+    review = Review.parse(review_for(obj, "HyperNode", "topology.volcano.sh", namespace=""))
+    return validate(review, existing)["response"]
+
+
+def test_hypernode_with_two_selectors_is_refused() -> None:
+    obj = _hypernode("s0", 1, [("Node", "n0")])
+    obj["spec"]["members"][0]["selector"]["regexMatch"] = {"pattern": "n.*"}
+    answer = _review_hypernode(obj, _Existing())
+    assert answer["allowed"] is False and answer["status"]["code"] == 422
+    assert answer["status"]["message"].startswith("HyperNode s0: spec.members[0].selector")
+
+
+def test_hypernode_closing_a_cycle_is_refused() -> None:
+    existing = _Existing(_hypernode("a", 3, [("HyperNode", "b")]))
+    answer = _review_hypernode(_hypernode("b", 2, [("HyperNode", "a")]), existing)
+    assert answer["allowed"] is False
+    assert (
+        "a -> b -> a" in answer["status"]["message"] or "b -> a -> b" in answer["status"]["message"]
+    )
+
+
+def test_hypernode_second_parent_and_tier_order_are_refused() -> None:
+    existing = _Existing(
+        _hypernode("s4", 2, [("HyperNode", "s0")]), _hypernode("s0", 1, [("Node", "n0")])
+    )
+    second = _review_hypernode(_hypernode("s9", 2, [("HyperNode", "s0")]), existing)
+    assert second["allowed"] is False and "s0" in second["status"]["message"]
+    low = _review_hypernode(_hypernode("s8", 1, [("HyperNode", "s4")]), existing)
+    assert low["allowed"] is False and "tier" in low["status"]["message"]
+    node_twice = _review_hypernode(_hypernode("s7", 1, [("Node", "n0")]), existing)
+    assert node_twice["allowed"] is False and "n0" in node_twice["status"]["message"]
+
+
+def test_hypernode_parent_before_its_children_is_allowed() -> None:
+    # `kubectl apply -f dir/` may create the parent first: a missing child is pending.
+    answer = _review_hypernode(_hypernode("s6", 3, [("HyperNode", "s4")]), _Existing())
+    assert answer["allowed"] is True
+    fine = _review_hypernode(
+        _hypernode("s1", 1, [("Node", "n2")]), _Existing(_hypernode("s0", 1, [("Node", "n0")]))
+    )
+    assert fine["allowed"] is True

@@ -82,6 +82,7 @@ CLUSTER_QUEUES = Resource("topogate.dev/v1alpha1", "clusterqueues", namespaced=F
 LOCAL_QUEUES = Resource("topogate.dev/v1alpha1", "localqueues")
 RESOURCE_FLAVORS = Resource("topogate.dev/v1alpha1", "resourceflavors", namespaced=False)
 TOPOLOGIES = Resource("topogate.dev/v1alpha1", "topologies", namespaced=False)
+HYPERNODES = Resource("topology.volcano.sh/v1alpha1", "hypernodes", namespaced=False)
 
 
 def key_of(obj: Mapping[str, Any]) -> str:

@@ -12,10 +12,13 @@ from typing import Any
 import yaml
 
 from topogate.api.errors import InputError
+from topogate.api.hypernodes import HyperNode, parse_hypernode
 from topogate.api.models import ResourceFlavor, Topology
 from topogate.api.validation import object_name, parse_model
+from topogate.cache.hypernodes import HyperNodeForest, build_forest
 from topogate.cache.nodes import NodeInfo, PodUsage, node_from_kube, pod_usage_from_kube
 
+HYPERNODE_GROUP = "topology.volcano.sh"
 _SUFFIXES = (".yaml", ".yml", ".json")
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -81,7 +84,15 @@ class ClusterInput:
     pods: list[PodUsage] = field(default_factory=list)
     topologies: dict[str, Topology] = field(default_factory=dict)
     flavors: dict[str, ResourceFlavor] = field(default_factory=dict)
+    hypernodes: dict[str, HyperNode] = field(default_factory=dict)
     skipped: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def forest(self) -> HyperNodeForest | None:
+        """The HyperNode forest over the input's nodes, or None without HyperNodes."""
+        if not self.hypernodes:
+            return None
+        return build_forest(list(self.hypernodes.values()), self.nodes)
 
 
 def _group(api_version: Any) -> str:
@@ -118,6 +129,10 @@ def load_cluster(paths: list[Path]) -> ClusterInput:
                     flavor = parse_model(ResourceFlavor, doc.obj, "")
                     _unique(cluster.flavors, flavor.metadata.name, "ResourceFlavor")
                     cluster.flavors[flavor.metadata.name] = flavor
+                elif kind == "HyperNode" and group == HYPERNODE_GROUP:
+                    hypernode = parse_hypernode(doc.obj)
+                    _unique(cluster.hypernodes, hypernode.name, "HyperNode")
+                    cluster.hypernodes[hypernode.name] = hypernode
                 else:
                     cluster.skipped[f"{kind or '<no kind>'}"] += 1
             except InputError as exc:

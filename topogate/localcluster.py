@@ -56,6 +56,98 @@ JOBSET_CRD: Obj = {
 }
 
 
+def _object(properties: Obj, **extra: Any) -> Obj:
+    return {"type": "object", "properties": properties, **extra}
+
+
+_NAME: Obj = {"type": "string", "minLength": 1, "maxLength": 253}
+
+HYPERNODE_CRD: Obj = {
+    # Volcano's HyperNode (topology.volcano.sh/v1alpha1) in our own structural schema, for
+    # clusters without Volcano and for the tests; topogate's webhook adds the checks that
+    # need the other HyperNodes (cycles, one parent, tier order) or RE2.
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "hypernodes.topology.volcano.sh"},
+    "spec": {
+        "group": "topology.volcano.sh",
+        "names": {
+            "kind": "HyperNode",
+            "plural": "hypernodes",
+            "singular": "hypernode",
+            "listKind": "HyperNodeList",
+            "shortNames": ["hn"],
+        },
+        "scope": "Cluster",
+        "versions": [
+            {
+                "name": "v1alpha1",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": [
+                    {"name": "Tier", "type": "string", "jsonPath": ".spec.tier"},
+                    {"name": "TierName", "type": "string", "jsonPath": ".spec.tierName"},
+                    {"name": "NodeCount", "type": "integer", "jsonPath": ".status.nodeCount"},
+                ],
+                "schema": {
+                    "openAPIV3Schema": _object(
+                        {
+                            "apiVersion": {"type": "string"},
+                            "kind": {"type": "string"},
+                            "metadata": {"type": "object"},
+                            "spec": _object(
+                                {
+                                    "tier": {"type": "integer", "minimum": 0},
+                                    "tierName": {"type": "string", "maxLength": 253},
+                                    "members": {
+                                        "type": "array",
+                                        "items": _object(
+                                            {
+                                                "type": {
+                                                    "type": "string",
+                                                    "enum": ["Node", "HyperNode"],
+                                                },
+                                                "selector": _object(
+                                                    {
+                                                        "exactMatch": _object({"name": _NAME}),
+                                                        "regexMatch": _object(
+                                                            {"pattern": {"type": "string"}}
+                                                        ),
+                                                        "labelMatch": {
+                                                            "type": "object",
+                                                            "x-kubernetes-preserve-unknown-fields": True,  # noqa: E501
+                                                        },
+                                                    }
+                                                ),
+                                            }
+                                        ),
+                                    },
+                                },
+                                required=["tier"],
+                            ),
+                            "status": _object(
+                                {
+                                    "nodeCount": {"type": "integer", "format": "int64"},
+                                    "conditions": {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "object",
+                                            "x-kubernetes-preserve-unknown-fields": True,
+                                        },
+                                    },
+                                }
+                            ),
+                        },
+                        required=["spec"],
+                    )
+                },
+            }
+        ],
+    },
+}
+
+
 def _resource(obj: Obj) -> Resource:
     kind, version = str(obj["kind"]), str(obj["apiVersion"])
     plural = kind.lower()[:-1] + "ies" if kind.endswith("y") else kind.lower() + "s"
@@ -109,7 +201,7 @@ def create(kubeconfig: Path, obj: Obj) -> Obj:
 
 def install_crds(kubeconfig: Path, jobset: bool = True) -> None:
     """topogate's CRDs (and JobSet's), created or left as they are, and Established."""
-    docs = list(all_crds().values()) + ([JOBSET_CRD] if jobset else [])
+    docs = list(all_crds().values()) + [HYPERNODE_CRD] + ([JOBSET_CRD] if jobset else [])
     create_all(kubeconfig, docs)
     crds = Resource("apiextensions.k8s.io/v1", "customresourcedefinitions", namespaced=False)
 

@@ -50,6 +50,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=1000,
         help="pods released per round at most (spreads API load on huge gangs)",
     )
+    parser.add_argument(
+        "--hypernode-discovery",
+        type=Path,
+        metavar="FILE",
+        help="discover HyperNodes from node labels: Volcano's volcano-controller.conf "
+        "(networkTopologyDiscovery with label sources), or a ConfigMap holding it",
+    )
     webhook = parser.add_argument_group("webhooks (optional: serve them in this process)")
     webhook.add_argument("--webhook-cert-dir", type=Path, help="enables the webhook server")
     webhook.add_argument("--webhook-host", default="0.0.0.0")
@@ -92,14 +99,17 @@ async def _serve(args: argparse.Namespace) -> int:
     from topogate.admission.admitter import Admitter
     from topogate.admission.jobsync import JobSync
     from topogate.cache.reflector import Reflector
+    from topogate.discovery import HyperNodeDiscovery, load_config
     from topogate.events import EventRecorder
-    from topogate.kubeapi import JOBSETS, NODES, Kube
+    from topogate.kubeapi import HYPERNODES, JOBSETS, NODES, Kube
     from topogate.leader import LeaderElector, LeadershipLost
     from topogate.metrics import Metrics
     from topogate.ops import make_ops_app, start_ops_server
     from topogate.ungater.controller import Ungater
     from topogate.world import WATCHED, World
 
+    # A bad discovery config is a usage error: refuse to start rather than run without it.
+    discovery_types = load_config(args.hypernode_discovery) if args.hypernode_discovery else []
     identity = args.identity or f"{socket.gethostname()}_{os.getpid()}"
     kube = await Kube.connect(args.kubeconfig)
     metrics = Metrics()
@@ -115,13 +125,18 @@ async def _serve(args: argparse.Namespace) -> int:
         interval=args.ungate_interval,
         max_per_batch=args.ungate_max_per_batch,
     )
+    discovery = HyperNodeDiscovery(kube, world, discovery_types) if discovery_types else None
 
     def counter(plural: str) -> Callable[[], None]:
         return lambda: metrics.relists.labels(plural).inc()
 
     reflectors = {
         r.plural: Reflector(
-            kube, r, world.handler(r), optional=r is JOBSETS, on_relist=counter(r.plural)
+            kube,
+            r,
+            world.handler(r),
+            optional=r in (JOBSETS, HYPERNODES),
+            on_relist=counter(r.plural),
         )
         for r in WATCHED
     }
@@ -162,7 +177,10 @@ async def _serve(args: argparse.Namespace) -> int:
         world.signals.admit()
         for key in list(world.pods_by_workload):
             world.signals.ungate_workload(key)
-        await asyncio.gather(admitter.run(), jobs.run(), ungater.run())
+        loops = [admitter.run(), jobs.run(), ungater.run()]
+        if discovery is not None:
+            loops.append(discovery.run())
+        await asyncio.gather(*loops)
 
     ops = await start_ops_server(
         make_ops_app(metrics, ready, healthy), args.ops_host, args.ops_port

@@ -14,10 +14,13 @@ from typing import Any
 
 from topogate.api import constants as c
 from topogate.api.errors import InputError
+from topogate.api.hypernodes import HyperNode, parse_hypernode
+from topogate.cache.hypernodes import HyperNodeForest, build_forest
 from topogate.cache.nodes import node_from_kube, pod_usage_from_kube
 from topogate.cache.snapshot import CapacityCache
 from topogate.kubeapi import (
     CLUSTER_QUEUES,
+    HYPERNODES,
     JOBS,
     JOBSETS,
     LOCAL_QUEUES,
@@ -45,6 +48,7 @@ WATCHED: tuple[Resource, ...] = (
     RESOURCE_FLAVORS,
     TOPOLOGIES,
     PRIORITY_CLASSES,
+    HYPERNODES,
 )
 
 
@@ -125,6 +129,25 @@ class World:
         # Workloads whose usage is held in the capacity cache.
         self.held: set[str] = set()
         self.hold_usage: Callable[[Obj], None] | None = None  # set by the admitter
+        self._forest: HyperNodeForest | None = None
+        self._forest_stale = True
+
+    def forest(self) -> HyperNodeForest | None:
+        """The HyperNode forest over the current nodes; rebuilt only after either changed.
+
+        A HyperNode that does not parse is left out (the webhook refuses such objects; one
+        that predates it must not stall every other topology job, as it would in Volcano).
+        """
+        if self._forest_stale:
+            self._forest_stale = False
+            hypernodes: list[HyperNode] = []
+            for obj in self.store(HYPERNODES).values():
+                try:
+                    hypernodes.append(parse_hypernode(obj))
+                except InputError as error:
+                    log.warning("ignoring %s", error.describe())
+            self._forest = build_forest(hypernodes, self.capacity.nodes()) if hypernodes else None
+        return self._forest
 
     def hold(self, key: str, per_node: Mapping[str, Mapping[str, int]]) -> None:
         """Hold an admitted workload's capacity until it finishes or is deleted."""
@@ -145,6 +168,7 @@ class World:
             JOBS.plural: lambda old, new: self._on_job("Job", old, new),
             JOBSETS.plural: lambda old, new: self._on_job("JobSet", old, new),
             WORKLOADS.plural: self._on_workload,
+            HYPERNODES.plural: self._on_hypernode,
         }.get(resource.plural, self._on_queue_object)
         store = self.stores[resource.plural]
 
@@ -164,7 +188,12 @@ class World:
 
     # --- handlers ------------------------------------------------------------------------
 
+    def _on_hypernode(self, old: Obj | None, new: Obj | None) -> None:
+        self._forest_stale = True
+        self.signals.admit()
+
     def _on_node(self, old: Obj | None, new: Obj | None) -> None:
+        self._forest_stale = True
         if new is None:
             if old is not None:
                 self.capacity.remove_node(meta(old).get("name", ""))

@@ -24,9 +24,12 @@ from pydantic import BaseModel
 
 from topogate.api import constants as c
 from topogate.api.errors import InputError
+from topogate.api.hypernodes import HyperNode, parse_hypernode
 from topogate.api.jobs import workload_from_object
 from topogate.api.models import ClusterQueue, ResourceFlavor, Topology
 from topogate.api.validation import join, object_name, parse_model
+from topogate.cache.hypernodes import build_forest
+from topogate.cache.nodes import NodeInfo
 
 QUEUE_LABELS = c.QUEUE_LABELS
 JOBSET_REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
@@ -38,9 +41,15 @@ class Catalog(Protocol):
     def queue_levels(self, namespace: str, queue: str) -> tuple[str, list[str]] | None:
         """(topology name, levels) for the LocalQueue's flavor, or None when unknown."""
 
+    def hypernodes(self) -> list[Mapping[str, Any]] | None:
+        """The HyperNodes that exist now, or None when unknown."""
+
 
 class NoCatalog:
     def queue_levels(self, namespace: str, queue: str) -> tuple[str, list[str]] | None:
+        return None
+
+    def hypernodes(self) -> list[Mapping[str, Any]] | None:
         return None
 
 
@@ -233,7 +242,53 @@ def _check_job(review: Review, catalog: Catalog) -> None:
                 )
 
 
+def _check_hypernode(review: Review, catalog: Catalog) -> None:
+    """The object alone, then the tree it would join: no cycle, one parent, tiers in order.
+
+    Structure is checked against the HyperNodes that exist (members by exact name); nodes
+    picked by regex or labels can only be checked by the controller, which reports them.
+    """
+    hypernode = parse_hypernode(review.obj)
+    where = f"HyperNode {hypernode.name}"
+    existing = catalog.hypernodes()
+    if existing is None:
+        return
+    others: list[HyperNode] = []
+    for obj in existing:
+        if (obj.get("metadata") or {}).get("name") == hypernode.name:
+            continue
+        try:
+            others.append(parse_hypernode(obj))
+        except InputError:
+            continue  # an older bad object is not this request's fault
+    exact_nodes = {
+        member.exact
+        for item in [*others, hypernode]
+        for member in item.members
+        if member.type == "Node" and member.exact
+    }
+    before = build_forest(others, [NodeInfo(name) for name in sorted(exact_nodes)]).problems
+    forest = build_forest([*others, hypernode], [NodeInfo(name) for name in sorted(exact_nodes)])
+    # A member HyperNode that does not exist yet is pending, not wrong: `kubectl apply -f`
+    # creates a directory's objects in name order, parents possibly first.
+    pending = {
+        (parent, f'"{member}"')
+        for parent, members in forest.missing_members.items()
+        for member in members
+    }
+    introduced = [
+        f"{name}: {problem}" if name != hypernode.name else problem
+        for name, problems in sorted(forest.problems.items())
+        for problem in problems
+        if problem not in before.get(name, [])
+        and not any(name == parent and quoted in problem for parent, quoted in pending)
+    ]
+    if introduced:
+        raise InputError("; ".join(introduced), where=where)
+
+
 _VALIDATORS: dict[tuple[str, str], Callable[[Review, Catalog], None]] = {
+    ("topology.volcano.sh", "HyperNode"): _check_hypernode,
     ("batch", "Job"): _check_job,
     ("jobset.x-k8s.io", "JobSet"): _check_job,
     (c.GROUP, "Topology"): _check_model(Topology),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any, cast
 
 from kubernetes import client
@@ -62,6 +63,19 @@ class ApiCatalog:
                 levels = [str(level["nodeLabel"]) for level in topology["spec"]["levels"]]
                 return str(topology_name), levels
         return None
+
+    def hypernodes(self) -> list[Mapping[str, Any]] | None:
+        """Listed fresh on every call: a stale list could let a cycle through."""
+        try:
+            listed = cast(
+                dict[str, Any],
+                self._custom.list_cluster_custom_object(
+                    "topology.volcano.sh", "v1alpha1", "hypernodes"
+                ),
+            )
+        except client.ApiException:
+            return None  # no HyperNode CRD, or the API server is unhappy
+        return [dict(item) for item in listed.get("items") or []]
 
     def queue_levels(self, namespace: str, queue: str) -> tuple[str, list[str]] | None:
         key = (namespace, queue)

@@ -140,6 +140,7 @@ def configurations(
                     ["CREATE", "UPDATE"],
                 ),
                 _rule([c.KUEUE_GROUP], ["topologies", "resourceflavors"], ["CREATE", "UPDATE"]),
+                _rule(["topology.volcano.sh"], ["hypernodes"], ["CREATE", "UPDATE"]),
             ],
             None,
             False,

@@ -1,0 +1,138 @@
+"""HyperNode discovery in `serve`: node labels in, HyperNodes out, kept current.
+
+The pure part (which HyperNodes the labels describe, what to create, update and delete) is
+``topogate.cache.hypernodes.discover`` and ``reconcile``; this shell runs it when node labels
+change (debounced) and at each type's interval, and writes the plan: creates children before
+parents (tier order), sets ``status.nodeCount`` through the status subresource, and never
+touches a HyperNode it did not make.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from topogate.api.errors import InputError
+from topogate.cache.hypernodes import DiscoveryType, discover, discovery_config, reconcile
+from topogate.kubeapi import HYPERNODES, NODES, Kube, KubeError, Obj, sleep_or
+from topogate.loader import documents
+from topogate.world import World, meta
+
+log = logging.getLogger("topogate.discovery")
+
+DEBOUNCE_SECONDS = 1.0
+
+
+def load_config(path: Path) -> list[DiscoveryType]:
+    """Volcano's ``volcano-controller.conf`` payload (YAML), or a ConfigMap that holds it."""
+    docs = list(documents(path))
+    if len(docs) != 1:
+        raise InputError(f"must hold exactly one document, found {len(docs)}", where=str(path))
+    obj: Any = docs[0].obj
+    if isinstance(obj, dict) and obj.get("kind") == "ConfigMap":
+        data = obj.get("data") or {}
+        text = data.get("volcano-controller.conf")
+        if not isinstance(text, str):
+            raise InputError(
+                "has no data[volcano-controller.conf]", where=f"{path}: ConfigMap", field="data"
+            )
+        import yaml
+
+        try:
+            obj = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            raise InputError(
+                f"is not YAML: {error}", where=str(path), field="data[volcano-controller.conf]"
+            ) from None
+    if not isinstance(obj, dict):
+        raise InputError("must be a mapping", where=str(path))
+    return discovery_config(obj, where=str(path))
+
+
+@dataclass(slots=True)
+class Counts:
+    created: int = 0
+    updated: int = 0
+    deleted: int = 0
+    conflicts: int = 0
+
+
+class HyperNodeDiscovery:
+    def __init__(self, kube: Kube, world: World, types: Sequence[DiscoveryType]) -> None:
+        self.kube = kube
+        self.world = world
+        self.types = list(types)
+        self._changed = asyncio.Event()
+        self.rounds = 0
+        world.listeners.setdefault(NODES.plural, []).append(self._on_node)
+
+    def _on_node(self, old: Obj | None, new: Obj | None) -> None:
+        before = meta(old).get("labels") if old else None
+        after = meta(new).get("labels") if new else None
+        if old is None or new is None or before != after:
+            self._changed.set()
+
+    async def run(self) -> None:
+        interval = min((t.interval_seconds for t in self.types), default=3600.0)
+        self._changed.set()  # a first round at start
+        while True:
+            await sleep_or(self._changed, interval)
+            await asyncio.sleep(DEBOUNCE_SECONDS)  # a relabelled rack is many node events
+            self._changed.clear()
+            try:
+                counts = await self.reconcile_once()
+            except KubeError as error:
+                log.warning("discovery round failed: %s; retrying", error)
+                self._changed.set()
+                await asyncio.sleep(5)
+                continue
+            if counts.created or counts.updated or counts.deleted:
+                log.info(
+                    "HyperNodes discovered: %d created, %d updated, %d deleted",
+                    counts.created,
+                    counts.updated,
+                    counts.deleted,
+                )
+
+    async def reconcile_once(self) -> Counts:
+        counts = Counts()
+        nodes = self.world.capacity.nodes()
+        existing = list(self.world.store(HYPERNODES).values())
+        for kind in self.types:
+            plan = reconcile(existing, discover(nodes, kind.name, kind.labels), kind.name)
+            for name in plan.conflicts:
+                log.warning("HyperNode %s exists and was not made by discovery; left alone", name)
+            counts.conflicts += len(plan.conflicts)
+            for obj in plan.create:
+                body = {k: v for k, v in obj.items() if k != "status"}
+                try:
+                    created = await self.kube.create(HYPERNODES, body)
+                except KubeError as error:
+                    if error.status != 409:  # made meanwhile: the next round updates it
+                        raise
+                    continue
+                await self._status(created, obj)
+                counts.created += 1
+            for obj in plan.update:
+                replaced = await self.kube.replace(HYPERNODES, obj)
+                await self._status(replaced, obj)
+                counts.updated += 1
+            for name in plan.delete:
+                await self.kube.delete(HYPERNODES, name)
+                counts.deleted += 1
+        self.rounds += 1
+        return counts
+
+    async def _status(self, current: Obj, desired: Obj) -> None:
+        wanted = desired.get("status") or {}
+        if (current.get("status") or {}).get("nodeCount") == wanted.get("nodeCount"):
+            return
+        await self.kube.replace(
+            HYPERNODES,
+            {**current, "status": {**(current.get("status") or {}), **wanted}},
+            subresource="status",
+        )
