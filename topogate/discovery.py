@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +59,7 @@ class Counts:
     updated: int = 0
     deleted: int = 0
     conflicts: int = 0
+    refused: int = 0
 
 
 class HyperNodeDiscovery:
@@ -90,6 +91,11 @@ class HyperNodeDiscovery:
                 self._changed.set()
                 await asyncio.sleep(5)
                 continue
+            if counts.refused:
+                # Another order of the same writes may pass (one update releases what another
+                # claims); look again soon rather than at the next interval.
+                self._changed.set()
+                await asyncio.sleep(2)
             if counts.created or counts.updated or counts.deleted:
                 log.info(
                     "HyperNodes discovered: %d created, %d updated, %d deleted",
@@ -107,25 +113,39 @@ class HyperNodeDiscovery:
             for name in plan.conflicts:
                 log.warning("HyperNode %s exists and was not made by discovery; left alone", name)
             counts.conflicts += len(plan.conflicts)
+            # Releases before claims: a node moving between racks leaves its old HyperNode
+            # (delete, update) before the new one claims it, or the webhook would refuse.
+            for name in plan.delete:
+                try:
+                    await self.kube.delete(HYPERNODES, name)
+                    counts.deleted += 1
+                except KubeError as error:
+                    if not error.not_found:
+                        raise
+            for obj in plan.update:
+                replaced = await self._write(self.kube.replace(HYPERNODES, obj), obj, counts)
+                if replaced is not None:
+                    await self._status(replaced, obj)
+                    counts.updated += 1
             for obj in plan.create:
                 body = {k: v for k, v in obj.items() if k != "status"}
-                try:
-                    created = await self.kube.create(HYPERNODES, body)
-                except KubeError as error:
-                    if error.status != 409:  # made meanwhile: the next round updates it
-                        raise
-                    continue
-                await self._status(created, obj)
-                counts.created += 1
-            for obj in plan.update:
-                replaced = await self.kube.replace(HYPERNODES, obj)
-                await self._status(replaced, obj)
-                counts.updated += 1
-            for name in plan.delete:
-                await self.kube.delete(HYPERNODES, name)
-                counts.deleted += 1
+                created = await self._write(self.kube.create(HYPERNODES, body), obj, counts)
+                if created is not None:
+                    await self._status(created, obj)
+                    counts.created += 1
         self.rounds += 1
         return counts
+
+    async def _write(self, call: Awaitable[Obj], obj: Obj, counts: Counts) -> Obj | None:
+        """One write; a refusal (the webhook: it would break the tree) skips only this one."""
+        try:
+            return await call
+        except KubeError as error:
+            if error.status not in (409, 422):
+                raise
+            counts.refused += 1
+            log.warning("HyperNode %s not written: %s", meta(obj).get("name"), error.message)
+            return None
 
     async def _status(self, current: Obj, desired: Obj) -> None:
         wanted = desired.get("status") or {}
