@@ -23,6 +23,7 @@ import numpy as np
 
 from topogate.api import constants as c
 from topogate.api.errors import InputError
+from topogate.api.gpus import ASSIGNMENT_ANNOTATION, Assignment, assignment_text, parse_assignment
 from topogate.api.models import (
     Admission,
     ClusterQueue,
@@ -55,6 +56,7 @@ from topogate.planner import podset_request, requested_topology, uses_volcano_ti
 from topogate.world import World, condition, is_admitted, is_finished, meta, owner_job
 
 from .assignments import node_usage, pod_set_assignments
+from .gpuplace import assignment_of
 from .queues import (
     Admitted,
     FlavorTopology,
@@ -323,6 +325,7 @@ class Admitter:
                     for name, amount in requests.items():
                         slot[name] = slot.get(name, 0) + amount * count
         self.world.hold(key, per_node)
+        self.world.capacity.set_workload_gpus(key, _gpu_assignment(workload, key))
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -403,10 +406,14 @@ class Admitter:
         # Hold the capacity before the write, so a cycle meanwhile cannot give it away.
         per_node = node_usage(request, admitted.decision)
         self.world.hold(key, per_node)
+        gpus = assignment_of(admitted.decision)
+        self.world.capacity.set_workload_gpus(key, gpus)  # the ungater reads them here
         self.written[key] = admission
         m = meta(workload)
         try:
             async with self._writes:
+                if gpus:  # first: an admission is never seen without its GPU sets
+                    workload = await write_gpu_assignment(self.kube, workload, gpus)
                 await write_status(self.kube, workload, status)
         except KubeError as error:
             # Not admitted after all (changed or deleted meanwhile): give the capacity back.
@@ -456,6 +463,31 @@ async def write_status(kube: Kube, workload: Obj, status: Obj, *, guarded: bool 
     if guarded:
         body["metadata"] = {"resourceVersion": m.get("resourceVersion")}
     await kube.patch(WORKLOADS, m["name"], body, m.get("namespace"), subresource="status")
+
+
+async def write_gpu_assignment(kube: Kube, workload: Obj, gpus: Assignment) -> Obj:
+    """Record the chosen GPU sets on the Workload (annotation), over the version we read;
+    returns the Workload as written, whose version guards the status write after it."""
+    m = meta(workload)
+    body: Obj = {
+        "metadata": {
+            "resourceVersion": m.get("resourceVersion"),
+            "annotations": {ASSIGNMENT_ANNOTATION: assignment_text(gpus)},
+        }
+    }
+    return await kube.patch(WORKLOADS, m["name"], body, m.get("namespace"))
+
+
+def _gpu_assignment(workload: Obj, key: str) -> Assignment:
+    """The GPU sets an admitted Workload holds, from its annotation (after a restart)."""
+    text = (meta(workload).get("annotations") or {}).get(ASSIGNMENT_ANNOTATION)
+    if not text:
+        return {}
+    try:
+        return parse_assignment(str(text))
+    except ValueError as error:
+        log.warning("Workload %s: ignoring %s: %s", key, ASSIGNMENT_ANNOTATION, error)
+        return {}
 
 
 def _admission(admitted: Admitted, request: PlacementRequest) -> Obj:

@@ -33,6 +33,8 @@ from topogate.cache.selectors import Exclusions, eligible
 from topogate.cache.snapshot import BoolArray, ClusterSnapshot, IntArray
 from topogate.cache.topology import DomainTree
 
+from .balanced import Counts, Shape, balanced_choice
+from .gpuplace import GpuPlacer, HostnameRequired, with_visible
 from .request import (
     DomainCount,
     Mode,
@@ -193,6 +195,11 @@ class _GroupPlacer:
         self.worker_missing = worker_missing
         self.worker_vec = worker_vec
         pods = np.where(mask, raw, 0)
+        try:
+            self.gpu = GpuPlacer(self.snapshot, tree, self.workers, self.leader)
+        except HostnameRequired as error:
+            raise _NoFit(str(error)) from None
+        pods, self.worker_mask, self.exclusions = self.gpu.counts(mask, pods, self.exclusions)
         pods_with_leader = pods
         leads = np.zeros_like(pods)
         if self.leader is not None:
@@ -203,6 +210,7 @@ class _GroupPlacer:
             if leader_missing:
                 fits[:] = False
             after = _per_node_count(np.maximum(self.free - leader_vec, 0), worker_vec)
+            fits, after = self.gpu.with_leader(fits, after)
             pods_with_leader = np.where(fits, np.where(mask, after, 0), pods)
             if worker_missing:
                 pods_with_leader = np.zeros_like(pods)
@@ -271,11 +279,14 @@ class _GroupPlacer:
         """Kueue's order: [leaders desc], slices desc (BestFit) / asc, pods asc, path asc."""
         slices = (self.slc_wl if with_leader else self.slc)[level][domains]
         pods = (self.pod_wl if with_leader else self.pod)[level][domains]
-        keys: list[IntArray] = [
+        keys: list[npt.NDArray[Any]] = [
             self.tree.lexrank[level][domains],
             pods,
             -slices if self.best_fit else slices,
         ]
+        gpu_key = self.gpu.rank_key(level, domains)  # nodes only: better GPU sets first
+        if gpu_key is not None:
+            keys.insert(1, gpu_key)
         if with_leader and self.leader_count:
             keys.append(-self.lead[level][domains])
         return domains[np.lexsort(keys)]
@@ -498,11 +509,15 @@ class _GroupPlacer:
             self.lead[level],
         )
 
-    def descend(self, level: int, fit_domains: list[int]) -> _Chosen:
-        chosen = self._fill_slices(level, np.array(fit_domains, dtype=np.int64))
+    def descend(self, level: int, fit_domains: list[int], fixed: _Chosen | None = None) -> _Chosen:
+        # ``fixed``: a balanced split already made at ``level``; Kueue only hands it down.
+        if fixed is None:
+            chosen = self._fill_slices(level, np.array(fit_domains, dtype=np.int64))
+        else:
+            chosen = fixed
         tree = self.tree
         # Above the slice level: pool the children of every chosen domain, fill them afresh.
-        while level < min(tree.depth - 1, self.slice_level):
+        while fixed is None and level < min(tree.depth - 1, self.slice_level):
             used = chosen.domains[(chosen.pods > 0) | (chosen.leaders > 0)]
             pool = np.concatenate([tree.children(level, int(d)) for d in used]).astype(np.int64)
             level += 1
@@ -514,6 +529,8 @@ class _GroupPlacer:
             capacity, capacity_wl = self.pod[child], self.pod_wl[child]
             if unit > 1:
                 capacity, capacity_wl = capacity // unit, capacity_wl // unit
+            if level < self.slice_level:  # only after a balanced split: still whole slices
+                unit, capacity, capacity_wl = self.slice_size, self.slc[child], self.slc_wl[child]
             parts: list[_Chosen] = []
             for domain, pods, leaders in zip(
                 chosen.domains.tolist(), chosen.pods.tolist(), chosen.leaders.tolist(), strict=True
@@ -554,7 +571,7 @@ class _GroupPlacer:
         else:
             levels = tuple(tree.level_keys)
             values = [tree.path(out_level, int(d)) for d in domains]
-        return PodSetPlacement(
+        placed = PodSetPlacement(
             name=name,
             levels=levels,
             domains=tuple(
@@ -563,12 +580,50 @@ class _GroupPlacer:
             ),
             node_counts=node_counts,
         )
+        return self.gpu.attach(placed, per_node)  # with its pods' GPU sets, if any
+
+    def _balanced(self) -> tuple[int, _Chosen] | None:
+        """Kueue's balanced split (``admission/balanced.py``) when asked for; None: BestFit."""
+        request = self.workers
+        if not request.balanced or request.mode is not Mode.PREFERRED:
+            return None
+        shape = Shape(
+            slices=self.count // self.slice_size,
+            level=self.level,
+            slice_level=self.slice_level,
+            leaders=self.leader_count,
+            slice_size=self.slice_size,
+            below_unit=self.inner_size.get(self.level + 1, 1),
+            exclusive_slices=request.exclusive_slices,
+            limit=None if request.limit is None else self.limit_level,
+        )
+
+        def counts(level: int) -> Counts:
+            return Counts(
+                self.pod[level],
+                self.pod_wl[level],
+                self.slc[level],
+                self.slc_wl[level],
+                self.lead[level],
+                self.tree.lexrank[level],
+            )
+
+        choice = balanced_choice(self.tree, counts, shape)
+        if choice is None:
+            return None
+        split = _Chosen(choice.domains, choice.slices * self.slice_size, choice.leaders)
+        return choice.level, split
 
     def run(self) -> list[tuple[PodSetRequest, IntArray]]:
         """Pods per node (positions in ``tree.nodes``) for the workers and the leader."""
         self.fill_in_counts()
-        level, domains = self.find_level()
-        chosen = self.descend(level, domains)
+        balanced = self._balanced()
+        if balanced is not None:
+            level, split = balanced
+            chosen = self.descend(level, [], split)
+        else:
+            level, domains = self.find_level()
+            chosen = self.descend(level, domains)
         workers = np.zeros(len(self.tree.nodes), dtype=np.int64)
         np.add.at(workers, chosen.domains, chosen.pods)
         result = [(self.workers, workers)]
@@ -648,5 +703,6 @@ def place(
             vec, _ = snapshot.pod_vector(podset.requests)
             rows = np.flatnonzero(per_node)
             free[rows] -= per_node[rows, None] * vec
-    ordered = tuple(placements[p.name] for p in request.podsets)
+        snapshot = placer.gpu.after(snapshot)  # and its GPUs
+    ordered = with_visible([placements[p.name] for p in request.podsets])
     return PlacementDecision(fits=True, placements=ordered)

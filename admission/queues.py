@@ -20,6 +20,7 @@ from topogate.cache.snapshot import ClusterSnapshot
 from topogate.cache.topology import DomainTree
 
 from .assignments import node_usage
+from .gpuplace import taken_by
 from .placement import place
 from .request import PlacementDecision, PlacementRequest
 
@@ -218,7 +219,7 @@ class SnapshotPlacer:
                     slot = extra.setdefault(node, {})
                     for resource, amount in amounts.items():
                         slot[resource] = slot.get(resource, 0) + amount
-            snapshot = snapshot.with_usage(extra)
+            snapshot = snapshot.with_usage(extra, taken_by(d for _, d in held))
         return place(
             topology.tree,
             snapshot,

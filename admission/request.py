@@ -48,6 +48,8 @@ class PodSetRequest:
     exclusive_slices: bool = False
     # PREFERRED only: Kueue's balanced placement, an even split over the fewest domains.
     balanced: bool = False
+    # topogate.dev/gpu-min-bandwidth (GB/s): every pod's own GPU set must reach it (hard).
+    gpu_min_bandwidth: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,10 @@ class PodSetPlacement:
     levels: tuple[str, ...]  # the assignment's levels, as written in the TopologyAssignment
     domains: tuple[DomainCount, ...]  # sorted by full level path; counts add up to the count
     node_counts: Mapping[str, int]  # pods per node, for holding usage and checking plans
+    # Nodes with a GPU bandwidth matrix (hostname-lowest topologies only): one GPU set per
+    # pod placed there, and every GPU the workload's pods there hold (their visibleGPUs).
+    gpu_sets: Mapping[str, tuple[tuple[int, ...], ...]] = field(default_factory=dict)
+    visible_gpus: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

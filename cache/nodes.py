@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from topogate.api.errors import InputError
+from topogate.api.gpus import ALLOCATION_ANNOTATION, Matrix, node_gpu_matrix, parse_allocation
 from topogate.api.podspec import Taint, parse_taints, pod_requests
 from topogate.api.quantity import QuantityError, to_units
 from topogate.api.validation import object_name
@@ -23,6 +24,10 @@ class NodeInfo:
     taints: tuple[Taint, ...] = ()
     ready: bool = True
     unschedulable: bool = False
+    # GPU i -> GPU j bandwidth in GB/s (api/gpus.py), or None; ``gpu_problem`` says why a
+    # node's GPU annotation was not usable (the node itself still is).
+    gpu_bandwidth: Matrix | None = None
+    gpu_problem: str = ""
 
 
 @dataclass(slots=True)
@@ -32,6 +37,7 @@ class PodUsage:
     key: str
     node_name: str
     requests: dict[str, int]
+    gpus: frozenset[int] = frozenset()  # GPU indices its topogate.dev/gpu-allocation holds
 
 
 def _meta(obj: Mapping[str, Any], where: str) -> Mapping[str, Any]:
@@ -77,6 +83,12 @@ def node_from_kube(obj: Mapping[str, Any]) -> NodeInfo:
         isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
         for c in conditions
     )
+    gpu_bandwidth, gpu_problem = None, ""
+    try:
+        annotations = _string_map(meta.get("annotations"), where, "metadata.annotations")
+        gpu_bandwidth = node_gpu_matrix(name, annotations, allocatable)
+    except InputError as error:
+        gpu_problem = error.describe()
     return NodeInfo(
         name=name,
         labels=_string_map(meta.get("labels"), where, "metadata.labels"),
@@ -84,6 +96,8 @@ def node_from_kube(obj: Mapping[str, Any]) -> NodeInfo:
         taints=parse_taints(spec.get("taints"), where, "spec.taints"),
         ready=ready,
         unschedulable=bool(spec.get("unschedulable")),
+        gpu_bandwidth=gpu_bandwidth,
+        gpu_problem=gpu_problem,
     )
 
 
@@ -99,4 +113,20 @@ def pod_usage_from_kube(obj: Mapping[str, Any]) -> PodUsage | None:
     if not node_name or phase in TERMINAL_PHASES:
         return None
     key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or meta.get('uid')}"
-    return PodUsage(key=key, node_name=str(node_name), requests=pod_requests(spec, where))
+    return PodUsage(
+        key=key,
+        node_name=str(node_name),
+        requests=pod_requests(spec, where),
+        gpus=_allocated_gpus(meta.get("annotations")),
+    )
+
+
+def _allocated_gpus(annotations: Any) -> frozenset[int]:
+    """The GPUs a pod's allocation annotation holds; none when it is absent or unreadable
+    (its requests still count; only the indices are unknown)."""
+    if not isinstance(annotations, Mapping) or ALLOCATION_ANNOTATION not in annotations:
+        return frozenset()
+    try:
+        return parse_allocation(str(annotations[ALLOCATION_ANNOTATION])).gpus
+    except ValueError:
+        return frozenset()

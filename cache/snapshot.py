@@ -8,12 +8,14 @@ topology tree) is vectorised over these rows, so 100,000 nodes stay cheap.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
+from topogate.api.gpus import Assignment, Matrix
 from topogate.api.podspec import Taint
 
 from .nodes import PODS, NodeInfo, PodUsage
@@ -21,6 +23,80 @@ from .nodes import PODS, NodeInfo, PodUsage
 IntArray = npt.NDArray[np.int64]
 CodeArray = npt.NDArray[np.int32]
 BoolArray = npt.NDArray[np.bool_]
+FloatArray = npt.NDArray[np.float64]
+
+log = logging.getLogger("topogate.cache")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuState:
+    """Per node: its GPU bandwidth matrix (as pair bandwidths: the slower direction, +inf on
+    the diagonal; nodes with equal matrices share one) and the GPU indices already held."""
+
+    code: CodeArray  # row -> index into ``pairs``; -1: no matrix
+    pairs: list[FloatArray] = field(default_factory=list)
+    taken: Mapping[int, frozenset[int]] = field(default_factory=dict)  # row -> GPU indices
+    # Results of GPU-set searches keyed by (what, matrix code, free GPUs, ...), shared by the
+    # copies that only take more GPUs (the matrices stay the same).
+    memo: dict[tuple[object, ...], object] = field(default_factory=dict, compare=False)
+
+    def pair(self, row: int) -> FloatArray | None:
+        code = int(self.code[row])
+        return self.pairs[code] if code >= 0 else None
+
+    def free(self, row: int) -> list[int]:
+        """GPU indices of the node not held by a pod or an admitted workload."""
+        pair = self.pair(row)
+        if pair is None:
+            return []
+        taken = self.taken.get(row, frozenset())
+        return [g for g in range(len(pair)) if g not in taken]
+
+    def with_taken(self, rows: Mapping[int, Iterable[int]]) -> GpuState:
+        taken = dict(self.taken)
+        for row, gpus in rows.items():
+            taken[row] = taken.get(row, frozenset()) | frozenset(gpus)
+        return GpuState(self.code, self.pairs, taken, self.memo)
+
+    @classmethod
+    def build(
+        cls,
+        nodes: list[NodeInfo],
+        usage: Iterable[PodUsage],
+        extra: Mapping[str, Iterable[int]],
+        index: Mapping[str, int],
+    ) -> GpuState:
+        codes = np.full(len(nodes), -1, dtype=np.int32)
+        pairs: list[FloatArray] = []
+        by_value: dict[Matrix, int] = {}
+        by_id: dict[int, int] = {}  # profiles are shared objects: skip hashing them
+        for row, node in enumerate(nodes):
+            matrix = node.gpu_bandwidth
+            if matrix is None:
+                continue
+            found = by_id.get(id(matrix))
+            if found is None:
+                found = by_value.get(matrix)
+            if found is not None:
+                code = found
+            else:
+                code = by_value[matrix] = len(pairs)
+                values = np.asarray(matrix, dtype=np.float64)
+                pair = np.minimum(values, values.T)
+                np.fill_diagonal(pair, np.inf)
+                pairs.append(pair)
+            by_id[id(matrix)] = code
+            codes[row] = code
+        taken: dict[int, set[int]] = {}
+        for pod in usage:
+            at = index.get(pod.node_name)
+            if at is not None and pod.gpus:
+                taken.setdefault(at, set()).update(pod.gpus)
+        for node_name, gpus in extra.items():
+            at = index.get(node_name)
+            if at is not None:
+                taken.setdefault(at, set()).update(gpus)
+        return cls(codes, pairs, {row: frozenset(g) for row, g in taken.items()})
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +117,7 @@ class ClusterSnapshot:
     __slots__ = (
         "_free",
         "allocatable",
+        "gpu",
         "labels",
         "node_index",
         "node_names",
@@ -64,6 +141,7 @@ class ClusterSnapshot:
         labels: dict[str, LabelColumn],
         taints: CodeArray,
         taint_sets: list[tuple[Taint, ...]],
+        gpu: GpuState | None = None,
     ) -> None:
         self.node_names = node_names
         self.node_index = {name: i for i, name in enumerate(node_names)}
@@ -77,6 +155,7 @@ class ClusterSnapshot:
         self.taints = taints
         self.taint_sets = taint_sets
         self._free: IntArray | None = None
+        self.gpu = gpu if gpu is not None else GpuState(np.full(len(node_names), -1, np.int32))
 
     @property
     def node_count(self) -> int:
@@ -108,8 +187,13 @@ class ClusterSnapshot:
                 vec[col] = amount
         return vec, missing
 
-    def with_usage(self, per_node: Mapping[str, Mapping[str, int]]) -> ClusterSnapshot:
-        """A copy with more usage (e.g. workloads admitted earlier in this cycle); same rows."""
+    def with_usage(
+        self,
+        per_node: Mapping[str, Mapping[str, int]],
+        gpus: Mapping[str, Iterable[int]] | None = None,
+    ) -> ClusterSnapshot:
+        """A copy with more usage (e.g. workloads admitted earlier in this cycle); same rows.
+        ``gpus``: GPU indices they hold, per node."""
         used = self.used.copy()
         for node, amounts in per_node.items():
             row = self.node_index.get(node)
@@ -117,6 +201,10 @@ class ClusterSnapshot:
                 continue
             vec, _ = self.vector(amounts)
             used[row] += vec
+        gpu = self.gpu
+        if gpus:
+            rows = {self.node_index[n]: g for n, g in gpus.items() if n in self.node_index}
+            gpu = gpu.with_taken(rows)
         return ClusterSnapshot(
             self.node_names,
             self.resources,
@@ -127,6 +215,22 @@ class ClusterSnapshot:
             self.labels,
             self.taints,
             self.taint_sets,
+            gpu,
+        )
+
+    def with_gpus(self, rows: Mapping[int, Iterable[int]]) -> ClusterSnapshot:
+        """A copy whose nodes (by row) hold these GPU indices too; same usage otherwise."""
+        return ClusterSnapshot(
+            self.node_names,
+            self.resources,
+            self.allocatable,
+            self.used,
+            self.ready,
+            self.unschedulable,
+            self.labels,
+            self.taints,
+            self.taint_sets,
+            self.gpu.with_taken(rows),
         )
 
     def pod_vector(self, requests: Mapping[str, int]) -> tuple[IntArray, list[str]]:
@@ -139,10 +243,12 @@ class ClusterSnapshot:
         nodes: Iterable[NodeInfo],
         usage: Iterable[PodUsage] = (),
         extra_usage: Mapping[str, Mapping[str, int]] | None = None,
+        extra_gpus: Mapping[str, Iterable[int]] | None = None,
     ) -> ClusterSnapshot:
         """Rows for ``nodes``; ``usage`` (pods) and ``extra_usage`` (per node) are subtracted.
 
-        Each pod also takes one "pods" slot, so allocatable pods is honoured.
+        Each pod also takes one "pods" slot, so allocatable pods is honoured. GPU indices held
+        by pods' allocation annotations and ``extra_gpus`` (per node) are taken.
         """
         node_list = list(nodes)
         names = [n.name for n in node_list]
@@ -190,6 +296,7 @@ class ClusterSnapshot:
             labels=_label_columns(node_list),
             taints=taint_codes,
             taint_sets=taint_sets,
+            gpu=GpuState.build(node_list, usage_list, extra_gpus or {}, index),
         )
 
 
@@ -233,10 +340,14 @@ class CapacityCache:
         self._nodes: dict[str, NodeInfo] = {}
         self._pods: dict[str, PodUsage] = {}
         self._workloads: dict[str, dict[str, dict[str, int]]] = {}
+        self._gpu_assignments: dict[str, Assignment] = {}
         self._snapshot: ClusterSnapshot | None = None
 
     def upsert_node(self, node: NodeInfo) -> None:
-        if self._nodes.get(node.name) != node:
+        previous = self._nodes.get(node.name)
+        if previous != node:
+            if node.gpu_problem and (previous is None or previous.gpu_problem != node.gpu_problem):
+                log.warning("GPU topology of node %s ignored: %s", node.name, node.gpu_problem)
             self._nodes[node.name] = node
             self._snapshot = None
 
@@ -261,8 +372,22 @@ class CapacityCache:
         self._snapshot = None
 
     def release_workload(self, key: str) -> None:
-        if self._workloads.pop(key, None) is not None:
+        held = self._workloads.pop(key, None)
+        gpus = self._gpu_assignments.pop(key, None)
+        if held is not None or gpus is not None:
             self._snapshot = None
+
+    def set_workload_gpus(self, key: str, assignment: Assignment) -> None:
+        """Hold the GPU sets an admitted workload was given (per PodSet and node); released
+        with its usage. Empty: nothing held."""
+        if assignment:
+            self._gpu_assignments[key] = assignment
+        else:
+            self._gpu_assignments.pop(key, None)
+        self._snapshot = None
+
+    def workload_gpus(self, key: str) -> Assignment | None:
+        return self._gpu_assignments.get(key)
 
     def snapshot(self) -> ClusterSnapshot:
         if self._snapshot is None:
@@ -272,7 +397,15 @@ class CapacityCache:
                     slot = extra.setdefault(node, {})
                     for name, amount in amounts.items():
                         slot[name] = slot.get(name, 0) + amount
+            gpus: dict[str, set[int]] = {}
+            for assignment in self._gpu_assignments.values():
+                for placed in assignment.values():
+                    for node, sets in placed.items():
+                        gpus.setdefault(node, set()).update(g for one in sets for g in one)
             self._snapshot = ClusterSnapshot.build(
-                sorted(self._nodes.values(), key=lambda n: n.name), self._pods.values(), extra
+                sorted(self._nodes.values(), key=lambda n: n.name),
+                self._pods.values(),
+                extra,
+                gpus,
             )
         return self._snapshot

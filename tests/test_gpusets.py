@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from topogate.admission.gpusets import (
     best_gpu_set,
     bottleneck,
+    greedy_sets,
     joint_gpu_sets,
     pair_bandwidth,
 )
@@ -125,3 +127,78 @@ def test_joint_split_matches_exhaustive_search(seed: int) -> None:
             start += size
         best = max(best, worst(split))
     assert worst([p.gpus for p in pods]) == best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_bounds_and_cores_stay_exact_on_distinct_bandwidths(seed: int) -> None:
+    # Distinct values (no ties): every threshold is a candidate, the greedy and degree bounds
+    # and the k-core pruning must never skip the answer.
+    rng = np.random.default_rng(5000 + seed)
+    n = int(rng.integers(6, 15))
+    raw = rng.uniform(1.0, 500.0, size=(n, n))
+    pair = pair_bandwidth(raw)
+    free = sorted(rng.choice(n, size=int(rng.integers(4, n + 1)), replace=False).tolist())
+    for k in range(2, min(len(free), 8) + 1):
+        choice = best_gpu_set(raw, free, k)
+        assert choice is not None
+        best = max(bottleneck(pair, s) for s in itertools.combinations(free, k))
+        assert choice.bottleneck == best
+
+
+def _max_packing(pair: np.ndarray, free: list[int], k: int, minimum: float) -> int:
+    good = [s for s in itertools.combinations(free, k) if bottleneck(pair, s) >= minimum]
+    best = 0
+
+    def grow(chosen: int, used: frozenset[int], start: int) -> None:
+        nonlocal best
+        best = max(best, chosen)
+        for i in range(start, len(good)):
+            if not used & set(good[i]):
+                grow(chosen + 1, used | set(good[i]), i + 1)
+
+    grow(0, frozenset(), 0)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_greedy_sets_reach_the_minimum_and_bound_the_packing_from_below(seed: int) -> None:
+    rng = np.random.default_rng(7000 + seed)
+    raw = rng.choice([5.0, 16.0, 48.0, 96.0], size=(8, 8))
+    pair = pair_bandwidth(raw)
+    k = int(rng.integers(2, 4))
+    minimum = float(rng.choice([16.0, 48.0, 96.0]))
+    found = greedy_sets(pair, list(range(8)), k, minimum)
+    assert all(s.bottleneck >= minimum and len(s.gpus) == k for s in found)
+    assert len({g for s in found for g in s.gpus}) == k * len(found)
+    optimum = _max_packing(pair, list(range(8)), k, minimum)
+    assert len(found) <= optimum
+    assert (len(found) == 0) == (optimum == 0)  # one set exists iff greedy finds one
+    # What placement counted, selection delivers: every pod reaches the minimum.
+    if found:
+        result = joint_gpu_sets(raw, range(8), [k] * len(found), minimum)
+        assert result is not None
+        assert all(p.bottleneck >= minimum for p in result[1])
+
+
+def test_joint_sets_fall_back_to_the_counted_sets_for_a_minimum() -> None:
+    # Two fast triangles {0,1,2} and {3,4,5}, 10 GB/s between: the best group of four is
+    # {0,1,2,3}-like (bottleneck 10), whose split cannot give two pods 100 GB/s each.
+    raw = np.full((6, 6), 10.0)
+    for tri in ((0, 1, 2), (3, 4, 5)):
+        for i, j in itertools.permutations(tri, 2):
+            raw[i, j] = 100.0
+    result = joint_gpu_sets(raw, range(6), [2, 2], minimum=100.0)
+    assert result is not None
+    _, pods = result
+    assert all(p.bottleneck == 100.0 for p in pods)
+    assert joint_gpu_sets(raw, range(6), [2, 2, 2], minimum=100.0) is None
+
+
+@pytest.mark.parametrize("sizes", [[2] * 8, [4] * 4, [8, 8], [3, 3, 2, 2, 2, 4]])
+def test_splitting_sixteen_gpus_is_fast(sizes: list[int]) -> None:
+    rng = np.random.default_rng(3)
+    for raw in (np.full((16, 16), 450.0), rng.choice([5.0, 16.0, 48.0, 96.0], size=(16, 16))):
+        started = time.perf_counter()
+        result = joint_gpu_sets(raw, range(16), sizes)
+        assert result is not None and [len(p.gpus) for p in result[1]] == sizes
+        assert time.perf_counter() - started < 2.0  # was minutes before the split search

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import numpy as np
 
 from topogate.admission.assignments import pod_set_assignments
+from topogate.admission.gpusets import bottleneck
 from topogate.admission.placement import place
 from topogate.admission.request import (
     Mode,
@@ -24,6 +25,7 @@ from topogate.admission.request import (
 from topogate.api import constants as c
 from topogate.api.annotations import AnnotationError
 from topogate.api.errors import InputError
+from topogate.api.gpus import ASSIGNMENT_ANNOTATION, assignment_text, min_bandwidth
 from topogate.api.jobs import WorkloadSource
 from topogate.api.models import (
     Admission,
@@ -37,6 +39,7 @@ from topogate.api.quantity import format_units
 from topogate.api.times import now
 from topogate.api.validation import join
 from topogate.api.vocabularies import (
+    BALANCED_PLACEMENT,
     KAI_PREFERRED,
     KAI_REQUIRED,
     NETWORK_TOPOLOGY,
@@ -72,12 +75,25 @@ class DomainUsage:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuRow:
+    """The GPU sets of one PodSet's pods on one node, with the bottlenecks (GB/s) they reach:
+    each pod's own set, and the whole group the workload holds there (its visibleGPUs)."""
+
+    node: str
+    sets: tuple[tuple[int, ...], ...]
+    bottlenecks: tuple[float, ...]
+    visible: tuple[int, ...]
+    group: float
+
+
+@dataclass(frozen=True, slots=True)
 class PlanResult:
     source: WorkloadSource
     choice: FlavorChoice
     decision: PlacementDecision
     usage: dict[str, list[DomainUsage]]  # per PodSet, for the table
     warnings: list[str] = field(default_factory=list)  # e.g. HyperNodes left out, and why
+    gpus: dict[str, list[GpuRow]] = field(default_factory=dict)  # per PodSet, for the table
 
     @property
     def fits(self) -> bool:
@@ -283,6 +299,13 @@ def podset_request(podset: PodSet, path: str, source: TopologySource, where: str
                 )
             slices = (SliceLayer(replica_level, podset.count // replicas),)
             exclusive = True
+        if vocabulary.balanced and mode is not Mode.PREFERRED:
+            raise InputError(
+                "balanced placement applies to preferred requests only (Kueue's "
+                "podset-preferred-topology, KAI's preferred placement or Volcano's tiers)",
+                where=where,
+                field=f"{annotations_path}[{BALANCED_PLACEMENT}]",
+            )
     return PodSetRequest(
         name=podset.name,
         count=podset.count,
@@ -294,6 +317,8 @@ def podset_request(podset: PodSet, path: str, source: TopologySource, where: str
         group=request.pod_set_group_name if request else None,
         limit=limit,
         exclusive_slices=exclusive,
+        balanced=vocabulary is not None and vocabulary.balanced,
+        gpu_min_bandwidth=min_bandwidth(podset.template, path, where),
     )
 
 
@@ -371,6 +396,9 @@ def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = Non
         for name, problems in sorted((forest.problems if forest else {}).items())
         for problem in problems
     ]
+    for node in cluster.nodes:  # serve skips a bad GPU annotation; plan refuses it
+        if node.gpu_problem:
+            raise InputError(node.gpu_problem)
     workload = source.workload
     podsets = workload.spec.pod_sets
     paths = [source.template_paths[p.name] for p in podsets]
@@ -391,7 +419,26 @@ def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = Non
     )
     workload.status = _status(decision, requests, choice)
     usage = _usage(decision, requests, snapshot, tree) if decision.fits else {}
-    return PlanResult(source, choice, decision, usage, warnings)
+    return PlanResult(source, choice, decision, usage, warnings, _gpu_rows(decision, snapshot))
+
+
+def _gpu_rows(decision: PlacementDecision, snapshot: ClusterSnapshot) -> dict[str, list[GpuRow]]:
+    out: dict[str, list[GpuRow]] = {}
+    for placement in decision.placements:
+        for node, sets in sorted(placement.gpu_sets.items()):
+            pair = snapshot.gpu.pair(snapshot.node_index[node])
+            assert pair is not None  # sets are only chosen on nodes with a matrix
+            visible = tuple(placement.visible_gpus.get(node, ()))
+            out.setdefault(placement.name, []).append(
+                GpuRow(
+                    node,
+                    tuple(sets),
+                    tuple(bottleneck(pair, s) for s in sets),
+                    visible,
+                    bottleneck(pair, visible),
+                )
+            )
+    return out
 
 
 def _condition(status: Literal["True", "False"], reason: str, message: str) -> Condition:
@@ -490,8 +537,44 @@ def render_table(result: PlanResult) -> str:
         widths = [max(len(r[i]) for r in [header, *table]) for i in range(2)]
         for r in [header, *table]:
             lines.append(f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]}".rstrip())
+        lines.extend(_gpu_table(result.gpus.get(placement.name, [])))
     return "\n".join(lines) + "\n"
 
 
+def _gbps(value: float) -> str:
+    return "-" if value == float("inf") else f"{value:g}"
+
+
+def _gpu_table(rows: list[GpuRow]) -> list[str]:
+    """Per node: each pod's GPUs and the slowest link inside them; the GPUs the workload's
+    pods there see together (visibleGPUs) and the slowest link among those."""
+    if not rows:
+        return []
+    header = ("NODE", "GPUS PER POD", "BOTTLENECK GB/S", "VISIBLE GPUS", "GROUP GB/S")
+    table = [
+        (
+            row.node,
+            " ".join("[" + ",".join(map(str, s)) + "]" for s in row.sets),
+            " ".join(_gbps(b) for b in row.bottlenecks),
+            ",".join(map(str, row.visible)),
+            _gbps(row.group),
+        )
+        for row in rows
+    ]
+    widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
+    lines = [""]
+    for r in [header, *table]:
+        lines.append("  ".join(f"{v:<{w}}" for v, w in zip(r, widths, strict=True)).rstrip())
+    return lines
+
+
 def workload_document(result: PlanResult) -> Mapping[str, Any]:
-    return result.source.workload.to_wire()
+    document = result.source.workload.to_wire()
+    gpus = {p.name: dict(p.gpu_sets) for p in result.decision.placements if p.gpu_sets}
+    if gpus:  # the GPU sets, as the admitter records them on the Workload
+        metadata = document.setdefault("metadata", {})
+        metadata["annotations"] = {
+            **(metadata.get("annotations") or {}),
+            ASSIGNMENT_ANNOTATION: assignment_text(gpus),
+        }
+    return document

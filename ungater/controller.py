@@ -3,27 +3,38 @@
 Pod events mark workloads; about once a second (``interval``) every marked workload is
 planned with :func:`plan_ungates` and its pods are patched, each with one JSON patch that
 checks the gates are unchanged, removes topogate's gate and merges the domain's labels into
-the nodeSelector. Expectations hold a workload back while its patches are unobserved, so a pod
-is never planned twice; after a restart the API server's pods are the whole truth (ungated
-pods carry their domain in their nodeSelector), so nothing is released twice.
+the nodeSelector; on a node where the admitter chose GPU sets, the same patch writes the pod's
+``topogate.dev/gpu-allocation`` (the next set there no sibling holds, see ``gpus.py``).
+Expectations hold a workload back while its patches are unobserved, so a pod is never planned
+twice; after a restart the API server's pods are the whole truth (ungated pods carry their
+domain in their nodeSelector and their GPUs in that annotation), so nothing is released twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 from topogate.api import constants as c
+from topogate.api.gpus import (
+    ALLOCATION_ANNOTATION,
+    ASSIGNMENT_ANNOTATION,
+    Assignment,
+    parse_assignment,
+)
 from topogate.api.models import TopologyAssignment
 from topogate.api.times import parse_time
 from topogate.kubeapi import JSON_PATCH, PODS, WORKLOADS, Kube, KubeError, Obj, key_of
 from topogate.metrics import Metrics
 from topogate.world import World, is_finished, meta, workload_of_pod
 
-from .ranks import Assignment, Expectations, Ungate, plan_ungates, pod_view
+from .gpus import gpu_allocations, visible_gpus
+from .ranks import Assignment as DomainAssignment
+from .ranks import Expectations, Ungate, plan_ungates, pod_view
 
 log = logging.getLogger("topogate.ungater")
 
@@ -114,6 +125,8 @@ class Ungater:
             pods_store[k] for k in self.world.pods_by_workload.get(key, ()) if k in pods_store
         ]
         requests = _topology_requests(workload)
+        gpus = self._gpus(key, workload)
+        visible = visible_gpus(gpus)
         out: list[tuple[Obj, Ungate]] = []
         for assignment in admission.get("podSetAssignments") or []:
             podset = str(assignment.get("name"))
@@ -130,7 +143,7 @@ class Ungater:
                     if _gated(p)
                 )
                 continue
-            parsed = Assignment.from_model(TopologyAssignment.model_validate(topology))
+            parsed = DomainAssignment.from_model(TopologyAssignment.model_validate(topology))
             request = requests.get(podset, {})
             ungates = plan_ungates(
                 parsed.levels,
@@ -142,8 +155,26 @@ class Ungater:
                 sub_group_count=request.get("subGroupCount"),
                 expected=self.expectations.uids(key),
             )
+            if gpus.get(podset):  # each pod to a node with GPU sets takes the next free one
+                given = gpu_allocations(gpus[podset], visible, pods, ungates)
+                ungates = [dataclasses.replace(u, gpu_allocation=given.get(u.uid)) for u in ungates]
             out.extend((by_uid[u.uid], u) for u in ungates if u.uid in by_uid)
         return out
+
+    def _gpus(self, key: str, workload: Obj | None) -> Assignment:
+        """The GPU sets the admitter chose: held in the capacity cache from admission on
+        (also after a restart); the Workload's annotation when not (yet) held."""
+        held = self.world.capacity.workload_gpus(key)
+        if held is not None:
+            return held
+        text = (meta(workload or {}).get("annotations") or {}).get(ASSIGNMENT_ANNOTATION)
+        if not text:
+            return {}
+        try:
+            return parse_assignment(str(text))
+        except ValueError as error:
+            log.warning("Workload %s: ignoring %s: %s", key, ASSIGNMENT_ANNOTATION, error)
+            return {}
 
     async def _patch(self, key: str, pod: Obj, ungate: Ungate) -> None:
         m = meta(pod)
@@ -157,6 +188,8 @@ class Ungater:
         ]
         if ungate.node_selector:
             patch.append({"op": "add", "path": "/spec/nodeSelector", "value": selector})
+        if ungate.gpu_allocation is not None:
+            patch.append(_annotation_op(m, ALLOCATION_ANNOTATION, ungate.gpu_allocation))
         try:
             async with self._limit:
                 await self.kube.patch(
@@ -173,6 +206,14 @@ class Ungater:
         created = parse_time(m.get("creationTimestamp"))
         if created is not None:
             self.metrics.ungate_seconds.observe(max(time.time() - created, 0.0))
+
+
+def _annotation_op(m: Obj, key: str, value: str) -> dict[str, Any]:
+    """A JSON patch op that sets one annotation (creating the map when the pod has none)."""
+    if isinstance(m.get("annotations"), dict):
+        escaped = key.replace("~", "~0").replace("/", "~1")
+        return {"op": "add", "path": f"/metadata/annotations/{escaped}", "value": value}
+    return {"op": "add", "path": "/metadata/annotations", "value": {key: value}}
 
 
 def _topology_requests(workload: Obj | None) -> dict[str, dict[str, Any]]:

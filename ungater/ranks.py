@@ -61,6 +61,7 @@ class Ungate:
     pod: str
     uid: str
     node_selector: dict[str, str]  # level -> value, to merge into the pod's nodeSelector
+    gpu_allocation: str | None = None  # topogate.dev/gpu-allocation to write (see gpus.py)
 
 
 def _str_map(value: Any) -> dict[str, str]:
