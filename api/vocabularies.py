@@ -10,6 +10,8 @@ Read from pod-template annotations, next to Kueue's (api/annotations.py):
   ``{"mode": "hard", "highestTierName": "spine"}``. Volcano keeps this on its Job/PodGroup;
   an annotation lets a batch/v1 Job or a JobSet say the same thing.
 - ``topogate.dev/topology-name``: which topology the job uses (KAI's key is accepted too).
+- ``topogate.dev/balanced-placement: "true"`` on a preferred request: Kueue's balanced
+  placement (an even split over the fewest domains), which Kueue has behind a feature gate.
 - Volcano's HyperJob on a JobSet: ``topogate.dev/replica-required-topology: <level>`` on a
   replicated job's pod template puts each replica (one child Job) whole into a domain of that
   level of its own; the JobSet is still admitted as one gang.
@@ -33,6 +35,7 @@ KAI_PREFERRED = "kai.scheduler/topology-preferred-placement"
 TOPOLOGY_NAME = f"{c.GROUP}/topology-name"
 NETWORK_TOPOLOGY = f"{c.GROUP}/network-topology"
 REPLICA_REQUIRED_TOPOLOGY = f"{c.GROUP}/replica-required-topology"
+BALANCED_PLACEMENT = f"{c.GROUP}/balanced-placement"
 
 VOLCANO_HARD = "hard"
 VOLCANO_SOFT = "soft"
@@ -55,6 +58,7 @@ class VocabularyRequest:
     kai_preferred: str | None = None
     volcano: VolcanoTopology | None = None
     replica_level: str | None = None
+    balanced: bool = False
 
     @property
     def places(self) -> bool:
@@ -148,6 +152,15 @@ def vocabulary_request(annotations: Mapping[str, str], path: str) -> VocabularyR
             str(annotations[NETWORK_TOPOLOGY]), f"{path}[{NETWORK_TOPOLOGY}]", problems
         )
     replica = _name(annotations, REPLICA_REQUIRED_TOPOLOGY, path, problems)
+    balanced = False
+    if BALANCED_PLACEMENT in annotations:
+        text = str(annotations[BALANCED_PLACEMENT])
+        if text not in ("true", "false"):
+            problems.append(
+                f"{path}[{BALANCED_PLACEMENT}]: Unsupported value: {text!r}: supported values: "
+                '"true", "false"'
+            )
+        balanced = text == "true"
     kai = names[KAI_REQUIRED] or names[KAI_PREFERRED]
     kueue = sorted(
         prefix + name
@@ -171,7 +184,7 @@ def vocabulary_request(annotations: Mapping[str, str], path: str) -> VocabularyR
         )
     if problems:
         raise AnnotationError(problems)
-    if not (topology or kai or volcano or replica):
+    if not (topology or kai or volcano or replica or balanced):
         return None
     return VocabularyRequest(
         topology=topology,
@@ -179,4 +192,5 @@ def vocabulary_request(annotations: Mapping[str, str], path: str) -> VocabularyR
         kai_preferred=names[KAI_PREFERRED],
         volcano=volcano,
         replica_level=replica,
+        balanced=balanced,
     )

@@ -16,14 +16,19 @@ import pytest
 import yaml
 from kubernetes import client
 
+from tests import test_e2e
 from tests.cluster import api_client, eventually, fake_node
-from tests.test_e2e import Serve, cluster, job, serve  # noqa: F401
+from tests.test_e2e import Serve, job
 from topogate.controlplane import ControlPlane
 from topogate.localcluster import create_all
 
 pytestmark = pytest.mark.cluster
 
 HN = ("topology.volcano.sh", "v1alpha1", "hypernodes")
+
+# The end-to-end module's fixtures: the control plane with CRDs, and `serve` with webhooks.
+cluster = test_e2e.cluster
+serve = test_e2e.serve
 
 
 def hypernode(name: str, tier: int, members: list[tuple[str, str]]) -> dict[str, Any]:
@@ -148,8 +153,8 @@ def test_discovery_builds_scoped_hypernodes_and_follows_relabelling(
         eventually(after_move, 60)
     except AssertionError:
         print(serve.log()[-3000:])
-        for n, i in _hypernodes(serve.plane, tag).items():
-            print(n, i["spec"], i.get("status"))
+        for name, item in _hypernodes(serve.plane, tag).items():
+            print(name, item["spec"], item.get("status"))
         raise
     # Remove the other b1/r0 node's labels: b1/r0 becomes stale and is deleted.
     core.patch_node(names[("b1", "r0")][0], {"metadata": {"labels": {rack: None, block: None}}})

@@ -351,3 +351,34 @@ def test_a_bad_hypernode_does_not_stop_placement() -> None:
     result = run(seed_forest_cluster(cycle), job(4, volcano(mode="hard", highestTierAllowed=2)))
     assert result.fits
     assert any("HyperNode x1" in w and "cycle" in w for w in result.warnings)
+
+
+# --- balanced placement, as an option on preferred requests --------------------------------
+
+
+def two_racks() -> ClusterInput:
+    cluster = kai_cluster()
+    cluster.nodes = [
+        _node("x1", 15, **{DC: "dc1", ZONE: "z1", RACK: "r1"}),
+        _node("x2", 15, **{DC: "dc1", ZONE: "z1", RACK: "r2"}),
+    ]
+    return cluster
+
+
+def test_balanced_placement_splits_evenly() -> None:
+    preferred = {"kueue.x-k8s.io/podset-preferred-topology": RACK}
+    packed = run(two_racks(), job(25, preferred))
+    assert sorted(packed.decision.placements[0].node_counts.values()) == [10, 15]
+    balanced = run(two_racks(), job(25, {**preferred, "topogate.dev/balanced-placement": "true"}))
+    assert sorted(balanced.decision.placements[0].node_counts.values()) == [12, 13]
+
+
+def test_balanced_placement_needs_a_preferred_request() -> None:
+    required = {
+        "kueue.x-k8s.io/podset-required-topology": ZONE,
+        "topogate.dev/balanced-placement": "true",
+    }
+    with pytest.raises(InputError, match="preferred requests only"):
+        run(two_racks(), job(4, required))
+    with pytest.raises(InputError, match="Unsupported value: 'yes'"):
+        workload_from_object(job(4, {"topogate.dev/balanced-placement": "yes"}))

@@ -6,6 +6,7 @@ import base64
 import io
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -205,13 +206,14 @@ class _Existing:
     def queue_levels(self, namespace: str, queue: str) -> None:
         return None
 
-    def hypernodes(self) -> list[dict[str, Any]]:
-        return self.objects
+    def hypernodes(self) -> list[Mapping[str, Any]]:
+        return list(self.objects)
 
 
 def _review_hypernode(obj: dict[str, Any], existing: _Existing) -> dict[str, Any]:
     review = Review.parse(review_for(obj, "HyperNode", "topology.volcano.sh", namespace=""))
-    return validate(review, existing)["response"]
+    response: dict[str, Any] = validate(review, existing)["response"]
+    return response
 
 
 def test_hypernode_with_two_selectors_is_refused() -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from topogate.api.errors import InputError
 from topogate.cache.hypernodes import DiscoveryType, discover, discovery_config, reconcile
+from topogate.cache.nodes import NodeInfo
 from topogate.kubeapi import HYPERNODES, NODES, Kube, KubeError, Obj, sleep_or
 from topogate.loader import documents
 from topogate.world import World, meta
@@ -156,3 +157,34 @@ class HyperNodeDiscovery:
             {**current, "status": {**(current.get("status") or {}), **wanted}},
             subresource="status",
         )
+
+
+def types_from_flag(values: Sequence[str]) -> list[DiscoveryType]:
+    """``--labels TYPE=top,...,kubernetes.io/hostname`` flags as discovery types."""
+    config = []
+    for value in values:
+        name, sep, labels = value.partition("=")
+        if not sep or not labels:
+            raise InputError(
+                f"{value!r} is not TYPE=LABEL,LABEL,... (top level first)", where="--labels"
+            )
+        config.append(
+            {
+                "source": "label",
+                "enabled": True,
+                "config": {
+                    "networkTopologyTypes": {
+                        name: [{"nodeLabel": label} for label in labels.split(",")]
+                    }
+                },
+            }
+        )
+    return discovery_config({"networkTopologyDiscovery": config}, where="--labels")
+
+
+def discover_offline(nodes: Sequence[NodeInfo], types: Sequence[DiscoveryType]) -> list[Obj]:
+    """What discovery in `serve` would create for these nodes (children before parents)."""
+    out: list[Obj] = []
+    for kind in types:
+        out.extend(discover(nodes, kind.name, kind.labels))
+    return out
