@@ -17,6 +17,8 @@ from topogate.webhooks.command import add_arguments as add_webhook_arguments
 from topogate.webhooks.command import run as run_webhook
 
 from . import __version__
+from .gpuimport import add_arguments as add_gpu_arguments
+from .gpuimport import run as run_gpu
 from .loader import load_cluster, load_single
 from .planner import plan, render_table, workload_document
 from .serve import add_arguments as add_serve_arguments
@@ -85,6 +87,12 @@ def _parser() -> argparse.ArgumentParser:
         "webhook", help="run the admission webhook server (HTTPS, AdmissionReview v1)"
     )
     add_webhook_arguments(webhook)
+    gpu = commands.add_parser(
+        "gpu",
+        help="GPU topology tools: `gpu import` turns `nvidia-smi topo -m` into a node annotation",
+        description="GPU topology tools (offline). Exit 0: done; 2: invalid input.",
+    )
+    add_gpu_arguments(gpu)
     return parser
 
 
@@ -111,6 +119,8 @@ def _plan(args: argparse.Namespace) -> int:
     document = load_single(args.workload)
     source = workload_from_object(document.obj, document.source)
     result = plan(cluster, source, args.flavor)
+    for warning in result.warnings:
+        print(f"topogate plan: warning: {warning}", file=sys.stderr)
     if args.output == "json":
         sys.stdout.write(json.dumps(workload_document(result), indent=2) + "\n")
     elif args.output == "yaml":
@@ -131,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_serve(args)
         if args.command == "status":
             return run_status(args)
+        if args.command == "gpu":
+            return run_gpu(args)
     except InputError as error:
         print(f"topogate {args.command}: error: {error.describe()}", file=sys.stderr)
         return EXIT_INVALID
