@@ -1262,8 +1262,8 @@ def test_t89_non_hostname_leaf_prior_usage() -> None:
 @pytest.mark.parametrize("hosts_in_order", [("x2", "x1"), ("x1", "x2")], ids=["x2-x1", "x1-x2"])
 def test_t90_stable_tie_break(hosts_in_order: tuple[str, str], balanced: bool) -> None:
     """stable tie break on identical nodes: TASBalancedPlacement disabled (and its "reversed
-    order" / TASBalancedPlacement-enabled variants; topogate has no balanced placement, and
-    it only applies to preferred requests anyway)"""
+    order" / TASBalancedPlacement-enabled variants; balanced placement only applies to
+    preferred requests, so the required request here places the same either way)"""
     nodes = [node(h, "b1", "r1", h, cpu=1000) for h in hosts_in_order]
     decision = run(nodes, L3, podset(1, cpu=1000, required=HOST))
     expect_hosts(decision, [("x1", 1)])
