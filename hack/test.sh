@@ -17,6 +17,15 @@ TOPOGATE_CONTROLPLANE_BIN=$(hack/controlplane/build.sh)
 export TOPOGATE_CONTROLPLANE_BIN
 echo "$TOPOGATE_CONTROLPLANE_BIN"
 
+echo "== chromium (renders topogate topology's HTML page in a test)"
+if [ ! -x /usr/bin/chromium ]; then
+  sudo=""
+  if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then sudo=sudo; fi
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+/usr/bin/chromium --version
+
 echo "== ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

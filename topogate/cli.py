@@ -25,6 +25,8 @@ from .serve import add_arguments as add_serve_arguments
 from .serve import run as run_serve
 from .status import add_arguments as add_status_arguments
 from .status import run as run_status
+from .topologyview import add_arguments as add_topology_arguments
+from .topologyview import run as run_topology
 
 EXIT_FITS, EXIT_NO_FIT, EXIT_INVALID = 0, 1, 2
 
@@ -75,6 +77,14 @@ def _parser() -> argparse.ArgumentParser:
         "Exit 0: shown; 1: not found or the API server failed; 2: invalid arguments.",
     )
     add_status_arguments(status)
+    topology = commands.add_parser(
+        "topology",
+        help="a topology's domains and their capacity, used and free (offline, from files)",
+        description="Show every domain of a topology (and a root over all its nodes) with its "
+        "node count and capacity, used and free per resource, as a table, an ASCII tree, JSON "
+        "or one self-contained HTML page with a picture. Exit 0: shown; 2: invalid input.",
+    )
+    add_topology_arguments(topology)
     serve = commands.add_parser(
         "serve",
         help="run the controller: admit queued jobs where the topology allows, release pods",
@@ -141,6 +151,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_serve(args)
         if args.command == "status":
             return run_status(args)
+        if args.command == "topology":
+            return run_topology(args)
         if args.command == "gpu":
             return run_gpu(args)
     except InputError as error:

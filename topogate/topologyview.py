@@ -1,0 +1,659 @@
+"""``topogate topology``: what a topology looks like, and how full each of its domains is.
+
+Two layers. The pure part turns a ``DomainTree`` over a ``ClusterSnapshot`` into one
+``DomainRow`` per domain (:func:`domain_rows`, :func:`build_view`) and renders a
+``TopologyView`` as a table, an ASCII tree, JSON or one self-contained HTML page with an SVG
+picture (:func:`layout_picture` places the boxes). :func:`run` is the shell: it loads the
+cluster files like ``plan`` does, picks the topology and writes the chosen output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from topogate.api.errors import InputError
+from topogate.api.quantity import format_units
+from topogate.cache.snapshot import ClusterSnapshot, IntArray
+from topogate.cache.sources import Forest, TopologySource, topology_sources
+from topogate.cache.topology import DomainTree
+
+from .loader import ClusterInput, load_cluster
+
+OUTPUTS = ("table", "tree", "json", "html")
+# The level DomainTree appends below a topology whose lowest level is not the hostname.
+NODE_LEVEL = "node"
+GPU = "nvidia.com/gpu"
+# Shown first and in this order when any node has them; extended resources follow, sorted.
+STANDARD_RESOURCES = ("cpu", "memory", GPU, "pods")
+# Above this many boxes in one row the picture stops being readable: such rows are not drawn
+# and the lowest drawn boxes show their node counts instead.
+MAX_BOXES_PER_ROW = 64
+ROOT_PATH_LABEL = "(all)"
+
+EXIT_OK, EXIT_INVALID = 0, 2
+
+
+# --- the model --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DomainRow:
+    """One domain: its level key (``None`` for the synthetic root), path and sums per resource.
+
+    ``free`` sums each node's free capacity (never below zero), so it is capacity minus used
+    except where a node is over-committed.
+    """
+
+    depth: int  # 0 for the root, tree level + 1 below it
+    level: str | None
+    path: tuple[str, ...]
+    nodes: int
+    capacity: dict[str, int]
+    used: dict[str, int]
+    free: dict[str, int]
+    parent: int | None  # index of the parent's row; rows come parents first (sorted by path)
+
+    @property
+    def name(self) -> str:
+        return self.path[-1] if self.path else ROOT_PATH_LABEL
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyView:
+    topology: str
+    flavor: str | None
+    levels: tuple[str, ...]  # the tree's levels, highest first (NODE_LEVEL when appended)
+    resources: tuple[str, ...]
+    rows: tuple[DomainRow, ...]  # sorted by path: the root, then each domain before its children
+
+    @property
+    def main_resource(self) -> str:
+        """The resource the tree and the picture show: GPUs when there are any, else CPU."""
+        return GPU if GPU in self.resources else "cpu"
+
+    @property
+    def root(self) -> DomainRow:
+        return self.rows[0]
+
+    def children(self) -> list[list[int]]:
+        """Row indices of each row's children, in row (path) order."""
+        out: list[list[int]] = [[] for _ in self.rows]
+        for index, row in enumerate(self.rows):
+            if row.parent is not None:
+                out[row.parent].append(index)
+        return out
+
+
+def _is_extended(resource: str) -> bool:
+    # Kubernetes' rule: a domain-prefixed name outside kubernetes.io (e.g. example.com/fpga).
+    return "/" in resource and not resource.startswith(("kubernetes.io/", "requests."))
+
+
+def shown_resources(tree: DomainTree, snapshot: ClusterSnapshot) -> tuple[str, ...]:
+    """The standard resources any node of the tree has, then its extended resources, sorted."""
+    present = np.asarray(snapshot.allocatable[tree.nodes] > 0).any(axis=0).astype(bool).tolist()
+    has = {name for name, column in snapshot.resource_index.items() if present[column]}
+    extended = sorted(name for name in has if _is_extended(name) and name not in STANDARD_RESOURCES)
+    return tuple(name for name in STANDARD_RESOURCES if name in has) + tuple(extended)
+
+
+def tree_levels(tree: DomainTree) -> tuple[str, ...]:
+    appended = tree.depth > tree.topology_depth
+    return tuple(tree.level_keys) + ((NODE_LEVEL,) if appended else ())
+
+
+def domain_rows(
+    tree: DomainTree, snapshot: ClusterSnapshot, resources: Sequence[str] | None = None
+) -> list[DomainRow]:
+    """Every domain of every level plus a root over all the tree's nodes, sorted by path."""
+    shown = tuple(resources) if resources is not None else shown_resources(tree, snapshot)
+    columns = [snapshot.resource_index[name] for name in shown]
+    width = len(columns)
+    # One matrix per node: capacity | used | free side by side, summed per domain in one pass.
+    per_node: IntArray = np.concatenate(
+        [
+            snapshot.allocatable[tree.nodes][:, columns],
+            snapshot.used[tree.nodes][:, columns],
+            snapshot.free[tree.nodes][:, columns],
+        ],
+        axis=1,
+    )
+    levels = tree_levels(tree)
+
+    def sums(totals: Sequence[int]) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+        parts = [
+            {name: int(totals[part * width + i]) for i, name in enumerate(shown)}
+            for part in range(3)
+        ]
+        return parts[0], parts[1], parts[2]
+
+    unsorted: list[tuple[tuple[str, ...], int, str | None, int, Sequence[int]]] = [
+        ((), 0, None, len(tree.nodes), per_node.sum(axis=0).tolist())
+    ]
+    for level in range(tree.depth):
+        size = tree.size(level)
+        totals: IntArray = np.zeros((size, per_node.shape[1]), dtype=np.int64)
+        np.add.at(totals, tree.member_domain[level], per_node)
+        counts = np.bincount(tree.member_domain[level], minlength=size).tolist()
+        for domain, domain_totals in enumerate(totals.tolist()):
+            path = tree.path(level, domain)
+            unsorted.append((path, level + 1, levels[level], counts[domain], domain_totals))
+    unsorted.sort(key=lambda item: item[0])  # a path sorts right before its extensions
+    index = {item[0]: i for i, item in enumerate(unsorted)}
+    rows = []
+    for path, depth, level_key, nodes, totals_list in unsorted:
+        capacity, used, free = sums(totals_list)
+        parent = index[path[:-1]] if path else None
+        rows.append(DomainRow(depth, level_key, path, nodes, capacity, used, free, parent))
+    return rows
+
+
+def build_view(
+    topology: str, tree: DomainTree, snapshot: ClusterSnapshot, flavor: str | None = None
+) -> TopologyView:
+    resources = shown_resources(tree, snapshot)
+    rows = domain_rows(tree, snapshot, resources)
+    return TopologyView(topology, flavor, tree_levels(tree), resources, tuple(rows))
+
+
+# --- text renderers ---------------------------------------------------------------------
+
+
+def _title(view: TopologyView) -> str:
+    flavor = f" (flavor {view.flavor!r})" if view.flavor else ""
+    return f"topology {view.topology!r}{flavor}: {' > '.join(view.levels)}"
+
+
+def _fraction(view: TopologyView, row: DomainRow, measure: Mapping[str, int]) -> str:
+    resource = view.main_resource
+    return (
+        f"{format_units(resource, measure.get(resource, 0))}/"
+        f"{format_units(resource, row.capacity.get(resource, 0))}"
+    )
+
+
+def render_table(view: TopologyView) -> str:
+    """One row per domain; per resource its capacity, used and free, under a group header."""
+    measures = ("CAPACITY", "USED", "FREE")
+    header = ["LEVEL", "PATH", "NODES", *(m for _ in view.resources for m in measures)]
+    body = [
+        [
+            row.level or "-",
+            "/".join(row.path) or ROOT_PATH_LABEL,
+            str(row.nodes),
+            *(
+                format_units(resource, amounts[resource])
+                for resource in view.resources
+                for amounts in (row.capacity, row.used, row.free)
+            ),
+        ]
+        for row in view.rows
+    ]
+    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        left = [f"{cells[i]:<{widths[i]}}" for i in range(2)]
+        right = [f"{cell:>{width}}" for cell, width in zip(cells[2:], widths[2:], strict=True)]
+        return "  ".join(left + right).rstrip()
+
+    # The group header names each resource over its three columns.
+    group = " " * (sum(widths[:3]) + 2 * 3)
+    for i, resource in enumerate(view.resources):
+        span = sum(widths[3 + 3 * i : 6 + 3 * i]) + 2 * 2
+        group += f"{resource:<{span}}  "
+    lines = [_title(view), "", group.rstrip(), line(header), *(line(cells) for cells in body)]
+    return "\n".join(lines) + "\n"
+
+
+def render_tree(view: TopologyView) -> str:
+    """An indented tree with node counts and free/capacity of the main resource."""
+    children = view.children()
+    labels: list[tuple[str, DomainRow]] = []
+
+    def walk(index: int, prefix: str, last: bool, top: bool) -> None:
+        row = view.rows[index]
+        name = view.topology if top else row.name
+        labels.append((name if top else f"{prefix}{'└── ' if last else '├── '}{name}", row))
+        inner = "" if top else prefix + ("    " if last else "│   ")
+        kids = children[index]
+        for position, child in enumerate(kids):
+            walk(child, inner, position == len(kids) - 1, False)
+
+    walk(0, "", True, True)
+    name_width = max(len(label) for label, _ in labels)
+    node_width = max(len(str(row.nodes)) for _, row in labels)
+    free_width = max(len(_fraction(view, row, row.free)) for _, row in labels)
+    lines = [_title(view), f"(nodes, free/capacity of {view.main_resource})"]
+    for label, row in labels:
+        nodes = f"{row.nodes:>{node_width}} node{'s' if row.nodes != 1 else ' '}"
+        free = _fraction(view, row, row.free)
+        lines.append(f"{label:<{name_width}}  {nodes}  {free:>{free_width}}")
+    return "\n".join(lines) + "\n"
+
+
+def view_document(view: TopologyView) -> dict[str, Any]:
+    """The JSON schema: quantities as Kubernetes quantity strings; the root has level null."""
+
+    def quantities(amounts: Mapping[str, int]) -> dict[str, str]:
+        return {name: format_units(name, amounts[name]) for name in view.resources}
+
+    return {
+        "topology": view.topology,
+        "flavor": view.flavor,
+        "levels": list(view.levels),
+        "resources": list(view.resources),
+        "domains": [
+            {
+                "level": row.level,
+                "path": list(row.path),
+                "nodes": row.nodes,
+                "capacity": quantities(row.capacity),
+                "used": quantities(row.used),
+                "free": quantities(row.free),
+            }
+            for row in view.rows
+        ],
+    }
+
+
+# --- the picture ------------------------------------------------------------------------
+
+BOX_WIDTH, BOX_HEIGHT = 96.0, 54.0
+BOX_GAP, ROW_GAP = 8.0, 40.0
+MARGIN, TOP = 16.0, 30.0
+CHAR_WIDTH = 6.4  # an 11px bold sans-serif character, roughly; long names are shortened
+
+
+@dataclass(frozen=True, slots=True)
+class PlacedBox:
+    row: int  # index into view.rows
+    x: float  # left edge
+    y: float  # top edge
+
+
+@dataclass(frozen=True, slots=True)
+class Picture:
+    boxes: tuple[PlacedBox, ...]  # in row order
+    drawn_depth: int  # the deepest drawn row depth (0: root only)
+    hidden_levels: tuple[str, ...]  # the levels below it, not drawn
+    width: float
+    height: float
+
+
+def drawn_depth(view: TopologyView, max_boxes: int = MAX_BOXES_PER_ROW) -> int:
+    """The deepest depth to draw: rows with more than ``max_boxes`` domains are left out
+    (the highest topology level is always drawn)."""
+    per_depth: dict[int, int] = {}
+    for row in view.rows:
+        per_depth[row.depth] = per_depth.get(row.depth, 0) + 1
+    depth = max(per_depth)
+    while depth > 1 and per_depth[depth] > max_boxes:
+        depth -= 1
+    return depth
+
+
+def layout_picture(view: TopologyView, max_boxes: int = MAX_BOXES_PER_ROW) -> Picture:
+    """Boxes per depth row; the lowest drawn boxes side by side in path order, every parent
+    centred over its children, so no edge crosses another."""
+    depth_limit = drawn_depth(view, max_boxes)
+    children = view.children()
+    drawn = [i for i, row in enumerate(view.rows) if row.depth <= depth_limit]
+    left: dict[int, float] = {}
+    slot = 0
+    for index in drawn:
+        row = view.rows[index]
+        if row.depth == depth_limit or not children[index]:
+            left[index] = MARGIN + slot * (BOX_WIDTH + BOX_GAP)
+            slot += 1
+    for index in reversed(drawn):  # children come after their parent: place them first
+        if index not in left:
+            kids = children[index]
+            left[index] = (left[kids[0]] + left[kids[-1]]) / 2
+    boxes = tuple(
+        PlacedBox(i, left[i], TOP + view.rows[i].depth * (BOX_HEIGHT + ROW_GAP)) for i in drawn
+    )
+    width = max(MARGIN * 2 + slot * (BOX_WIDTH + BOX_GAP) - BOX_GAP, 320.0)
+    height = TOP + (depth_limit + 1) * (BOX_HEIGHT + ROW_GAP) - ROW_GAP + MARGIN
+    return Picture(boxes, depth_limit, view.levels[depth_limit:], width, height)
+
+
+def _shorten(text: str, width: float) -> str:
+    fits = max(int(width / CHAR_WIDTH), 4)
+    return text if len(text) <= fits else text[: fits - 1] + "…"
+
+
+def _bar_colour(fraction: float) -> str:
+    if fraction >= 0.85:
+        return "#dc2626"
+    if fraction >= 0.5:
+        return "#d97706"
+    return "#16a34a"
+
+
+def _short_resource(resource: str) -> str:
+    return resource.rpartition("/")[2]
+
+
+def _svg(view: TopologyView, picture: Picture) -> str:
+    esc = html.escape
+    main = view.main_resource
+    position = {box.row: box for box in picture.boxes}
+    parts: list[str] = []
+    # Level captions above each row, haloed so edges passing under them stay readable.
+    captions = ["topology", *view.levels[: picture.drawn_depth]]
+    for depth, caption in enumerate(captions):
+        y = TOP + depth * (BOX_HEIGHT + ROW_GAP) - 8
+        parts.append(f'<text class="level" x="{MARGIN}" y="{y:.1f}">{esc(caption)}</text>')
+    for box in picture.boxes:
+        parent = view.rows[box.row].parent
+        if parent is None or parent not in position:
+            continue
+        above = position[parent]
+        px, py = above.x + BOX_WIDTH / 2, above.y + BOX_HEIGHT
+        cx, cy = box.x + BOX_WIDTH / 2, box.y
+        middle = (py + cy) / 2
+        parts.append(f'<path class="edge" d="M{px:.1f} {py:.1f}V{middle:.1f}H{cx:.1f}V{cy:.1f}"/>')
+    for box in picture.boxes:
+        row = view.rows[box.row]
+        name = view.topology if row.parent is None else row.name
+        capacity, used = row.capacity.get(main, 0), row.used.get(main, 0)
+        fraction = min(used / capacity, 1.0) if capacity else 0.0
+        bar_width = BOX_WIDTH - 12
+        at_node_level = row.depth == len(view.levels)  # a single node: its count says nothing
+        count = "" if at_node_level else f"{row.nodes} node{'s' if row.nodes != 1 else ''}"
+        usage = f"{format_units(main, used)}/{format_units(main, capacity)} {_short_resource(main)}"
+        # The node count goes with the name: two texts on one line overlap in a narrow box.
+        label = f"{name} ({row.nodes})" if count else name
+        tooltip = (
+            f"{'/'.join(row.path) or view.topology}: {row.nodes} node(s), {main} used "
+            f"{format_units(main, used)} of {format_units(main, capacity)}, "
+            f"free {format_units(main, row.free.get(main, 0))}"
+        )
+        x, y = box.x, box.y
+        parts.append(
+            f'<g class="domain" data-path="{esc("/".join(row.path))}">'
+            f"<title>{esc(tooltip)}</title>"
+            f'<rect class="box" x="{x:.1f}" y="{y:.1f}" width="{BOX_WIDTH:.0f}" '
+            f'height="{BOX_HEIGHT:.0f}" rx="5"/>'
+            f'<text class="name" x="{x + 6:.1f}" y="{y + 16:.1f}">'
+            f"{esc(_shorten(label, BOX_WIDTH - 12))}</text>"
+            f'<text class="small" x="{x + 6:.1f}" y="{y + 31:.1f}">'
+            f"{esc(_shorten(usage, BOX_WIDTH - 12))}</text>"
+            f'<rect class="track" x="{x + 6:.1f}" y="{y + 38:.1f}" width="{bar_width:.0f}" '
+            f'height="8" rx="2"/>'
+            f'<rect x="{x + 6:.1f}" y="{y + 38:.1f}" width="{bar_width * fraction:.1f}" '
+            f'height="8" rx="2" fill="{_bar_colour(fraction)}"/>'
+            "</g>"
+        )
+    width, height = picture.width, picture.height
+    # Scaled to the page when that keeps text at 70% size or more; scrolls sideways beyond.
+    return (
+        f'<svg role="img" aria-label="{esc(f"domain tree of topology {view.topology}")}" '
+        f'viewBox="0 0 {width:.0f} {height:.0f}" width="{width:.0f}" height="{height:.0f}" '
+        f'style="width:100%;max-width:{width:.0f}px;min-width:{width * 0.7:.0f}px;height:auto">'
+        + "".join(parts)
+        + "</svg>"
+    )
+
+
+_STYLE = """
+body { font: 14px/1.4 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1f2937;
+       margin: 24px; background: #ffffff; }
+h1 { font-size: 20px; margin: 0 0 4px; }
+p { margin: 4px 0; }
+.note { color: #6b7280; }
+.picture { overflow-x: auto; border: 1px solid #e5e7eb; border-radius: 6px; margin: 12px 0;
+           padding: 4px; }
+svg text { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; }
+svg .level { font-size: 11px; fill: #6b7280; paint-order: stroke; stroke: #ffffff;
+             stroke-width: 4px; }
+svg .edge { fill: none; stroke: #94a3b8; stroke-width: 1.2; }
+svg .box { fill: #f8fafc; stroke: #64748b; stroke-width: 1; }
+svg .name { font-size: 11px; font-weight: 600; fill: #111827; }
+svg .small { font-size: 10px; fill: #374151; }
+svg .track { fill: #e5e7eb; }
+table { border-collapse: collapse; font-size: 13px; }
+th, td { padding: 3px 10px; border-bottom: 1px solid #e5e7eb; text-align: right;
+         white-space: nowrap; }
+th { background: #f3f4f6; }
+td.text, th.text { text-align: left; }
+td { font-variant-numeric: tabular-nums; }
+"""
+
+# Counts the domain boxes the browser really laid out (a test reads data-rendered).
+_SCRIPT = """
+window.addEventListener("load", function () {
+  var drawn = 0;
+  document.querySelectorAll("g.domain").forEach(function (group) {
+    var box = group.getBBox();
+    if (box.width > 0 && box.height > 0) { drawn += 1; }
+  });
+  document.body.dataset.rendered = String(drawn);
+});
+"""
+
+
+def _summary_table(view: TopologyView, picture: Picture) -> str:
+    esc = html.escape
+    groups = "".join(f'<th colspan="3">{esc(resource)}</th>' for resource in view.resources)
+    measures = "<th>capacity</th><th>used</th><th>free</th>" * len(view.resources)
+    body = []
+    for box in picture.boxes:
+        row = view.rows[box.row]
+        cells = "".join(
+            f"<td>{esc(format_units(resource, amounts[resource]))}</td>"
+            for resource in view.resources
+            for amounts in (row.capacity, row.used, row.free)
+        )
+        body.append(
+            f'<tr><td class="text">{esc(row.level or "-")}</td>'
+            f'<td class="text">{esc("/".join(row.path) or ROOT_PATH_LABEL)}</td>'
+            f"<td>{row.nodes}</td>{cells}</tr>"
+        )
+    return (
+        '<table><thead><tr><th class="text" rowspan="2">level</th>'
+        f'<th class="text" rowspan="2">domain</th><th rowspan="2">nodes</th>{groups}</tr>'
+        f"<tr>{measures}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    )
+
+
+def render_html(view: TopologyView, max_boxes: int = MAX_BOXES_PER_ROW) -> str:
+    """One self-contained page: a headline, the SVG tree and a table of the drawn domains."""
+    esc = html.escape
+    picture = layout_picture(view, max_boxes)
+    main = view.main_resource
+    root = view.root
+    flavor = f" on flavor {esc(view.flavor)}" if view.flavor else ""
+    totals = (
+        f"{root.nodes} nodes · {esc(main)}: {esc(format_units(main, root.used.get(main, 0)))} "
+        f"used of {esc(format_units(main, root.capacity.get(main, 0)))}, "
+        f"{esc(format_units(main, root.free.get(main, 0)))} free"
+    )
+    if picture.hidden_levels:
+        hidden = ", ".join(picture.hidden_levels)
+        lowest = view.levels[picture.drawn_depth - 1] if picture.drawn_depth else "topology"
+        collapsed = (
+            f"<p class=note>Not drawn, to stay readable: level(s) {esc(hidden)} (more than "
+            f"{max_boxes} boxes in a row). Each {esc(lowest)} box shows its node count; "
+            f"<code>topogate topology -o table</code> lists every domain.</p>"
+        )
+    else:
+        collapsed = ""
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        f"<title>topology {esc(view.topology)}</title><style>{_STYLE}</style></head>"
+        f"<body><h1>Topology {esc(view.topology)}{flavor}</h1>"
+        f"<p>Levels: {esc(' > '.join(view.levels))}</p><p>{totals}</p>"
+        f"<p class=note>Each box: name (node count) and {esc(main)} used/capacity; "
+        "the bar is green below 50% used, amber below 85%, red above.</p>"
+        f"{collapsed}"
+        f'<div class="picture">{_svg(view, picture)}</div>'
+        f"{_summary_table(view, picture)}"
+        f"<script>{_SCRIPT}</script></body></html>\n"
+    )
+
+
+RENDERERS: dict[str, Callable[[TopologyView], str]] = {
+    "table": render_table,
+    "tree": render_tree,
+    "json": lambda view: json.dumps(view_document(view), indent=2) + "\n",
+    "html": render_html,
+}
+
+
+# --- the shell --------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "action",
+        nargs="?",
+        choices=("show", "discover"),
+        default="show",
+        help="show (default): the domains; discover: the HyperNodes node labels describe, as "
+        "`serve --hypernode-discovery` would make them (YAML, or JSON with -o json)",
+    )
+    parser.add_argument(
+        "--labels",
+        action="append",
+        default=[],
+        metavar="TYPE=LABEL,...",
+        help="discover: a topology type and its node labels, top level first",
+    )
+    parser.add_argument(
+        "--discovery-config",
+        type=Path,
+        metavar="FILE",
+        help="discover: Volcano's volcano-controller.conf (or a ConfigMap holding it)",
+    )
+    parser.add_argument(
+        "--cluster",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="PATH",
+        help="file or directory of Nodes, Pods, Topologies, ResourceFlavors",
+    )
+    parser.add_argument("--topology", metavar="NAME", help="the topology to show")
+    parser.add_argument(
+        "--flavor", metavar="NAME", help="show the topology of this ResourceFlavor, on its nodes"
+    )
+    parser.add_argument("--output", "-o", choices=OUTPUTS, default="table")
+    parser.add_argument("--out", type=Path, metavar="FILE", help="write here, not to stdout")
+
+
+def _forest(cluster: ClusterInput) -> Forest | None:
+    """The HyperNode forest of the cluster input, once the loader reads HyperNodes."""
+    forest: Forest | None = getattr(cluster, "forest", None)
+    return forest
+
+
+def choose_source(
+    cluster: ClusterInput, topology: str | None, flavor: str | None
+) -> tuple[TopologySource, dict[str, str]]:
+    """The topology to show and the node labels its nodes must carry (a flavor's)."""
+    sources = topology_sources(cluster.topologies, _forest(cluster))
+    known = ", ".join(sorted(sources)) or "none"
+    if flavor is not None:
+        chosen = cluster.flavors.get(flavor)
+        if chosen is None:
+            found = ", ".join(sorted(cluster.flavors)) or "none"
+            raise InputError(
+                f"no ResourceFlavor {flavor!r} in the cluster input (found: {found})",
+                where="--flavor",
+            )
+        where = f"ResourceFlavor {flavor}"
+        name = chosen.spec.topology_name
+        if not name:
+            raise InputError("has no topologyName", where=where, field="spec.topologyName")
+        if name not in sources:
+            raise InputError(
+                f"names topology {name!r}, which is not in the cluster input (found: {known})",
+                where=where,
+                field="spec.topologyName",
+            )
+        if topology is not None and topology != name:
+            raise InputError(
+                f"{topology!r} is not the topology of ResourceFlavor {flavor!r} ({name!r})",
+                where="--topology",
+            )
+        return sources[name], dict(chosen.spec.node_labels)
+    if topology is not None:
+        if topology not in sources:
+            raise InputError(
+                f"no topology {topology!r} in the cluster input (found: {known})",
+                where="--topology",
+            )
+        return sources[topology], {}
+    if len(sources) == 1:
+        return next(iter(sources.values())), {}
+    if not sources:
+        raise InputError("holds no Topology and no HyperNodes", where="--cluster")
+    raise InputError(
+        f"several topologies ({known}); pick one with --topology or --flavor", where="--cluster"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.cluster:
+        raise InputError("needs --cluster PATH", where="topogate topology")
+    cluster = load_cluster(args.cluster)
+    if cluster.skipped:
+        kinds = ", ".join(f"{kind} x{n}" for kind, n in sorted(cluster.skipped.items()))
+        print(
+            f"topogate topology: warning: skipped {sum(cluster.skipped.values())} object(s) "
+            f"of kinds topology does not use: {kinds}",
+            file=sys.stderr,
+        )
+    if args.action == "discover":
+        return _discover(args, cluster)
+    source, node_labels = choose_source(cluster, args.topology, args.flavor)
+    snapshot = ClusterSnapshot.build(cluster.nodes, cluster.pods)
+    try:
+        tree = source.tree(snapshot, node_labels)
+    except ValueError as error:  # a HyperNode path that does not fit the levels
+        raise InputError(str(error), where=f"topology {source.name}") from None
+    view = build_view(source.name, tree, snapshot, args.flavor)
+    text = RENDERERS[args.output](view)
+    if args.out is None:
+        sys.stdout.write(text)
+        return EXIT_OK
+    try:
+        args.out.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise InputError(f"cannot write: {error.strerror or error}", where=str(args.out)) from None
+    return EXIT_OK
+
+
+def _discover(args: argparse.Namespace, cluster: ClusterInput) -> int:
+    from topogate.discovery import discover_offline, load_config, types_from_flag
+
+    types = types_from_flag(args.labels)
+    if args.discovery_config is not None:
+        types += load_config(args.discovery_config)
+    if not types:
+        raise InputError(
+            "discover needs --labels TYPE=LABEL,... or --discovery-config FILE",
+            where="topogate topology",
+        )
+    found = discover_offline(cluster.nodes, types)
+    if args.output == "json":
+        text = json.dumps(found, indent=2) + "\n"
+    else:
+        text = yaml.safe_dump_all(found, sort_keys=False)
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        args.out.write_text(text, encoding="utf-8")
+    return EXIT_OK
