@@ -382,3 +382,28 @@ def test_balanced_placement_needs_a_preferred_request() -> None:
         run(two_racks(), job(4, required))
     with pytest.raises(InputError, match="Unsupported value: 'yes'"):
         workload_from_object(job(4, {"topogate.dev/balanced-placement": "yes"}))
+
+
+def test_builtin_hypernode_example_plans_within_a_spine(capsys: pytest.CaptureFixture[str]) -> None:
+    from pathlib import Path
+
+    from topogate.cli import main
+
+    examples = Path(__file__).resolve().parents[1] / "topogate" / "examples"
+    code = main(
+        [
+            "plan",
+            "--cluster",
+            str(examples / "hypernodes-cluster.yaml"),
+            "--workload",
+            str(examples / "volcano-job.yaml"),
+            "-o",
+            "json",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assignment = json.loads(out)["status"]["admission"]["podSetAssignments"][0]
+    hosts = [d["values"][-1] for d in assignment["topologyAssignment"]["domains"]]
+    # node0 is busy; s4 (node0-3) has exactly the 3 free nodes: the tightest spine.
+    assert sorted(hosts) == ["node1", "node2", "node3"]
