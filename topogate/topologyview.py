@@ -268,10 +268,11 @@ def view_document(view: TopologyView) -> dict[str, Any]:
 
 # --- the picture ------------------------------------------------------------------------
 
-BOX_WIDTH, BOX_HEIGHT = 96.0, 54.0
-BOX_GAP, ROW_GAP = 8.0, 40.0
-MARGIN, TOP = 16.0, 30.0
-CHAR_WIDTH = 6.4  # an 11px bold sans-serif character, roughly; long names are shortened
+BOX_WIDTH, BOX_GAP = 96.0, 6.0
+DOMAIN_BOX_HEIGHT, NODE_BOX_HEIGHT = 62.0, 48.0  # a single node needs no node count line
+ROW_GAP, MARGIN, TOP = 40.0, 12.0, 30.0
+SCALABLE_WIDTH = 1800.0
+CHAR_WIDTH = 6.6  # an 11px bold sans-serif character, roughly; longer names are shortened
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,19 +280,21 @@ class PlacedBox:
     row: int  # index into view.rows
     x: float  # left edge
     y: float  # top edge
+    height: float
 
 
 @dataclass(frozen=True, slots=True)
 class Picture:
     boxes: tuple[PlacedBox, ...]  # in row order
-    drawn_depth: int  # the deepest drawn row depth (0: root only)
+    drawn_depth: int  # the deepest drawn depth (0: the root only)
     hidden_levels: tuple[str, ...]  # the levels below it, not drawn
+    row_tops: tuple[float, ...]  # the top of each drawn depth's boxes
     width: float
     height: float
 
 
 def drawn_depth(view: TopologyView, max_boxes: int = MAX_BOXES_PER_ROW) -> int:
-    """The deepest depth to draw: rows with more than ``max_boxes`` domains are left out
+    """The deepest depth to draw: depths with more than ``max_boxes`` domains are left out
     (the highest topology level is always drawn)."""
     per_depth: dict[int, int] = {}
     for row in view.rows:
@@ -302,29 +305,36 @@ def drawn_depth(view: TopologyView, max_boxes: int = MAX_BOXES_PER_ROW) -> int:
     return depth
 
 
+def _box_height(view: TopologyView, depth: int) -> float:
+    return NODE_BOX_HEIGHT if depth == len(view.levels) else DOMAIN_BOX_HEIGHT
+
+
 def layout_picture(view: TopologyView, max_boxes: int = MAX_BOXES_PER_ROW) -> Picture:
-    """Boxes per depth row; the lowest drawn boxes side by side in path order, every parent
-    centred over its children, so no edge crosses another."""
+    """Boxes in rows by depth; the lowest drawn boxes side by side in path order and every
+    parent centred over its children, so no two edges cross."""
     depth_limit = drawn_depth(view, max_boxes)
     children = view.children()
     drawn = [i for i, row in enumerate(view.rows) if row.depth <= depth_limit]
     left: dict[int, float] = {}
     slot = 0
     for index in drawn:
-        row = view.rows[index]
-        if row.depth == depth_limit or not children[index]:
+        if view.rows[index].depth == depth_limit or not children[index]:
             left[index] = MARGIN + slot * (BOX_WIDTH + BOX_GAP)
             slot += 1
-    for index in reversed(drawn):  # children come after their parent: place them first
+    for index in reversed(drawn):  # children come after their parent: they are placed first
         if index not in left:
             kids = children[index]
             left[index] = (left[kids[0]] + left[kids[-1]]) / 2
+    tops = [TOP]
+    for depth in range(depth_limit):
+        tops.append(tops[-1] + _box_height(view, depth) + ROW_GAP)
     boxes = tuple(
-        PlacedBox(i, left[i], TOP + view.rows[i].depth * (BOX_HEIGHT + ROW_GAP)) for i in drawn
+        PlacedBox(i, left[i], tops[view.rows[i].depth], _box_height(view, view.rows[i].depth))
+        for i in drawn
     )
     width = max(MARGIN * 2 + slot * (BOX_WIDTH + BOX_GAP) - BOX_GAP, 320.0)
-    height = TOP + (depth_limit + 1) * (BOX_HEIGHT + ROW_GAP) - ROW_GAP + MARGIN
-    return Picture(boxes, depth_limit, view.levels[depth_limit:], width, height)
+    height = tops[-1] + _box_height(view, depth_limit) + MARGIN
+    return Picture(boxes, depth_limit, view.levels[depth_limit:], tuple(tops), width, height)
 
 
 def _shorten(text: str, width: float) -> str:
@@ -344,64 +354,74 @@ def _short_resource(resource: str) -> str:
     return resource.rpartition("/")[2]
 
 
-def _svg(view: TopologyView, picture: Picture) -> str:
+def _box(view: TopologyView, box: PlacedBox) -> str:
     esc = html.escape
     main = view.main_resource
+    row = view.rows[box.row]
+    name = view.topology if row.parent is None else row.name
+    capacity, used = row.capacity.get(main, 0), row.used.get(main, 0)
+    fraction = min(used / capacity, 1.0) if capacity else 0.0  # over-commit: a full bar
+    usage = f"{format_units(main, used)}/{format_units(main, capacity)} {_short_resource(main)}"
+    tooltip = (
+        f"{'/'.join(row.path) or view.topology}: {row.nodes} node(s); {main}: "
+        f"{format_units(main, used)} used of {format_units(main, capacity)}, "
+        f"{format_units(main, row.free.get(main, 0))} free"
+    )
+    x, y, inner = box.x, box.y, BOX_WIDTH - 12
+    lines = [
+        f'<text class="name" x="{x + 6:.1f}" y="{y + 16:.1f}">{esc(_shorten(name, inner))}</text>'
+    ]
+    baseline = y + 30
+    if box.height == DOMAIN_BOX_HEIGHT:
+        count = f"{row.nodes} node{'' if row.nodes == 1 else 's'}"
+        lines.append(f'<text class="small" x="{x + 6:.1f}" y="{baseline:.1f}">{esc(count)}</text>')
+        baseline += 14
+    lines.append(f'<text class="small" x="{x + 6:.1f}" y="{baseline:.1f}">{esc(usage)}</text>')
+    bar_y = baseline + 5
+    return (
+        f'<g class="domain" data-path="{esc("/".join(row.path))}">'
+        f"<title>{esc(tooltip)}</title>"
+        f'<rect class="box" x="{x:.1f}" y="{y:.1f}" width="{BOX_WIDTH:.0f}" '
+        f'height="{box.height:.0f}" rx="5"/>'
+        + "".join(lines)
+        + f'<rect class="track" x="{x + 6:.1f}" y="{bar_y:.1f}" width="{inner:.0f}" '
+        f'height="7" rx="2"/>'
+        f'<rect x="{x + 6:.1f}" y="{bar_y:.1f}" width="{inner * fraction:.1f}" height="7" '
+        f'rx="2" fill="{_bar_colour(fraction)}"/>'
+        "</g>"
+    )
+
+
+def _svg(view: TopologyView, picture: Picture) -> str:
+    esc = html.escape
     position = {box.row: box for box in picture.boxes}
-    parts: list[str] = []
-    # Level captions above each row, haloed so edges passing under them stay readable.
-    captions = ["topology", *view.levels[: picture.drawn_depth]]
-    for depth, caption in enumerate(captions):
-        y = TOP + depth * (BOX_HEIGHT + ROW_GAP) - 8
-        parts.append(f'<text class="level" x="{MARGIN}" y="{y:.1f}">{esc(caption)}</text>')
+    edges: list[str] = []
     for box in picture.boxes:
         parent = view.rows[box.row].parent
         if parent is None or parent not in position:
             continue
         above = position[parent]
-        px, py = above.x + BOX_WIDTH / 2, above.y + BOX_HEIGHT
+        px, py = above.x + BOX_WIDTH / 2, above.y + above.height
         cx, cy = box.x + BOX_WIDTH / 2, box.y
         middle = (py + cy) / 2
-        parts.append(f'<path class="edge" d="M{px:.1f} {py:.1f}V{middle:.1f}H{cx:.1f}V{cy:.1f}"/>')
-    for box in picture.boxes:
-        row = view.rows[box.row]
-        name = view.topology if row.parent is None else row.name
-        capacity, used = row.capacity.get(main, 0), row.used.get(main, 0)
-        fraction = min(used / capacity, 1.0) if capacity else 0.0
-        bar_width = BOX_WIDTH - 12
-        at_node_level = row.depth == len(view.levels)  # a single node: its count says nothing
-        count = "" if at_node_level else f"{row.nodes} node{'s' if row.nodes != 1 else ''}"
-        usage = f"{format_units(main, used)}/{format_units(main, capacity)} {_short_resource(main)}"
-        # The node count goes with the name: two texts on one line overlap in a narrow box.
-        label = f"{name} ({row.nodes})" if count else name
-        tooltip = (
-            f"{'/'.join(row.path) or view.topology}: {row.nodes} node(s), {main} used "
-            f"{format_units(main, used)} of {format_units(main, capacity)}, "
-            f"free {format_units(main, row.free.get(main, 0))}"
+        edges.append(f'<path class="edge" d="M{px:.1f} {py:.1f}V{middle:.1f}H{cx:.1f}V{cy:.1f}"/>')
+    # Level captions over each row, drawn after the edges with a halo so both stay readable.
+    captions = [
+        f'<text class="level" x="{MARGIN}" y="{top - 8:.1f}">{esc(caption)}</text>'
+        for top, caption in zip(
+            picture.row_tops, ["topology", *view.levels[: picture.drawn_depth]], strict=True
         )
-        x, y = box.x, box.y
-        parts.append(
-            f'<g class="domain" data-path="{esc("/".join(row.path))}">'
-            f"<title>{esc(tooltip)}</title>"
-            f'<rect class="box" x="{x:.1f}" y="{y:.1f}" width="{BOX_WIDTH:.0f}" '
-            f'height="{BOX_HEIGHT:.0f}" rx="5"/>'
-            f'<text class="name" x="{x + 6:.1f}" y="{y + 16:.1f}">'
-            f"{esc(_shorten(label, BOX_WIDTH - 12))}</text>"
-            f'<text class="small" x="{x + 6:.1f}" y="{y + 31:.1f}">'
-            f"{esc(_shorten(usage, BOX_WIDTH - 12))}</text>"
-            f'<rect class="track" x="{x + 6:.1f}" y="{y + 38:.1f}" width="{bar_width:.0f}" '
-            f'height="8" rx="2"/>'
-            f'<rect x="{x + 6:.1f}" y="{y + 38:.1f}" width="{bar_width * fraction:.1f}" '
-            f'height="8" rx="2" fill="{_bar_colour(fraction)}"/>'
-            "</g>"
-        )
+    ]
+    boxes = [_box(view, box) for box in picture.boxes]
     width, height = picture.width, picture.height
-    # Scaled to the page when that keeps text at 70% size or more; scrolls sideways beyond.
+    # A picture that nearly fits is scaled down to the page (text keeps 75% of its size or
+    # more); a wider one would still not fit, so it keeps full size and scrolls sideways.
+    smallest = width * 0.75 if width <= SCALABLE_WIDTH else width
     return (
         f'<svg role="img" aria-label="{esc(f"domain tree of topology {view.topology}")}" '
         f'viewBox="0 0 {width:.0f} {height:.0f}" width="{width:.0f}" height="{height:.0f}" '
-        f'style="width:100%;max-width:{width:.0f}px;min-width:{width * 0.7:.0f}px;height:auto">'
-        + "".join(parts)
+        f'style="width:100%;max-width:{width:.0f}px;min-width:{smallest:.0f}px;height:auto">'
+        + "".join(edges + captions + boxes)
         + "</svg>"
     )
 
@@ -495,8 +515,9 @@ def render_html(view: TopologyView, max_boxes: int = MAX_BOXES_PER_ROW) -> str:
         f"<title>topology {esc(view.topology)}</title><style>{_STYLE}</style></head>"
         f"<body><h1>Topology {esc(view.topology)}{flavor}</h1>"
         f"<p>Levels: {esc(' > '.join(view.levels))}</p><p>{totals}</p>"
-        f"<p class=note>Each box: name (node count) and {esc(main)} used/capacity; "
-        "the bar is green below 50% used, amber below 85%, red above.</p>"
+        f"<p class=note>Each box: its name, node count and {esc(main)} used/capacity, with "
+        "a bar that is green below 50% used, amber below 85%, red above. "
+        "Hover a box for its full path.</p>"
         f"{collapsed}"
         f'<div class="picture">{_svg(view, picture)}</div>'
         f"{_summary_table(view, picture)}"
@@ -607,7 +628,7 @@ def choose_source(
 
 def run(args: argparse.Namespace) -> int:
     if not args.cluster:
-        raise InputError("needs --cluster PATH", where="topogate topology")
+        raise InputError("is required (a file or directory of cluster objects)", where="--cluster")
     cluster = load_cluster(args.cluster)
     if cluster.skipped:
         kinds = ", ".join(f"{kind} x{n}" for kind, n in sorted(cluster.skipped.items()))
