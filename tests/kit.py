@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from topogate.admission.placement import place
 from topogate.admission.request import (
@@ -197,3 +198,24 @@ def binary_tree_nodes() -> list[NodeInfo]:
         ("b2", "r2", "x8"),
     ]
     return [node(f"{b}-{r}-{h}", b, r, h, cpu=1000, memory="1Gi") for b, r, h in layout]
+
+
+def hypernode_object(
+    name: str,
+    tier: int,
+    nodes: Sequence[str] = (),
+    children: Sequence[str] = (),
+    tier_name: str | None = None,
+) -> dict[str, Any]:
+    """A Volcano HyperNode as the API server sees it; members by exact name."""
+    members = [{"type": "Node", "selector": {"exactMatch": {"name": n}}} for n in nodes]
+    members += [{"type": "HyperNode", "selector": {"exactMatch": {"name": c}}} for c in children]
+    spec: dict[str, Any] = {"tier": tier, "members": members}
+    if tier_name is not None:
+        spec["tierName"] = tier_name
+    return {
+        "apiVersion": "topology.volcano.sh/v1alpha1",
+        "kind": "HyperNode",
+        "metadata": {"name": name},
+        "spec": spec,
+    }

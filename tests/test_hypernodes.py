@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.kit import HOST, node
+from tests.kit import HOST, hypernode_object, node
 from topogate.admission.placement import place
 from topogate.admission.request import Mode, PlacementDecision, PlacementRequest, PodSetRequest
 from topogate.api.errors import InputError
@@ -68,8 +68,7 @@ def hn(
     children: Sequence[str] = (),
     tier_name: str | None = None,
 ) -> HyperNode:
-    members = [exact(n) for n in nodes] + [exact(c, "HyperNode") for c in children]
-    return parse_hypernode(hn_obj(name, tier, *members, tier_name=tier_name))
+    return parse_hypernode(hypernode_object(name, tier, nodes, children, tier_name))
 
 
 def cpu_nodes(*names: str, cpu: int = 1000) -> list[NodeInfo]:

@@ -18,6 +18,7 @@ from kubernetes import client
 
 from tests import test_e2e
 from tests.cluster import api_client, eventually, fake_node
+from tests.kit import hypernode_object
 from tests.test_e2e import Serve, job
 from topogate.controlplane import ControlPlane
 from topogate.localcluster import create_all
@@ -29,21 +30,6 @@ HN = ("topology.volcano.sh", "v1alpha1", "hypernodes")
 # The end-to-end module's fixtures: the control plane with CRDs, and `serve` with webhooks.
 cluster = test_e2e.cluster
 serve = test_e2e.serve
-
-
-def hypernode(name: str, tier: int, members: list[tuple[str, str]]) -> dict[str, Any]:
-    return {
-        "apiVersion": "topology.volcano.sh/v1alpha1",
-        "kind": "HyperNode",
-        "metadata": {"name": name},
-        "spec": {
-            "tier": tier,
-            "members": [
-                {"type": kind, "selector": {"exactMatch": {"name": member}}}
-                for kind, member in members
-            ],
-        },
-    }
 
 
 def _hypernodes(plane: ControlPlane, type_name: str) -> dict[str, dict[str, Any]]:
@@ -60,21 +46,21 @@ def test_webhook_refuses_a_cycle_and_accepts_a_parent_before_its_children(serve:
     custom = client.CustomObjectsApi(api_client(serve.plane))
     # A parent first: its child does not exist yet, which is fine.
     custom.create_cluster_custom_object(
-        *HN, hypernode(f"top-{tag}", 3, [("HyperNode", f"mid-{tag}")])
+        *HN, hypernode_object(f"top-{tag}", 3, children=[f"mid-{tag}"])
     )
     custom.create_cluster_custom_object(
-        *HN, hypernode(f"mid-{tag}", 2, [("HyperNode", f"leaf-{tag}")])
+        *HN, hypernode_object(f"mid-{tag}", 2, children=[f"leaf-{tag}"])
     )
     with pytest.raises(client.ApiException) as refused:
         # leaf would name top as its child: top -> mid -> leaf -> top.
         custom.create_cluster_custom_object(
-            *HN, hypernode(f"leaf-{tag}", 1, [("HyperNode", f"top-{tag}")])
+            *HN, hypernode_object(f"leaf-{tag}", 1, children=[f"top-{tag}"])
         )
     assert refused.value.status == 422
     message = json.loads(refused.value.body)["message"]
     assert f"HyperNode leaf-{tag}" in message and "cycle" in message, message
     with pytest.raises(client.ApiException) as bad_regex:
-        obj = hypernode(f"rx-{tag}", 1, [])
+        obj = hypernode_object(f"rx-{tag}", 1)
         obj["spec"]["members"] = [{"type": "Node", "selector": {"regexMatch": {"pattern": "(a"}}}]
         custom.create_cluster_custom_object(*HN, obj)
     assert "regexMatch.pattern" in json.loads(bad_regex.value.body)["message"]
@@ -116,7 +102,7 @@ def test_discovery_builds_scoped_hypernodes_and_follows_relabelling(
             docs.append(fake_node(name, {block: b, rack: r}, gpus=8))
     docs.append(fake_node(f"{tag}-loose", {}, gpus=8))
     create_all(serve.plane.kubeconfig, docs)
-    hand_made = hypernode(f"{tag}-manual", 1, [("Node", f"{tag}-loose")])
+    hand_made = hypernode_object(f"{tag}-manual", 1, [f"{tag}-loose"])
     hand_made["metadata"]["labels"] = {"topogate.dev/network-topology-type": tag}
     create_all(serve.plane.kubeconfig, [hand_made])
     serve.start(f"--hypernode-discovery={path}")
@@ -176,13 +162,13 @@ def test_volcano_job_on_hypernodes_stays_within_its_tier(serve: Serve) -> None:
     # The seed's tree: s0..s3 (tier 1) of two nodes each, s4={s0,s1}, s5={s2,s3}, s6 on top.
     nodes = [fake_node(f"{tag}-n{i}", {pool: "yes"}, gpus=8) for i in range(8)]
     tree = [
-        hypernode(f"{tag}-s{i}", 1, [("Node", f"{tag}-n{2 * i}"), ("Node", f"{tag}-n{2 * i + 1}")])
+        hypernode_object(f"{tag}-s{i}", 1, [f"{tag}-n{2 * i}", f"{tag}-n{2 * i + 1}"])
         for i in range(4)
     ]
     tree += [
-        hypernode(f"{tag}-s4", 2, [("HyperNode", f"{tag}-s0"), ("HyperNode", f"{tag}-s1")]),
-        hypernode(f"{tag}-s5", 2, [("HyperNode", f"{tag}-s2"), ("HyperNode", f"{tag}-s3")]),
-        hypernode(f"{tag}-s6", 3, [("HyperNode", f"{tag}-s4"), ("HyperNode", f"{tag}-s5")]),
+        hypernode_object(f"{tag}-s4", 2, children=[f"{tag}-s0", f"{tag}-s1"]),
+        hypernode_object(f"{tag}-s5", 2, children=[f"{tag}-s2", f"{tag}-s3"]),
+        hypernode_object(f"{tag}-s6", 3, children=[f"{tag}-s4", f"{tag}-s5"]),
     ]
     namespace = f"hn-{tag}"
     queue_objects = [

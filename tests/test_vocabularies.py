@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.kit import hypernode_object
 from topogate.api.errors import InputError
 from topogate.api.hypernodes import parse_hypernode
 from topogate.api.jobs import workload_from_object
@@ -285,22 +286,14 @@ def test_hyperjob_annotation_on_a_job_is_refused() -> None:
 # --- Volcano on the seed's s0-s6 HyperNode tree ---------------------------------------------
 
 
-def _hn(name: str, tier: int, members: list[str], kind: str = "HyperNode") -> dict[str, Any]:
-    return {
-        "apiVersion": "topology.volcano.sh/v1alpha1",
-        "kind": "HyperNode",
-        "metadata": {"name": name},
-        "spec": {
-            "tier": tier,
-            "members": [{"type": kind, "selector": {"exactMatch": {"name": m}}} for m in members],
-        },
-    }
-
-
 def seed_forest_cluster(extra: list[dict[str, Any]] | None = None) -> ClusterInput:
     # s0..s3 (tier 1) hold node0..node7 in pairs; s4={s0,s1}, s5={s2,s3} (tier 2); s6 on top.
-    objects = [_hn(f"s{i}", 1, [f"node{2 * i}", f"node{2 * i + 1}"], "Node") for i in range(4)]
-    objects += [_hn("s4", 2, ["s0", "s1"]), _hn("s5", 2, ["s2", "s3"]), _hn("s6", 3, ["s4", "s5"])]
+    objects = [hypernode_object(f"s{i}", 1, [f"node{2 * i}", f"node{2 * i + 1}"]) for i in range(4)]
+    objects += [
+        hypernode_object("s4", 2, children=["s0", "s1"]),
+        hypernode_object("s5", 2, children=["s2", "s3"]),
+        hypernode_object("s6", 3, children=["s4", "s5"]),
+    ]
     cluster = ClusterInput(nodes=[_node(f"node{i}", 1) for i in range(8)])
     for obj in objects + (extra or []):
         hypernode = parse_hypernode(obj)
@@ -347,7 +340,7 @@ def test_kai_words_on_hypernode_tiers() -> None:
 
 def test_a_bad_hypernode_does_not_stop_placement() -> None:
     # x1 and x2 name each other: both are left out with a warning; s0-s6 still place jobs.
-    cycle = [_hn("x1", 4, ["x2"]), _hn("x2", 5, ["x1"])]
+    cycle = [hypernode_object("x1", 4, children=["x2"]), hypernode_object("x2", 5, children=["x1"])]
     result = run(seed_forest_cluster(cycle), job(4, volcano(mode="hard", highestTierAllowed=2)))
     assert result.fits
     assert any("HyperNode x1" in w and "cycle" in w for w in result.warnings)

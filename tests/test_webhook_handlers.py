@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
+from tests.kit import hypernode_object
 from topogate.webhooks.admission import Review, mutate, validate
 from topogate.webhooks.certs import issue, make_ca
 from topogate.webhooks.server import ServingCertificate, make_app, review_for
@@ -184,21 +185,6 @@ def test_serving_certificate_is_made_and_reloaded_on_rotation(tmp_path: Path) ->
 # --- HyperNodes: the object alone, then the tree it would join -----------------------------
 
 
-def _hypernode(name: str, tier: int, members: list[tuple[str, str]]) -> dict[str, Any]:
-    return {
-        "apiVersion": "topology.volcano.sh/v1alpha1",
-        "kind": "HyperNode",
-        "metadata": {"name": name},
-        "spec": {
-            "tier": tier,
-            "members": [
-                {"type": kind, "selector": {"exactMatch": {"name": member}}}
-                for kind, member in members
-            ],
-        },
-    }
-
-
 class _Existing:
     def __init__(self, *objects: dict[str, Any]) -> None:
         self.objects = list(objects)
@@ -217,7 +203,7 @@ def _review_hypernode(obj: dict[str, Any], existing: _Existing) -> dict[str, Any
 
 
 def test_hypernode_with_two_selectors_is_refused() -> None:
-    obj = _hypernode("s0", 1, [("Node", "n0")])
+    obj = hypernode_object("s0", 1, ["n0"])
     obj["spec"]["members"][0]["selector"]["regexMatch"] = {"pattern": "n.*"}
     answer = _review_hypernode(obj, _Existing())
     assert answer["allowed"] is False and answer["status"]["code"] == 422
@@ -225,8 +211,8 @@ def test_hypernode_with_two_selectors_is_refused() -> None:
 
 
 def test_hypernode_closing_a_cycle_is_refused() -> None:
-    existing = _Existing(_hypernode("a", 3, [("HyperNode", "b")]))
-    answer = _review_hypernode(_hypernode("b", 2, [("HyperNode", "a")]), existing)
+    existing = _Existing(hypernode_object("a", 3, children=["b"]))
+    answer = _review_hypernode(hypernode_object("b", 2, children=["a"]), existing)
     assert answer["allowed"] is False
     assert (
         "a -> b -> a" in answer["status"]["message"] or "b -> a -> b" in answer["status"]["message"]
@@ -235,21 +221,21 @@ def test_hypernode_closing_a_cycle_is_refused() -> None:
 
 def test_hypernode_second_parent_and_tier_order_are_refused() -> None:
     existing = _Existing(
-        _hypernode("s4", 2, [("HyperNode", "s0")]), _hypernode("s0", 1, [("Node", "n0")])
+        hypernode_object("s4", 2, children=["s0"]), hypernode_object("s0", 1, ["n0"])
     )
-    second = _review_hypernode(_hypernode("s9", 2, [("HyperNode", "s0")]), existing)
+    second = _review_hypernode(hypernode_object("s9", 2, children=["s0"]), existing)
     assert second["allowed"] is False and "s0" in second["status"]["message"]
-    low = _review_hypernode(_hypernode("s8", 1, [("HyperNode", "s4")]), existing)
+    low = _review_hypernode(hypernode_object("s8", 1, children=["s4"]), existing)
     assert low["allowed"] is False and "tier" in low["status"]["message"]
-    node_twice = _review_hypernode(_hypernode("s7", 1, [("Node", "n0")]), existing)
+    node_twice = _review_hypernode(hypernode_object("s7", 1, ["n0"]), existing)
     assert node_twice["allowed"] is False and "n0" in node_twice["status"]["message"]
 
 
 def test_hypernode_parent_before_its_children_is_allowed() -> None:
     # `kubectl apply -f dir/` may create the parent first: a missing child is pending.
-    answer = _review_hypernode(_hypernode("s6", 3, [("HyperNode", "s4")]), _Existing())
+    answer = _review_hypernode(hypernode_object("s6", 3, children=["s4"]), _Existing())
     assert answer["allowed"] is True
     fine = _review_hypernode(
-        _hypernode("s1", 1, [("Node", "n2")]), _Existing(_hypernode("s0", 1, [("Node", "n0")]))
+        hypernode_object("s1", 1, ["n2"]), _Existing(hypernode_object("s0", 1, ["n0"]))
     )
     assert fine["allowed"] is True
