@@ -24,15 +24,15 @@ import numpy as np
 from topogate.api import constants as c
 from topogate.api.errors import InputError
 from topogate.api.gpus import ASSIGNMENT_ANNOTATION, Assignment, assignment_text, parse_assignment
+from topogate.api.jobs import workload_from_object
 from topogate.api.models import (
     Admission,
     ClusterQueue,
     Condition,
     ResourceFlavor,
     Topology,
-    Workload,
 )
-from topogate.api.podspec import parse_tolerations, pod_requests
+from topogate.api.podspec import pod_requests
 from topogate.api.quantity import to_units
 from topogate.api.times import now, parse_time
 from topogate.api.validation import parse_model
@@ -42,6 +42,7 @@ from topogate.cache.sources import HYPERNODE_TOPOLOGY, TopologySource, topology_
 from topogate.events import EventRecorder
 from topogate.kubeapi import (
     CLUSTER_QUEUES,
+    HYPERNODES,
     LOCAL_QUEUES,
     RESOURCE_FLAVORS,
     TOPOLOGIES,
@@ -52,7 +53,12 @@ from topogate.kubeapi import (
     key_of,
 )
 from topogate.metrics import Metrics
-from topogate.planner import podset_request, requested_topology, uses_volcano_tiers
+from topogate.planner import (
+    flavor_tolerations,
+    podset_request,
+    requested_topology,
+    uses_volcano_tiers,
+)
 from topogate.world import World, condition, is_admitted, is_finished, meta, owner_job
 
 from .assignments import node_usage, pod_set_assignments
@@ -66,9 +72,12 @@ from .queues import (
     Usage,
     admission_cycle,
 )
-from .request import PlacementRequest
+from .request import Mode, PlacementRequest
 
 log = logging.getLogger("topogate.admitter")
+
+# Where a queue has no topology flavor: capacity only, per node (named so it is recognised).
+NO_TOPOLOGY = TopologySource("none", "labels", (c.HOSTNAME_LABEL,), (0,))
 
 PENDING = "Pending"
 
@@ -113,6 +122,14 @@ class Admitter:
         self.cycles = 0
         world.hold_usage = self.hold_from_status
         world.listeners.setdefault(WORKLOADS.plural, []).append(self._forget_written)
+        # A parsed candidate depends on queues, flavors and topologies, not only on its own
+        # version: any change to those parses every waiting workload again.
+        for resource in (CLUSTER_QUEUES, LOCAL_QUEUES, RESOURCE_FLAVORS, TOPOLOGIES, HYPERNODES):
+            world.listeners.setdefault(resource.plural, []).append(self._forget_candidates)
+        self._forest: object = None  # the forest the cached candidates were parsed against
+
+    def _forget_candidates(self, old: Obj | None, new: Obj | None) -> None:
+        self._candidates.clear()
 
     def _forget_written(self, old: Obj | None, new: Obj | None) -> None:
         """Our admission is visible in the store now (or the workload is gone)."""
@@ -154,7 +171,11 @@ class Admitter:
                 topologies[topology.metadata.name] = topology
             except InputError as error:
                 log.warning("ignoring %s", error.describe())
-        return queues, flavors, topology_sources(topologies, self.world.forest())
+        forest = self.world.forest()
+        if forest is not self._forest:  # node labels changed the HyperNode tiers
+            self._forest = forest
+            self._candidates.clear()
+        return queues, flavors, topology_sources(topologies, forest)
 
     def _cluster_queue(self, workload: Obj) -> tuple[str | None, str]:
         m = meta(workload)
@@ -176,77 +197,72 @@ class Admitter:
         sources: Mapping[str, TopologySource],
     ) -> Candidate:
         key = key_of(workload)
-        m = meta(workload)
         cq, problem = self._cluster_queue(workload)
-        version = f"{m.get('resourceVersion')}/{cq}"
+        version = f"{meta(workload).get('resourceVersion')}/{cq}"
         cached = self._candidates.get(key)
-        if cached is not None and cached.version == version and cq in queues:
+        if cached is not None and cached.version == version:
             return cached
         if cq is None:
-            return Candidate(version, None, problem)
+            candidate = Candidate(version, None, problem)
+        else:
+            candidate = self._parse_candidate(key, version, cq, workload, queues, flavors, sources)
+        self._candidates[key] = candidate
+        return candidate
+
+    def _parse_candidate(
+        self,
+        key: str,
+        version: str,
+        cq: str,
+        workload: Obj,
+        queues: Mapping[str, QueueSpec],
+        flavors: Mapping[str, ResourceFlavor],
+        sources: Mapping[str, TopologySource],
+    ) -> Candidate:
         queue = queues.get(cq)
         if queue is None:
             return Candidate(version, None, f"ClusterQueue {cq} doesn't exist")
         where = f"Workload {key}"
         try:
-            model_workload = parse_model(Workload, workload, where)
-            podsets = model_workload.spec.pod_sets
-            paths = [f"spec.podSets[{i}].template" for i in range(len(podsets))]
+            # As `plan` reads it: Kueue's annotations fill a missing topologyRequest.
+            source = workload_from_object(workload)
+            podsets = source.workload.spec.pod_sets
+            paths = [source.template_paths[p.name] for p in podsets]
             named = requested_topology(podsets, paths, where)
-            # Levels are checked against the topology the job names, else the first flavor
-            # of the queue that has one, else (Volcano's tiers) the HyperNode forest.
-            source = None
-            if named is not None:
-                source = sources.get(named)
-                if source is None:
-                    return Candidate(version, None, f"{where}: topology {named!r} doesn't exist")
-            else:
-                for flavor in queue.flavors:
-                    model = flavors.get(flavor.flavor)
-                    if model is not None and model.spec.topology_name:
-                        source = sources.get(model.spec.topology_name)
-                        break
+            flavor_topology = None
+            for flavor in queue.flavors:
+                model = flavors.get(flavor.flavor)
+                if model is not None and model.spec.topology_name:
+                    flavor_topology = model.spec.topology_name
+                    break
             if (
-                source is None
-                and HYPERNODE_TOPOLOGY in sources
+                named is None
+                and flavor_topology is None
                 and uses_volcano_tiers(podsets, paths, where)
             ):
-                named, source = HYPERNODE_TOPOLOGY, sources[HYPERNODE_TOPOLOGY]
-            if source is None:
-                source = TopologySource.from_topology(
-                    parse_model(
-                        Topology,
-                        {
-                            "metadata": {"name": "none"},
-                            "spec": {"levels": [{"nodeLabel": c.HOSTNAME_LABEL}]},
-                        },
-                        where,
-                    )
-                )
-                if any(
-                    p.topology_request
-                    and (p.topology_request.required or p.topology_request.preferred)
-                    for p in podsets
-                ):
-                    return Candidate(
-                        version, None, f"ClusterQueue {cq} has no flavor with a topology"
-                    )
+                named = HYPERNODE_TOPOLOGY if HYPERNODE_TOPOLOGY in sources else None
+            wanted = named or flavor_topology
+            topology = sources.get(wanted) if wanted else NO_TOPOLOGY
+            if topology is None:
+                return Candidate(version, None, f"{where}: topology {wanted!r} doesn't exist")
             requests = tuple(
-                podset_request(p, path, source, where)
+                podset_request(p, path, topology, where)
                 for p, path in zip(podsets, paths, strict=True)
             )
         except InputError as error:
             return Candidate(version, None, error.describe())
+        if topology is NO_TOPOLOGY and any(
+            r.mode is not Mode.UNCONSTRAINED or r.slices for r in requests
+        ):
+            return Candidate(version, None, f"ClusterQueue {cq} has no flavor with a topology")
         pending = PendingWorkload(
             key=key,
             cluster_queue=cq,
             priority=int((workload.get("spec") or {}).get("priority") or 0),
-            created=str(m.get("creationTimestamp") or ""),
+            created=str(meta(workload).get("creationTimestamp") or ""),
             request=PlacementRequest(key, requests, named),
         )
-        candidate = Candidate(version, pending, "")
-        self._candidates[key] = candidate
-        return candidate
+        return Candidate(version, pending, "")
 
     def _usage(self) -> Usage:
         """Quota in use, from every admitted, unfinished workload's status (or our writes)."""
@@ -276,15 +292,7 @@ class Admitter:
         own: dict[str, FlavorTopology] = {}
         by_name: dict[tuple[str, str], FlavorTopology] = {}
         for name, flavor in flavors.items():
-            try:
-                tolerations = parse_tolerations(
-                    [t.to_wire() for t in flavor.spec.tolerations],
-                    f"ResourceFlavor {name}",
-                    "spec.tolerations",
-                )
-            except InputError as error:
-                log.warning("ignoring %s", error.describe())
-                continue
+            tolerations = flavor_tolerations(flavor)
             labels = flavor.spec.node_labels
             source = sources.get(flavor.spec.topology_name or "")
             if source is not None:

@@ -77,19 +77,11 @@ def desired_workload(job: Obj, priority_of: Callable[[str], int | None]) -> Obj:
     workload.metadata.labels = {JOB_UID_LABEL: meta["uid"]}
     workload.spec.queue_name = queue_name(job)
     workload.spec.priority = _priority(job, priority_of)
-    replicas = {
-        str(r.get("name")): 1 if r.get("replicas") is None else int(r["replicas"])
-        for r in (job.get("spec") or {}).get("replicatedJobs") or []
-    }
     for podset in workload.spec.pod_sets:
-        request = podset.topology_request
-        if request is None:
-            continue
-        # How the ungater finds a pod's rank (Kueue's PodIndexLabel / SubGroupIndexLabel).
-        request.pod_index_label = c.JOB_COMPLETION_INDEX
-        if kind == "JobSet":
-            request.sub_group_index_label = c.JOBSET_JOB_INDEX
-            request.sub_group_count = replicas.get(podset.name, 1)
+        # How the ungater finds a pod's rank (Kueue's PodIndexLabel); a JobSet's
+        # SubGroupIndexLabel and count are set by workload_from_object.
+        if podset.topology_request is not None:
+            podset.topology_request.pod_index_label = c.JOB_COMPLETION_INDEX
     body = workload.to_wire()
     body["metadata"]["ownerReferences"] = [
         {

@@ -198,6 +198,19 @@ class SnapshotPlacer:
     # (flavor, topology) for jobs that name their topology (KAI) instead of the flavor's.
     named: Mapping[tuple[str, str], FlavorTopology] = field(default_factory=dict)
 
+    # (the cycle's held list, admissions applied, snapshot with them): `held` only grows
+    # within a cycle, so each call adds the new admissions instead of summing all again.
+    _held: list[tuple[Held, int, ClusterSnapshot]] = field(default_factory=list)
+
+    def _holding(self, held: Held) -> ClusterSnapshot:
+        done, snapshot = 0, self.snapshot
+        if self._held and self._held[0][0] is held:
+            _, done, snapshot = self._held[0]
+        for earlier, decision in held[done:]:
+            snapshot = snapshot.with_usage(node_usage(earlier, decision), taken_by([decision]))
+        self._held[:] = [(held, len(held), snapshot)]
+        return snapshot
+
     def __call__(
         self, flavor: str, request: PlacementRequest, held: Held
     ) -> PlacementDecision | None:
@@ -211,18 +224,9 @@ class SnapshotPlacer:
             topology = self.flavors.get(flavor)
         if topology is None:
             return None
-        snapshot = self.snapshot
-        if held:
-            extra: dict[str, dict[str, int]] = {}
-            for earlier, decision in held:
-                for node, amounts in node_usage(earlier, decision).items():
-                    slot = extra.setdefault(node, {})
-                    for resource, amount in amounts.items():
-                        slot[resource] = slot.get(resource, 0) + amount
-            snapshot = snapshot.with_usage(extra, taken_by(d for _, d in held))
         return place(
             topology.tree,
-            snapshot,
+            self._holding(held),
             request,
             topology_name=topology.topology_name,
             flavor_tolerations=topology.tolerations,

@@ -19,7 +19,7 @@ from topogate.webhooks.command import run as run_webhook
 from . import __version__
 from .gpuimport import add_arguments as add_gpu_arguments
 from .gpuimport import run as run_gpu
-from .loader import load_cluster, load_single
+from .loader import add_cluster_argument, load_cluster_reporting, load_single
 from .planner import plan, render_table, workload_document
 from .serve import add_arguments as add_serve_arguments
 from .serve import run as run_serve
@@ -48,14 +48,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Place a Job/JobSet/Pod/Workload on a cluster described by files. "
         "Exit 0: it fits; 1: it does not fit; 2: invalid input.",
     )
-    planner.add_argument(
-        "--cluster",
-        action="append",
-        type=Path,
-        default=[],
-        metavar="PATH",
-        help="file or directory of Nodes, Pods, Topologies, ResourceFlavors",
-    )
+    add_cluster_argument(planner)
     planner.add_argument(
         "--workload",
         type=Path,
@@ -118,14 +111,7 @@ def _plan(args: argparse.Namespace) -> int:
         raise InputError(
             "needs --cluster PATH and --workload PATH (or --example)", where="topogate plan"
         )
-    cluster = load_cluster(args.cluster)
-    if cluster.skipped:
-        kinds = ", ".join(f"{kind} x{n}" for kind, n in sorted(cluster.skipped.items()))
-        print(
-            f"topogate plan: warning: skipped {sum(cluster.skipped.values())} object(s) "
-            f"of kinds plan does not use: {kinds}",
-            file=sys.stderr,
-        )
+    cluster = load_cluster_reporting(args.cluster, "plan")
     document = load_single(args.workload)
     source = workload_from_object(document.obj, document.source)
     result = plan(cluster, source, args.flavor)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -153,3 +155,38 @@ def load_single(path: Path) -> Document:
     if len(docs) != 1:
         raise InputError(f"must hold exactly one object, found {len(docs)}", where=str(path))
     return docs[0]
+
+
+def add_cluster_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cluster",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="PATH",
+        help="file or directory of Nodes, Pods, Topologies, ResourceFlavors, HyperNodes",
+    )
+
+
+def load_cluster_reporting(paths: list[Path], command: str) -> ClusterInput:
+    """``load_cluster``, with one warning line on stderr for the kinds ``command`` skipped."""
+    cluster = load_cluster(paths)
+    if cluster.skipped:
+        kinds = ", ".join(f"{kind} x{n}" for kind, n in sorted(cluster.skipped.items()))
+        print(
+            f"topogate {command}: warning: skipped {sum(cluster.skipped.values())} object(s) "
+            f"of kinds {command} does not use: {kinds}",
+            file=sys.stderr,
+        )
+    return cluster
+
+
+def write_output(text: str, out: Path | None) -> None:
+    """To stdout, or to ``out``; a file that cannot be written is the user's error."""
+    if out is None:
+        sys.stdout.write(text)
+        return
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise InputError(f"cannot write: {error.strerror or error}", where=str(out)) from None

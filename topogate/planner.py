@@ -100,7 +100,7 @@ class PlanResult:
         return self.decision.fits
 
 
-def _pick_source(
+def pick_source(
     sources: Mapping[str, TopologySource], name: str, where: str, field: str
 ) -> TopologySource:
     source = sources.get(name)
@@ -112,6 +112,17 @@ def _pick_source(
             field=field,
         )
     return source
+
+
+def flavor_named(cluster: ClusterInput, name: str) -> ResourceFlavor:
+    """The ResourceFlavor --flavor names."""
+    flavor = cluster.flavors.get(name)
+    if flavor is None:
+        known = ", ".join(sorted(cluster.flavors)) or "none"
+        raise InputError(
+            f"no ResourceFlavor {name!r} in the cluster input (found: {known})", where="--flavor"
+        )
+    return flavor
 
 
 def choose_flavor(
@@ -130,13 +141,7 @@ def choose_flavor(
     tas = {name: f for name, f in cluster.flavors.items() if f.spec.topology_name}
     flavor: ResourceFlavor | None = None
     if wanted is not None:
-        flavor = cluster.flavors.get(wanted)
-        if flavor is None:
-            known = ", ".join(sorted(cluster.flavors)) or "none"
-            raise InputError(
-                f"no ResourceFlavor {wanted!r} in the cluster input (found: {known})",
-                where="--flavor",
-            )
+        flavor = flavor_named(cluster, wanted)
         if not flavor.spec.topology_name and named is None and not volcano:
             raise InputError(
                 "has no topologyName; plan needs a topology flavor",
@@ -151,9 +156,9 @@ def choose_flavor(
             where="--cluster",
         )
     if named is not None:
-        source = _pick_source(sources, named, "the workload", "topology name annotation")
+        source = pick_source(sources, named, "the workload", "topology name annotation")
     elif flavor is not None and flavor.spec.topology_name:
-        source = _pick_source(
+        source = pick_source(
             sources,
             flavor.spec.topology_name,
             f"ResourceFlavor {flavor.metadata.name}",
@@ -174,7 +179,7 @@ def choose_flavor(
         # The implicit flavor: every node of the topology.
         return FlavorChoice(IMPLICIT_FLAVOR, source, {}, ())
     return FlavorChoice(
-        flavor.metadata.name, source, dict(flavor.spec.node_labels), _flavor_tolerations(flavor)
+        flavor.metadata.name, source, dict(flavor.spec.node_labels), flavor_tolerations(flavor)
     )
 
 
@@ -382,7 +387,7 @@ def _vocabulary_levels(
     return Mode.PREFERRED, levels[start], levels[highest]
 
 
-def _flavor_tolerations(flavor: ResourceFlavor) -> tuple[Toleration, ...]:
+def flavor_tolerations(flavor: ResourceFlavor) -> tuple[Toleration, ...]:
     raw = [t.to_wire() for t in flavor.spec.tolerations]
     return parse_tolerations(raw, f"ResourceFlavor {flavor.metadata.name}", "spec.tolerations")
 

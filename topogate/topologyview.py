@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import html
 import json
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,12 +23,12 @@ import yaml
 from topogate.api.errors import InputError
 from topogate.api.quantity import format_units
 from topogate.cache.snapshot import ClusterSnapshot, IntArray
-from topogate.cache.sources import Forest, TopologySource, topology_sources
+from topogate.cache.sources import TopologySource, topology_sources
 from topogate.cache.topology import DomainTree
 
-from .loader import ClusterInput, load_cluster
+from .loader import ClusterInput, add_cluster_argument, load_cluster_reporting, write_output
+from .planner import flavor_named, pick_source
 
-OUTPUTS = ("table", "tree", "json", "html")
 # The level DomainTree appends below a topology whose lowest level is not the hostname.
 NODE_LEVEL = "node"
 GPU = "nvidia.com/gpu"
@@ -40,7 +39,7 @@ STANDARD_RESOURCES = ("cpu", "memory", GPU, "pods")
 MAX_BOXES_PER_ROW = 64
 ROOT_PATH_LABEL = "(all)"
 
-EXIT_OK, EXIT_INVALID = 0, 2
+EXIT_OK = 0
 
 
 # --- the model --------------------------------------------------------------------------
@@ -558,58 +557,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="discover: Volcano's volcano-controller.conf (or a ConfigMap holding it)",
     )
-    parser.add_argument(
-        "--cluster",
-        action="append",
-        type=Path,
-        default=[],
-        metavar="PATH",
-        help="file or directory of Nodes, Pods, Topologies, ResourceFlavors",
-    )
+    add_cluster_argument(parser)
     parser.add_argument("--topology", metavar="NAME", help="the topology to show")
     parser.add_argument(
         "--flavor", metavar="NAME", help="show the topology of this ResourceFlavor, on its nodes"
     )
-    parser.add_argument("--output", "-o", choices=OUTPUTS, default="table")
+    parser.add_argument("--output", "-o", choices=tuple(RENDERERS), default="table")
     parser.add_argument("--out", type=Path, metavar="FILE", help="write here, not to stdout")
-
-
-def _forest(cluster: ClusterInput) -> Forest | None:
-    """The HyperNode forest of the cluster input, once the loader reads HyperNodes."""
-    forest: Forest | None = getattr(cluster, "forest", None)
-    return forest
 
 
 def choose_source(
     cluster: ClusterInput, topology: str | None, flavor: str | None
 ) -> tuple[TopologySource, dict[str, str]]:
     """The topology to show and the node labels its nodes must carry (a flavor's)."""
-    sources = topology_sources(cluster.topologies, _forest(cluster))
+    sources = topology_sources(cluster.topologies, cluster.forest)
     known = ", ".join(sorted(sources)) or "none"
     if flavor is not None:
-        chosen = cluster.flavors.get(flavor)
-        if chosen is None:
-            found = ", ".join(sorted(cluster.flavors)) or "none"
-            raise InputError(
-                f"no ResourceFlavor {flavor!r} in the cluster input (found: {found})",
-                where="--flavor",
-            )
+        chosen = flavor_named(cluster, flavor)
         where = f"ResourceFlavor {flavor}"
         name = chosen.spec.topology_name
         if not name:
             raise InputError("has no topologyName", where=where, field="spec.topologyName")
-        if name not in sources:
-            raise InputError(
-                f"names topology {name!r}, which is not in the cluster input (found: {known})",
-                where=where,
-                field="spec.topologyName",
-            )
+        source = pick_source(sources, name, where, "spec.topologyName")
         if topology is not None and topology != name:
             raise InputError(
                 f"{topology!r} is not the topology of ResourceFlavor {flavor!r} ({name!r})",
                 where="--topology",
             )
-        return sources[name], dict(chosen.spec.node_labels)
+        return source, dict(chosen.spec.node_labels)
     if topology is not None:
         if topology not in sources:
             raise InputError(
@@ -629,31 +604,14 @@ def choose_source(
 def run(args: argparse.Namespace) -> int:
     if not args.cluster:
         raise InputError("is required (a file or directory of cluster objects)", where="--cluster")
-    cluster = load_cluster(args.cluster)
-    if cluster.skipped:
-        kinds = ", ".join(f"{kind} x{n}" for kind, n in sorted(cluster.skipped.items()))
-        print(
-            f"topogate topology: warning: skipped {sum(cluster.skipped.values())} object(s) "
-            f"of kinds topology does not use: {kinds}",
-            file=sys.stderr,
-        )
+    cluster = load_cluster_reporting(args.cluster, "topology")
     if args.action == "discover":
         return _discover(args, cluster)
     source, node_labels = choose_source(cluster, args.topology, args.flavor)
     snapshot = ClusterSnapshot.build(cluster.nodes, cluster.pods)
-    try:
-        tree = source.tree(snapshot, node_labels)
-    except ValueError as error:  # a HyperNode path that does not fit the levels
-        raise InputError(str(error), where=f"topology {source.name}") from None
+    tree = source.tree(snapshot, node_labels)
     view = build_view(source.name, tree, snapshot, args.flavor)
-    text = RENDERERS[args.output](view)
-    if args.out is None:
-        sys.stdout.write(text)
-        return EXIT_OK
-    try:
-        args.out.write_text(text, encoding="utf-8")
-    except OSError as error:
-        raise InputError(f"cannot write: {error.strerror or error}", where=str(args.out)) from None
+    write_output(RENDERERS[args.output](view), args.out)
     return EXIT_OK
 
 
@@ -673,8 +631,5 @@ def _discover(args: argparse.Namespace, cluster: ClusterInput) -> int:
         text = json.dumps(found, indent=2) + "\n"
     else:
         text = yaml.safe_dump_all(found, sort_keys=False)
-    if args.out is None:
-        sys.stdout.write(text)
-    else:
-        args.out.write_text(text, encoding="utf-8")
+    write_output(text, args.out)
     return EXIT_OK
