@@ -124,6 +124,11 @@ def _unique(hypernodes: Sequence[HyperNode], problems: Problems) -> dict[str, Hy
     return by_name
 
 
+def missing_member_problem(child: str) -> str:
+    """The problem recorded on a parent whose member HyperNode ``child`` does not exist."""
+    return f'member HyperNode "{child}" does not exist; it is ignored until it is created'
+
+
 def _child_edges(
     by_name: Mapping[str, HyperNode], problems: Problems
 ) -> tuple[dict[str, set[str]], dict[str, tuple[str, ...]]]:
@@ -150,10 +155,7 @@ def _child_edges(
                 edges[name].add(member.exact)
             elif member.exact not in absent:
                 absent.add(member.exact)
-                problems[name].append(
-                    f'member HyperNode "{member.exact}" does not exist; it is ignored until '
-                    "it is created"
-                )
+                problems[name].append(missing_member_problem(member.exact))
         if absent:
             missing[name] = tuple(sorted(absent))
     return edges, missing

@@ -24,11 +24,11 @@ from pydantic import BaseModel
 
 from topogate.api import constants as c
 from topogate.api.errors import InputError
-from topogate.api.hypernodes import HyperNode, parse_hypernode
+from topogate.api.hypernodes import NODE, HyperNode, parse_hypernode
 from topogate.api.jobs import workload_from_object
 from topogate.api.models import ClusterQueue, ResourceFlavor, Topology
 from topogate.api.validation import join, object_name, parse_model
-from topogate.cache.hypernodes import build_forest
+from topogate.cache.hypernodes import build_forest, missing_member_problem
 from topogate.cache.nodes import NodeInfo
 
 QUEUE_LABELS = c.QUEUE_LABELS
@@ -253,26 +253,26 @@ def _check_hypernode(review: Review, catalog: Catalog) -> None:
     existing = catalog.hypernodes()
     if existing is None:
         return
-    others: list[HyperNode] = []
+    stored: list[HyperNode] = []  # as they are now, this object's stored version included
     for obj in existing:
-        if (obj.get("metadata") or {}).get("name") == hypernode.name:
-            continue
         try:
-            others.append(parse_hypernode(obj))
+            stored.append(parse_hypernode(obj))
         except InputError:
             continue  # an older bad object is not this request's fault
+    after_change = [h for h in stored if h.name != hypernode.name] + [hypernode]
     exact_nodes = {
         member.exact
-        for item in [*others, hypernode]
+        for item in [*stored, hypernode]
         for member in item.members
-        if member.type == "Node" and member.exact
+        if member.type == NODE and member.exact
     }
-    before = build_forest(others, [NodeInfo(name) for name in sorted(exact_nodes)]).problems
-    forest = build_forest([*others, hypernode], [NodeInfo(name) for name in sorted(exact_nodes)])
+    nodes = [NodeInfo(name) for name in sorted(exact_nodes)]
+    before = build_forest(stored, nodes).problems
+    forest = build_forest(after_change, nodes)
     # A member HyperNode that does not exist yet is pending, not wrong: `kubectl apply -f`
     # creates a directory's objects in name order, parents possibly first.
     pending = {
-        (parent, f'"{member}"')
+        (parent, missing_member_problem(member))
         for parent, members in forest.missing_members.items()
         for member in members
     }
@@ -280,8 +280,7 @@ def _check_hypernode(review: Review, catalog: Catalog) -> None:
         f"{name}: {problem}" if name != hypernode.name else problem
         for name, problems in sorted(forest.problems.items())
         for problem in problems
-        if problem not in before.get(name, [])
-        and not any(name == parent and quoted in problem for parent, quoted in pending)
+        if problem not in before.get(name, []) and (name, problem) not in pending
     ]
     if introduced:
         raise InputError("; ".join(introduced), where=where)
