@@ -21,7 +21,7 @@ from topogate.cache.hypernodes import DiscoveryType, discover, discovery_config,
 from topogate.cache.nodes import NodeInfo
 from topogate.kubeapi import HYPERNODES, NODES, Kube, KubeError, Obj, sleep_or
 from topogate.loader import documents
-from topogate.world import World, meta
+from topogate.world import World, labels_changed, meta
 
 log = logging.getLogger("topogate.discovery")
 
@@ -73,9 +73,7 @@ class HyperNodeDiscovery:
         world.listeners.setdefault(NODES.plural, []).append(self._on_node)
 
     def _on_node(self, old: Obj | None, new: Obj | None) -> None:
-        before = meta(old).get("labels") if old else None
-        after = meta(new).get("labels") if new else None
-        if old is None or new is None or before != after:
+        if labels_changed(old, new):
             self._changed.set()
 
     async def run(self) -> None:

@@ -89,9 +89,9 @@ class ClusterInput:
     hypernodes: dict[str, HyperNode] = field(default_factory=dict)
     skipped: Counter[str] = field(default_factory=Counter)
 
-    @property
-    def forest(self) -> HyperNodeForest | None:
-        """The HyperNode forest over the input's nodes, or None without HyperNodes."""
+    def build_forest(self) -> HyperNodeForest | None:
+        """The HyperNode forest over the input's nodes, or None without HyperNodes (built
+        anew on each call: call it once per command)."""
         if not self.hypernodes:
             return None
         return build_forest(list(self.hypernodes.values()), self.nodes)

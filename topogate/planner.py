@@ -48,6 +48,7 @@ from topogate.api.vocabularies import (
     VocabularyRequest,
     vocabulary_request,
 )
+from topogate.cache.hypernodes import HyperNodeForest
 from topogate.cache.snapshot import ClusterSnapshot, IntArray
 from topogate.cache.sources import HYPERNODE_TOPOLOGY, TopologySource, topology_sources
 from topogate.cache.topology import DomainTree
@@ -130,6 +131,7 @@ def choose_flavor(
     wanted: str | None,
     named: str | None = None,
     volcano: bool = False,
+    forest: HyperNodeForest | None = None,
 ) -> FlavorChoice:
     """The flavor and topology to plan on.
 
@@ -137,7 +139,7 @@ def choose_flavor(
     topology: the one the job names, else the flavor's, else (for Volcano's tier vocabulary)
     the HyperNode forest, else the only topology in the input.
     """
-    sources = topology_sources(cluster.topologies, cluster.forest)
+    sources = topology_sources(cluster.topologies, forest)
     tas = {name: f for name, f in cluster.flavors.items() if f.spec.topology_name}
     flavor: ResourceFlavor | None = None
     if wanted is not None:
@@ -393,7 +395,7 @@ def flavor_tolerations(flavor: ResourceFlavor) -> tuple[Toleration, ...]:
 
 
 def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = None) -> PlanResult:
-    forest = cluster.forest
+    forest = cluster.build_forest()
     # Structure problems leave the faulty part out and are reported; the sound part of the
     # forest still places jobs (one bad HyperNode must not stop everything, as in Volcano).
     warnings = [
@@ -408,7 +410,8 @@ def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = Non
     podsets = workload.spec.pod_sets
     paths = [source.template_paths[p.name] for p in podsets]
     named = requested_topology(podsets, paths, source.where)
-    choice = choose_flavor(cluster, flavor, named, uses_volcano_tiers(podsets, paths, source.where))
+    volcano = uses_volcano_tiers(podsets, paths, source.where)
+    choice = choose_flavor(cluster, flavor, named, volcano, forest)
     requests = tuple(
         podset_request(p, path, choice.source, source.where)
         for p, path in zip(podsets, paths, strict=True)

@@ -570,7 +570,7 @@ def choose_source(
     cluster: ClusterInput, topology: str | None, flavor: str | None
 ) -> tuple[TopologySource, dict[str, str]]:
     """The topology to show and the node labels its nodes must carry (a flavor's)."""
-    sources = topology_sources(cluster.topologies, cluster.forest)
+    sources = topology_sources(cluster.topologies, cluster.build_forest())
     known = ", ".join(sorted(sources)) or "none"
     if flavor is not None:
         chosen = flavor_named(cluster, flavor)

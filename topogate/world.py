@@ -52,6 +52,11 @@ WATCHED: tuple[Resource, ...] = (
 )
 
 
+def labels_changed(old: Obj | None, new: Obj | None) -> bool:
+    """An object appeared, went away, or changed its labels (status updates do not count)."""
+    return old is None or new is None or meta(old).get("labels") != meta(new).get("labels")
+
+
 def meta(obj: Obj) -> dict[str, Any]:
     value = obj.get("metadata")
     return value if isinstance(value, dict) else {}
@@ -131,21 +136,14 @@ class World:
         self.hold_usage: Callable[[Obj], None] | None = None  # set by the admitter
         self._forest: HyperNodeForest | None = None
         self._forest_stale = True
+        self._hypernodes: dict[str, HyperNode] = {}  # parsed once per event
 
     def forest(self) -> HyperNodeForest | None:
-        """The HyperNode forest over the current nodes; rebuilt only after either changed.
-
-        A HyperNode that does not parse is left out (the webhook refuses such objects; one
-        that predates it must not stall every other topology job, as it would in Volcano).
-        """
+        """The HyperNode forest over the current nodes; rebuilt only after a HyperNode, or a
+        node's name or labels, changed (not on every node status update)."""
         if self._forest_stale:
             self._forest_stale = False
-            hypernodes: list[HyperNode] = []
-            for obj in self.store(HYPERNODES).values():
-                try:
-                    hypernodes.append(parse_hypernode(obj))
-                except InputError as error:
-                    log.warning("ignoring %s", error.describe())
+            hypernodes = list(self._hypernodes.values())
             self._forest = build_forest(hypernodes, self.capacity.nodes()) if hypernodes else None
         return self._forest
 
@@ -189,11 +187,22 @@ class World:
     # --- handlers ------------------------------------------------------------------------
 
     def _on_hypernode(self, old: Obj | None, new: Obj | None) -> None:
+        # A HyperNode that does not parse is left out (the webhook refuses such objects; one
+        # that predates it must not stall every other topology job, as it would in Volcano).
+        if old is not None:
+            self._hypernodes.pop(str(meta(old).get("name")), None)
+        if new is not None:
+            try:
+                parsed = parse_hypernode(new)
+                self._hypernodes[parsed.name] = parsed
+            except InputError as error:
+                log.warning("ignoring %s", error.describe())
         self._forest_stale = True
         self.signals.admit()
 
     def _on_node(self, old: Obj | None, new: Obj | None) -> None:
-        self._forest_stale = True
+        if labels_changed(old, new):
+            self._forest_stale = True
         if new is None:
             if old is not None:
                 self.capacity.remove_node(meta(old).get("name", ""))
