@@ -23,7 +23,7 @@ import numpy as np
 
 from topogate.api import constants as c
 from topogate.api.errors import InputError
-from topogate.api.gpus import ASSIGNMENT_ANNOTATION, Assignment, assignment_text, parse_assignment
+from topogate.api.gpus import ASSIGNMENT_ANNOTATION, Assignment, assignment_text
 from topogate.api.jobs import workload_from_object
 from topogate.api.models import (
     Admission,
@@ -59,7 +59,15 @@ from topogate.planner import (
     requested_topology,
     uses_volcano_tiers,
 )
-from topogate.world import World, condition, is_admitted, is_finished, meta, owner_job
+from topogate.world import (
+    World,
+    condition,
+    gpu_assignment_of,
+    is_admitted,
+    is_finished,
+    meta,
+    owner_job,
+)
 
 from .assignments import node_usage, pod_set_assignments
 from .gpuplace import assignment_of
@@ -333,7 +341,7 @@ class Admitter:
                     for name, amount in requests.items():
                         slot[name] = slot.get(name, 0) + amount * count
         self.world.hold(key, per_node)
-        self.world.capacity.set_workload_gpus(key, _gpu_assignment(workload, key))
+        self.world.capacity.set_workload_gpus(key, gpu_assignment_of(workload, key))
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -484,18 +492,6 @@ async def write_gpu_assignment(kube: Kube, workload: Obj, gpus: Assignment) -> O
         }
     }
     return await kube.patch(WORKLOADS, m["name"], body, m.get("namespace"))
-
-
-def _gpu_assignment(workload: Obj, key: str) -> Assignment:
-    """The GPU sets an admitted Workload holds, from its annotation (after a restart)."""
-    text = (meta(workload).get("annotations") or {}).get(ASSIGNMENT_ANNOTATION)
-    if not text:
-        return {}
-    try:
-        return parse_assignment(str(text))
-    except ValueError as error:
-        log.warning("Workload %s: ignoring %s: %s", key, ASSIGNMENT_ANNOTATION, error)
-        return {}
 
 
 def _admission(admitted: Admitted, request: PlacementRequest) -> Obj:

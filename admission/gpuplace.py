@@ -35,7 +35,7 @@ from topogate.cache.selectors import Exclusions
 from topogate.cache.snapshot import BoolArray, ClusterSnapshot, GpuState, IntArray
 from topogate.cache.topology import DomainTree
 
-from .gpusets import best_set, greedy_sets, joint_sets
+from .gpusets import GpuSet, best_set, greedy_sets, joint_sets
 from .request import PlacementDecision, PodSetPlacement, PodSetRequest
 
 FloatArray = npt.NDArray[np.float64]
@@ -231,8 +231,27 @@ class GpuPlacer:
             if leader.gpu_min_bandwidth is not None and gpus_per_pod(leader) >= 2:
                 return None
             return ()
-        found = joint_sets(pair, self._free(row), [gpus_per_pod(leader)], leader.gpu_min_bandwidth)
+        found = self._joint(row, pair, self._free(row), gpus_per_pod(leader), 1, leader)
         return None if found is None else found[0].gpus
+
+    def _joint(
+        self,
+        row: int,
+        pair: FloatArray,
+        free: Sequence[int],
+        k: int,
+        count: int,
+        request: PodSetRequest,
+    ) -> tuple[GpuSet, list[GpuSet]] | None:
+        """``joint_sets`` for ``count`` pods of ``k`` GPUs, memoised per matrix and free set
+        (identical nodes share one answer)."""
+        minimum = request.gpu_min_bandwidth if k >= 2 else None
+        key = ("joint", int(self.state.code[row]), tuple(free), k, count, minimum)
+        if key not in self.state.memo:
+            self.state.memo[key] = joint_sets(pair, free, [k] * count, minimum)
+        found = self.state.memo[key]
+        assert found is None or isinstance(found, tuple)
+        return found
 
     # --- 2. the node tie-break -----------------------------------------------------------
 
@@ -251,7 +270,6 @@ class GpuPlacer:
         if not self.matrices or request is None or gpus_per_pod(request) == 0:
             return placement
         k = gpus_per_pod(request)
-        minimum = request.gpu_min_bandwidth if k >= 2 else None
         sets: dict[str, GpuSets] = {}
         for position in np.flatnonzero(per_node).tolist():
             row = int(self.tree.nodes[position])
@@ -259,12 +277,7 @@ class GpuPlacer:
             if pair is None:
                 continue
             count = int(per_node[position])
-            free = self._free(row)
-            key = ("joint", int(self.state.code[row]), tuple(free), k, count, minimum)
-            if key not in self.state.memo:
-                self.state.memo[key] = joint_sets(pair, free, [k] * count, minimum)
-            found = self.state.memo[key]
-            assert found is None or isinstance(found, tuple)
+            found = self._joint(row, pair, self._free(row), k, count, request)
             # The counts promised these GPUs; anything else is a bug, not a user mistake.
             assert found is not None, f"{count} x {k} GPUs do not fit node row {row}"
             sets[self.snapshot.node_names[row]] = tuple(s.gpus for s in found[1])

@@ -364,3 +364,14 @@ def test_the_example_prints_optimal_sets() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "gpu-measured  [0,3] [1,2]   96.25 96.25      0,1,2,3       48.33" in done.stdout
+
+
+def test_a_leaders_gpus_count_against_its_workers_on_the_same_node() -> None:
+    # 4 of 8 GPUs are held by a pod that requests none (only its annotation holds them), so
+    # nvidia.com/gpu capacity alone would fit leader 1x2 + workers 2x2; the GPU sets do not.
+    stray = PodUsage("ns/x", "a", {}, gpus=frozenset(range(4)))
+    nodes = [gpu_node("a", profile("nvswitch-8"))]
+    workers = gpus(2, 2, name="workers", group="g", required=HOST)
+    leader = gpus(1, 2, name="leader", group="g", required=HOST)
+    decision = run(nodes, workers, leader, pods=(stray,))
+    assert not decision.fits

@@ -14,6 +14,7 @@ from typing import Any
 
 from topogate.api import constants as c
 from topogate.api.errors import InputError
+from topogate.api.gpus import ASSIGNMENT_ANNOTATION, Assignment, parse_assignment
 from topogate.api.hypernodes import HyperNode, parse_hypernode
 from topogate.cache.hypernodes import HyperNodeForest, build_forest
 from topogate.cache.nodes import node_from_kube, pod_usage_from_kube
@@ -50,6 +51,18 @@ WATCHED: tuple[Resource, ...] = (
     PRIORITY_CLASSES,
     HYPERNODES,
 )
+
+
+def gpu_assignment_of(workload: Obj, key: str) -> Assignment:
+    """The GPU sets an admitted Workload holds, from its annotation (a bad one is logged)."""
+    text = (meta(workload).get("annotations") or {}).get(ASSIGNMENT_ANNOTATION)
+    if not text:
+        return {}
+    try:
+        return parse_assignment(str(text))
+    except ValueError as error:
+        log.warning("Workload %s: ignoring %s: %s", key, ASSIGNMENT_ANNOTATION, error)
+        return {}
 
 
 def labels_changed(old: Obj | None, new: Obj | None) -> bool:

@@ -22,15 +22,13 @@ from typing import Any
 from topogate.api import constants as c
 from topogate.api.gpus import (
     ALLOCATION_ANNOTATION,
-    ASSIGNMENT_ANNOTATION,
     Assignment,
-    parse_assignment,
 )
 from topogate.api.models import TopologyAssignment
 from topogate.api.times import parse_time
 from topogate.kubeapi import JSON_PATCH, PODS, WORKLOADS, Kube, KubeError, Obj, key_of
 from topogate.metrics import Metrics
-from topogate.world import World, is_finished, meta, workload_of_pod
+from topogate.world import World, gpu_assignment_of, is_finished, meta, workload_of_pod
 
 from .gpus import gpu_allocations, visible_gpus
 from .ranks import Assignment as DomainAssignment
@@ -167,14 +165,7 @@ class Ungater:
         held = self.world.capacity.workload_gpus(key)
         if held is not None:
             return held
-        text = (meta(workload or {}).get("annotations") or {}).get(ASSIGNMENT_ANNOTATION)
-        if not text:
-            return {}
-        try:
-            return parse_assignment(str(text))
-        except ValueError as error:
-            log.warning("Workload %s: ignoring %s: %s", key, ASSIGNMENT_ANNOTATION, error)
-            return {}
+        return gpu_assignment_of(workload or {}, key)
 
     async def _patch(self, key: str, pod: Obj, ungate: Ungate) -> None:
         m = meta(pod)
