@@ -1,9 +1,17 @@
 """A placement decision in the two forms the rest needs: the Workload's podSetAssignments (what
-is written) and the usage per node (what is held in the capacity cache). Pure."""
+is written) and the usage per node (what is held in the capacity cache), also rebuilt from a
+written admission after a restart. Pure."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from topogate.api.constants import HOSTNAME_LABEL
+from topogate.api.errors import InputError
 from topogate.api.models import PodSetAssignment, TopologyAssignment, TopologyDomainAssignment
+from topogate.api.objects import as_mapping
+from topogate.api.podspec import pod_requests
 from topogate.api.quantity import format_units
 from topogate.cache.nodes import PODS
 
@@ -58,3 +66,55 @@ def node_usage(
             for name, amount in requests.items():
                 slot[name] = slot.get(name, 0) + amount * count
     return per_node
+
+
+# nodes_in_domain(levels, values) -> the names of the nodes in that domain, sorted.
+DomainNodes = Callable[[Sequence[str], Sequence[str]], Sequence[str]]
+
+
+def usage_from_admission(
+    workload: Mapping[str, Any], where: str, nodes_in_domain: DomainNodes
+) -> dict[str, dict[str, int]]:
+    """What an admitted Workload holds per node, from its ``status.admission`` alone (the
+    restart path: no decision is at hand). With a hostname level the node is exact; above
+    it, pods are spread over the domain's nodes in name order, one per node per round (the
+    scheduler picks within the domain anyway). A PodSet whose template cannot be read holds
+    nothing (it was validated at admission; a later bad edit must not stop the restart)."""
+    status = as_mapping(workload.get("status"))
+    admission = as_mapping(status.get("admission"))
+    spec = as_mapping(workload.get("spec"))
+    templates = {
+        p.get("name"): p.get("template") or {}
+        for p in spec.get("podSets") or []
+        if isinstance(p, Mapping)
+    }
+    per_node: dict[str, dict[str, int]] = {}
+    for assignment in admission.get("podSetAssignments") or []:
+        topology = assignment.get("topologyAssignment")
+        if not topology:
+            continue
+        template = templates.get(assignment.get("name")) or {}
+        try:
+            requests = {**pod_requests(template.get("spec") or {}, where), PODS: 1}
+        except InputError:
+            continue
+        levels = [str(level) for level in topology.get("levels") or []]
+        for domain in topology.get("domains") or []:
+            values = [str(v) for v in domain.get("values") or []]
+            for node, count in _spread(levels, values, int(domain["count"]), nodes_in_domain):
+                slot = per_node.setdefault(node, {})
+                for name, amount in requests.items():
+                    slot[name] = slot.get(name, 0) + amount * count
+    return per_node
+
+
+def _spread(
+    levels: Sequence[str], values: Sequence[str], count: int, nodes_in_domain: DomainNodes
+) -> list[tuple[str, int]]:
+    if levels and levels[-1] == HOSTNAME_LABEL and values:
+        return [(values[-1], count)]
+    nodes = nodes_in_domain(levels, values)
+    if not nodes:
+        return []
+    share, extra = divmod(count, len(nodes))
+    return [(n, share + (1 if i < extra else 0)) for i, n in enumerate(nodes) if share or i < extra]

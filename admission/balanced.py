@@ -49,7 +49,7 @@ def _ints(values: Sequence[int] | IntArray) -> IntArray:
 
 
 @dataclass(frozen=True, slots=True)
-class Counts:
+class DomainCounts:
     """Kueue's ``domainState`` for some domains of one level, one entry per domain."""
 
     pods: IntArray
@@ -69,7 +69,7 @@ class Counts:
         slices_with_leader: Sequence[int] | None = None,
         leaders: Sequence[int] | None = None,
         rank: Sequence[int] | None = None,
-    ) -> Counts:
+    ) -> DomainCounts:
         """Spelled out per domain; missing fields: slices = pods, no leader, rank = position."""
         pod_array = _ints(pods)
         slice_array = pod_array.copy() if slices is None else _ints(slices)
@@ -89,8 +89,8 @@ class Counts:
     def __len__(self) -> int:
         return len(self.pods)
 
-    def take(self, index: IntArray) -> Counts:
-        return Counts(
+    def take(self, index: IntArray) -> DomainCounts:
+        return DomainCounts(
             self.pods[index],
             self.pods_with_leader[index],
             self.slices[index],
@@ -99,13 +99,13 @@ class Counts:
             self.rank[index],
         )
 
-    def cleared(self, mask: BoolArray) -> Counts:
+    def cleared(self, mask: BoolArray) -> DomainCounts:
         """Kueue's ``clearState``: the masked domains hold nothing any more."""
 
         def zero(values: IntArray) -> IntArray:
             return np.where(mask, 0, values)
 
-        return Counts(
+        return DomainCounts(
             zero(self.pods),
             zero(self.pods_with_leader),
             zero(self.slices),
@@ -114,9 +114,9 @@ class Counts:
             self.rank,
         )
 
-    def without_leader(self, mask: BoolArray) -> Counts:
+    def without_leader(self, mask: BoolArray) -> DomainCounts:
         """Kueue's ``clearLeaderCapacity``: the masked domains may still take workers only."""
-        return Counts(
+        return DomainCounts(
             self.pods,
             np.where(mask, 0, self.pods_with_leader),
             self.slices,
@@ -150,13 +150,13 @@ class Shape:
 # --- orders --------------------------------------------------------------------------------
 
 
-def best_fit_order(counts: Counts, domains: IntArray) -> IntArray:
+def best_fit_order(counts: DomainCounts, domains: IntArray) -> IntArray:
     """Kueue's ``sortedDomains`` under BestFit: slices desc, pods asc, path."""
     keys = (counts.rank[domains], counts.pods[domains], -counts.slices[domains])
     return domains[np.lexsort(keys)]
 
 
-def leader_order(counts: Counts, domains: IntArray) -> IntArray:
+def leader_order(counts: DomainCounts, domains: IntArray) -> IntArray:
     """Kueue's ``sortedDomainsWithLeader``: leader-capable first, then as BestFit with leader."""
     keys = (
         counts.rank[domains],
@@ -178,7 +178,7 @@ def entropy(pods: IntArray) -> float:
     return float(-(share * np.log2(share)).sum())
 
 
-def capacity_entropy_order(counts: Counts, entropies: FloatArray) -> IntArray:
+def capacity_entropy_order(counts: DomainCounts, entropies: FloatArray) -> IntArray:
     """Kueue's ``compareDomainCapacityAndEntropy``: leader-capable first, more room with the
     leader first, then the more even spread over the children, then path."""
     keys = (counts.rank, -entropies, -counts.slices_with_leader, -counts.leaders)
@@ -197,7 +197,7 @@ class Greedy:
     last_domain: int | None  # the last domain taken for the remaining slices, if any
 
 
-def greedy_fill(counts: Counts, slices: int, leaders: int) -> Greedy | None:
+def greedy_fill(counts: DomainCounts, slices: int, leaders: int) -> Greedy | None:
     """Leader domains first (in leader order), then BestFit order until ``slices`` are held."""
     remaining, leaders_left = slices, leaders
     used = 0
@@ -225,7 +225,7 @@ def greedy_fill(counts: Counts, slices: int, leaders: int) -> Greedy | None:
     return Greedy(used + last + 1, leader_domain, int(order[last]))
 
 
-def balance_threshold(counts: Counts, slices: int, greedy: Greedy) -> int:
+def balance_threshold(counts: DomainCounts, slices: int, greedy: Greedy) -> int:
     """Kueue's ``balanceThresholdValue``: the most slices every used domain can be given."""
     threshold = slices // greedy.used
     if greedy.leader_domain is not None:
@@ -239,7 +239,7 @@ def balance_threshold(counts: Counts, slices: int, greedy: Greedy) -> int:
 
 
 def select_optimal_set(
-    counts: Counts,
+    counts: DomainCounts,
     slices: int,
     leaders: int,
     slice_size: int,
@@ -290,7 +290,7 @@ def select_optimal_set(
 
 @dataclass(frozen=True, slots=True)
 class Spread:
-    """Slices (and leaders) per domain; ``domains`` are positions in the given ``Counts``."""
+    """Slices (and leaders) per domain; ``domains`` are positions in the given ``DomainCounts``."""
 
     domains: IntArray
     slices: IntArray
@@ -298,7 +298,7 @@ class Spread:
 
 
 def spread_evenly(
-    counts: Counts, slices: int, leaders: int, slice_size: int, threshold: int
+    counts: DomainCounts, slices: int, leaders: int, slice_size: int, threshold: int
 ) -> Spread | None:
     """Kueue's ``placeSlicesOnDomainsBalanced``: T slices each, the rest in leader order."""
     chosen = select_optimal_set(counts, slices, leaders, slice_size)
@@ -333,14 +333,16 @@ def spread_evenly(
 class Group:
     """A parent's domains at L (``top``) and their children at L+1 (``below``)."""
 
-    top: Counts
+    top: DomainCounts
     top_ids: IntArray  # their domain indices at L
-    below: Counts | None  # None when L is the topology's lowest level (Kueue's leaves)
+    below: DomainCounts | None  # None when L is the topology's lowest level (Kueue's leaves)
     below_ids: IntArray
     below_parent: IntArray  # each child's position in ``top``
 
 
-def _roll_up(top: Counts, below: Counts, parent: IntArray, shape: Shape) -> Counts:
+def _roll_up(
+    top: DomainCounts, below: DomainCounts, parent: IntArray, shape: Shape
+) -> DomainCounts:
     """Kueue's ``fillInCountsHelper`` for L: ``top`` recounted from its (pruned) children."""
     size = len(top)
     unit = shape.below_unit
@@ -365,12 +367,12 @@ def _roll_up(top: Counts, below: Counts, parent: IntArray, shape: Shape) -> Coun
         all_slices, slices_left = all_pods // shape.slice_size, pods_left // shape.slice_size
         if shape.exclusive_slices:
             all_slices, slices_left = np.minimum(all_slices, 1), np.minimum(slices_left, 1)
-    return Counts(all_pods, pods_left, all_slices, slices_left, leaders, top.rank)
+    return DomainCounts(all_pods, pods_left, all_slices, slices_left, leaders, top.rank)
 
 
 def _prune_level(
-    counts: Counts, threshold: int, leader_required: bool
-) -> tuple[Counts, BoolArray, BoolArray]:
+    counts: DomainCounts, threshold: int, leader_required: bool
+) -> tuple[DomainCounts, BoolArray, BoolArray]:
     """Kueue's ``pruneDomainNodeBelowThreshold`` on every domain of ``counts``."""
     dropped = counts.slices < threshold
     # Still good for workers, but not as the leader's domain at this threshold.
@@ -471,7 +473,7 @@ def split_group(group: Group, threshold: int, shape: Shape) -> BalancedChoice | 
 
 
 def _groups(
-    tree: DomainTree, level_counts: Callable[[int], Counts], shape: Shape
+    tree: DomainTree, level_counts: Callable[[int], DomainCounts], shape: Shape
 ) -> Iterator[Group]:
     """Each parent's domains at L, parents in path order (level 0: one group of all)."""
     level = shape.level
@@ -504,7 +506,7 @@ def _groups(
 
 
 def balanced_choice(
-    tree: DomainTree, level_counts: Callable[[int], Counts], shape: Shape
+    tree: DomainTree, level_counts: Callable[[int], DomainCounts], shape: Shape
 ) -> BalancedChoice | None:
     """The balanced split for ``shape``, or None when Kueue would fall back to BestFit."""
     if shape.slices <= 0 or tree.size(shape.level) == 0:

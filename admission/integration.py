@@ -11,38 +11,17 @@ from __future__ import annotations
 import copy
 import hashlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from topogate.api import constants as c
 from topogate.api.jobs import workload_from_object
+from topogate.api.kinds import job_kind, queue_name
 
 Obj = dict[str, Any]
 
 JOB_UID_LABEL = f"{c.GROUP}/job-uid"
 # Kueue's label for a WorkloadPriorityClass; a PriorityClass of that name gives the value.
 PRIORITY_CLASS_LABEL = f"{c.KUEUE_GROUP}/priority-class"
-
-
-@dataclass(frozen=True, slots=True)
-class JobKind:
-    kind: str
-    api_version: str
-
-    def matches(self, obj: Mapping[str, Any]) -> bool:
-        return obj.get("kind") == self.kind and obj.get("apiVersion") == self.api_version
-
-
-JOB = JobKind("Job", "batch/v1")
-JOBSET = JobKind("JobSet", "jobset.x-k8s.io/v1alpha2")
-
-
-def queue_name(job: Mapping[str, Any]) -> str | None:
-    labels = (job.get("metadata") or {}).get("labels") or {}
-    for key in c.QUEUE_LABELS:
-        if labels.get(key):
-            return str(labels[key])
-    return None
 
 
 def workload_name(kind: str, name: str, uid: str) -> str:
@@ -52,15 +31,9 @@ def workload_name(kind: str, name: str, uid: str) -> str:
 
 
 def _templates(job: Obj) -> list[tuple[str, Obj]]:
-    """(podset name, the pod template dict inside ``job``) — mutable references."""
-    spec = job.setdefault("spec", {})
-    if job.get("kind") == "Job":
-        return [("main", spec.setdefault("template", {}))]
-    out = []
-    for rjob in spec.get("replicatedJobs") or []:
-        template = rjob.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})
-        out.append((str(rjob.get("name")), template))
-    return out
+    """(podset name, the pod template dict inside ``job``): mutable references."""
+    kind = job_kind(str(job.get("kind")))
+    return kind.templates(job) if kind is not None else []
 
 
 def desired_workload(job: Obj, priority_of: Callable[[str], int | None]) -> Obj:

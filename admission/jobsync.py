@@ -14,87 +14,67 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
 
 from topogate.api.errors import InputError
-from topogate.events import EventRecorder
-from topogate.kubeapi import (
-    JOBS,
-    JOBSETS,
-    PRIORITY_CLASSES,
-    RESOURCE_FLAVORS,
-    WORKLOADS,
-    Kube,
-    KubeError,
-    Obj,
-    Resource,
-)
-from topogate.world import World, is_finished, meta
+from topogate.api.kinds import queue_name
+from topogate.api.objects import is_finished, meta
+from topogate.kube.errors import API_ERRORS, KubeError
+from topogate.kube.events import EventRecorder
+from topogate.kube.protocol import KubeApi
+from topogate.kube.resources import JOB_RESOURCES, WORKLOADS, Obj, Resource
+from topogate.state import ControllerState
 
-from .admitter import Admitter, _cond, write_status
 from .integration import (
     admitted_job,
     desired_workload,
     finished,
     is_marked,
     is_suspended,
-    queue_name,
     workload_name,
 )
+from .writes import new_condition, write_status
 
 log = logging.getLogger("topogate.jobs")
-
-RESOURCES: Mapping[str, Resource] = {"Job": JOBS, "JobSet": JOBSETS}
 
 
 class JobSync:
     def __init__(
         self,
-        kube: Kube,
-        world: World,
-        admitter: Admitter,
+        kube: KubeApi,
+        state: ControllerState,
         events: EventRecorder,
         concurrency: int = 16,
     ) -> None:
         self.kube = kube
-        self.world = world
-        self.admitter = admitter
+        self.state = state
         self.events = events
         self._limit = asyncio.Semaphore(concurrency)
         # (kind, job key) -> resourceVersion whose Workload could not be built (reported once).
         self._invalid: dict[tuple[str, str], str] = {}
 
     async def run(self) -> None:
-        signals = self.world.signals
+        signals = self.state.signals
         while True:
             await signals.jobs_event.wait()
-            signals.jobs_event.clear()
-            batch, signals.jobs = signals.jobs, set()
+            batch = signals.take_jobs()
             await asyncio.gather(*(self._guarded(kind, key) for kind, key in sorted(batch)))
 
     async def _guarded(self, kind: str, key: str) -> None:
         async with self._limit:
             try:
                 await self.reconcile(kind, key)
-            except KubeError as error:
-                if error.conflict or error.not_found:
+            except API_ERRORS as error:
+                if isinstance(error, KubeError) and (error.conflict or error.not_found):
                     # A newer version is on its way through the watch; it triggers again.
                     log.debug("%s %s: %s", kind, key, error)
                 else:
                     log.warning("%s %s: %s", kind, key, error)
                     await asyncio.sleep(1)
-                    self.world.signals.job(kind, key)
-
-    def _priority(self, name: str) -> int | None:
-        obj = self.world.store(PRIORITY_CLASSES).get(name)
-        if obj is None:
-            return None
-        value = obj.get("value")
-        return int(value) if isinstance(value, int) else None
+                    self.state.signals.job(kind, key)
 
     async def reconcile(self, kind: str, key: str) -> None:
-        resource = RESOURCES[kind]
-        job = self.world.store(resource).get(key)
+        resource = JOB_RESOURCES[kind]
+        job = self.state.store(resource).get(key)
         if job is None or queue_name(job) is None:
             return
         m = meta(job)
@@ -102,9 +82,9 @@ class JobSync:
             return
         namespace, name = m.get("namespace") or "default", str(m["name"])
         workload_key = f"{namespace}/{workload_name(kind, name, str(m['uid']))}"
-        workload = self.world.store(WORKLOADS).get(workload_key)
+        workload = self.state.store(WORKLOADS).get(workload_key)
         done = finished(job)
-        admission = self.admitter.admission_of(workload_key)
+        admission = self.state.admission_of(workload_key)
 
         if workload is None and admission is None:
             if done:
@@ -128,7 +108,7 @@ class JobSync:
         if self._invalid.get((kind, key)) == version:
             return
         try:
-            body = desired_workload(job, self._priority)
+            body = desired_workload(job, self.state.priority_of)
         except InputError as error:
             self._invalid[(kind, key)] = version
             log.warning("%s %s: %s", kind, key, error.describe())
@@ -160,16 +140,20 @@ class JobSync:
         log.info("suspended %s %s/%s: %s", job.get("kind"), m.get("namespace"), m["name"], why)
 
     async def _start(self, resource: Resource, job: Obj, workload: str, admission: Obj) -> None:
-        flavors = self.world.store(RESOURCE_FLAVORS)
+        flavors = self.state.catalog().flavors
         selectors: dict[str, dict[str, str]] = {}
         tolerations: dict[str, list[Obj]] = {}
         for assignment in admission.get("podSetAssignments") or []:
             podset = str(assignment.get("name"))
             selector: dict[str, str] = {}
-            for flavor in sorted(set((assignment.get("flavors") or {}).values())):
-                spec = (flavors.get(str(flavor)) or {}).get("spec") or {}
-                selector.update(spec.get("nodeLabels") or {})
-                tolerations.setdefault(podset, []).extend(spec.get("tolerations") or [])
+            for name in sorted(set((assignment.get("flavors") or {}).values())):
+                flavor = flavors.get(str(name))
+                if flavor is None:
+                    continue
+                selector.update(flavor.spec.node_labels)
+                tolerations.setdefault(podset, []).extend(
+                    t.to_wire() for t in flavor.spec.tolerations
+                )
             selectors[podset] = selector
         body = admitted_job(job, workload, selectors, tolerations)
         await self.kube.replace(resource, body)
@@ -189,6 +173,6 @@ class JobSync:
             for c in (workload.get("status") or {}).get("conditions") or []
             if c.get("type") != "Finished"
         ]
-        conditions.append(_cond("Finished", "True", outcome, f"the job {outcome.lower()}"))
+        conditions.append(new_condition("Finished", "True", outcome, f"the job {outcome.lower()}"))
         await write_status(self.kube, workload, {"conditions": conditions}, guarded=False)
         log.info("workload %s/%s finished: %s", m.get("namespace"), m["name"], outcome)

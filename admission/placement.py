@@ -33,7 +33,7 @@ from topogate.cache.selectors import Exclusions, eligible
 from topogate.cache.snapshot import BoolArray, ClusterSnapshot, IntArray
 from topogate.cache.topology import DomainTree
 
-from .balanced import Counts, Shape, balanced_choice
+from .balanced import DomainCounts, Shape, balanced_choice
 from .gpuplace import GpuPlacer, HostnameRequired, with_visible
 from .request import (
     DomainCount,
@@ -598,8 +598,8 @@ class _GroupPlacer:
             limit=None if request.limit is None else self.limit_level,
         )
 
-        def counts(level: int) -> Counts:
-            return Counts(
+        def counts(level: int) -> DomainCounts:
+            return DomainCounts(
                 self.pod[level],
                 self.pod_wl[level],
                 self.slc[level],

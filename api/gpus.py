@@ -41,7 +41,7 @@ MAX_GPUS = 1024  # a guard against a runaway annotation, far above any node
 Matrix = tuple[tuple[float, ...], ...]
 GpuSets = tuple[tuple[int, ...], ...]  # one set per pod, each ascending
 # PodSet -> node -> the sets of its pods there (the Workload annotation).
-Assignment = dict[str, dict[str, GpuSets]]
+GpuAssignment = dict[str, dict[str, GpuSets]]
 
 # --- link bandwidths (GB/s, one direction) --------------------------------------------------
 #
@@ -314,7 +314,7 @@ def assignment_text(assignment: Mapping[str, Mapping[str, GpuSets]]) -> str:
     )
 
 
-def parse_assignment(text: str) -> Assignment:
+def parse_assignment(text: str) -> GpuAssignment:
     """The Workload annotation; ValueError says what is wrong."""
     try:
         raw = json.loads(text)
@@ -322,7 +322,7 @@ def parse_assignment(text: str) -> Assignment:
         raise ValueError(f"is not valid JSON: {exc}") from None
     if not isinstance(raw, Mapping):
         raise ValueError("must be a JSON object {podset: {node: [[gpu, ...], ...]}}")
-    out: Assignment = {}
+    out: GpuAssignment = {}
     for podset, per_node in raw.items():
         if not isinstance(per_node, Mapping):
             raise ValueError(f"{podset}: must be an object {{node: [[gpu, ...], ...]}}")

@@ -13,11 +13,10 @@ from typing import Any
 from .annotations import AnnotationError, check_groups, topology_request
 from .constants import JOBSET_JOB_INDEX
 from .errors import InputError
+from .kinds import JOB, JOB_KINDS, JOBSET
 from .models import ObjectMeta, PodSet, PodSetTopologyRequest, Workload, WorkloadSpec
 from .validation import join, object_name, parse_model
 from .vocabularies import REPLICA_REQUIRED_TOPOLOGY, vocabulary_request
-
-JOBSET_API_VERSIONS = ("jobset.x-k8s.io/v1alpha2",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,13 +113,13 @@ def workload_from_object(obj: Mapping[str, Any], source: str = "") -> WorkloadSo
     kind, api_version = obj.get("kind"), obj.get("apiVersion")
     podsets: list[PodSet] = []
     paths: dict[str, str] = {}
-    if kind == "Job" and api_version == "batch/v1":
+    if JOB.matches(obj):
         spec = _mapping(obj.get("spec"), where, "spec")
         path = "spec.template"
         template = _mapping(spec.get("template"), where, path)
         podsets.append(_podset("main", _job_pod_count(spec, where, "spec"), template, where, path))
         paths["main"] = path
-    elif kind == "JobSet" and api_version in JOBSET_API_VERSIONS:
+    elif JOBSET.matches(obj):
         spec = _mapping(obj.get("spec"), where, "spec")
         replicated = spec.get("replicatedJobs")
         if not isinstance(replicated, list) or not replicated:
@@ -158,8 +157,9 @@ def workload_from_object(obj: Mapping[str, Any], source: str = "") -> WorkloadSo
         return WorkloadSource(workload, paths, where)
     else:
         raise InputError(
-            f"kind {kind!r} with apiVersion {api_version!r} is not a workload; expected batch/v1 "
-            "Job, jobset.x-k8s.io/v1alpha2 JobSet, v1 Pod or topogate.dev/v1alpha1 Workload",
+            f"kind {kind!r} with apiVersion {api_version!r} is not a workload; expected "
+            f"{', '.join(f'{k.api_version} {k.kind}' for k in JOB_KINDS)}, v1 Pod or "
+            "topogate.dev/v1alpha1 Workload",
             where=where,
         )
     try:

@@ -894,3 +894,13 @@ def reconcile(
         delete=tuple(_name_of(obj) for obj in sorted(stale, key=_order)),
         conflicts=tuple(conflicts),
     )
+
+
+def discover_offline(
+    nodes: Sequence[NodeInfo], types: Sequence[DiscoveryType]
+) -> list[dict[str, Any]]:
+    """What discovery in `serve` would create for these nodes (children before parents)."""
+    out: list[dict[str, Any]] = []
+    for kind in types:
+        out.extend(discover(nodes, kind.name, kind.labels))
+    return out

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from topogate.api.gpus import Assignment, Matrix
+from topogate.api.gpus import GpuAssignment, Matrix
 from topogate.api.podspec import Taint
 
 from .nodes import PODS, NodeInfo, PodUsage
@@ -340,7 +340,7 @@ class CapacityCache:
         self._nodes: dict[str, NodeInfo] = {}
         self._pods: dict[str, PodUsage] = {}
         self._workloads: dict[str, dict[str, dict[str, int]]] = {}
-        self._gpu_assignments: dict[str, Assignment] = {}
+        self._gpu_assignments: dict[str, GpuAssignment] = {}
         self._snapshot: ClusterSnapshot | None = None
 
     def upsert_node(self, node: NodeInfo) -> None:
@@ -377,7 +377,7 @@ class CapacityCache:
         if held is not None or gpus is not None:
             self._snapshot = None
 
-    def set_workload_gpus(self, key: str, assignment: Assignment) -> None:
+    def set_workload_gpus(self, key: str, assignment: GpuAssignment) -> None:
         """Hold the GPU sets an admitted workload was given (per PodSet and node); released
         with its usage. Empty: nothing held."""
         if assignment:
@@ -386,7 +386,7 @@ class CapacityCache:
             self._gpu_assignments.pop(key, None)
         self._snapshot = None
 
-    def workload_gpus(self, key: str) -> Assignment | None:
+    def workload_gpus(self, key: str) -> GpuAssignment | None:
         return self._gpu_assignments.get(key)
 
     def snapshot(self) -> ClusterSnapshot:

@@ -23,9 +23,9 @@ from typing import Any
 
 from kubernetes import client
 
-from topogate.controlplane import ControlPlane, free_port
-from topogate.kube import api_client
-from topogate.localcluster import create_all, install_crds, serving
+from topogate.kube.sync import api_client
+from topogate.testing.controlplane import ControlPlane, free_port
+from topogate.testing.localcluster import create_all, install_crds, serving
 
 BLOCK, RACK, HOST = "bench/block", "bench/rack", "kubernetes.io/hostname"
 

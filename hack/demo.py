@@ -21,9 +21,9 @@ import yaml
 from kubernetes import client
 
 from topogate.cli import main as topogate
-from topogate.controlplane import ControlPlane, free_port
-from topogate.kube import api_client
-from topogate.localcluster import create, create_all, install_crds, serving, stop
+from topogate.kube.sync import api_client
+from topogate.testing.controlplane import ControlPlane, free_port
+from topogate.testing.localcluster import create, create_all, install_crds, serving, stop
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "topogate" / "examples"
 

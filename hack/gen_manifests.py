@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from topogate.api.crds import all_crds
-from topogate.localcluster import HYPERNODE_CRD
+from topogate.testing.localcluster import HYPERNODE_CRD
 from topogate.webhooks.configuration import configurations
 
 CONFIG = Path(__file__).resolve().parent.parent / "config"

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from kubernetes import client, config
 
-from topogate.controlplane import ControlPlane
+from topogate.testing.controlplane import ControlPlane
 
 T = TypeVar("T")
 

@@ -10,7 +10,7 @@ import yaml
 from kubernetes import client
 
 from tests.cluster import api_client, eventually
-from topogate.controlplane import ControlPlane
+from topogate.testing.controlplane import ControlPlane
 
 
 @pytest.fixture(scope="session")

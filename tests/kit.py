@@ -219,3 +219,25 @@ def hypernode_object(
         "metadata": {"name": name},
         "spec": spec,
     }
+
+
+def review_for(
+    obj: dict[str, Any],
+    kind: str,
+    group: str = "",
+    operation: str = "CREATE",
+    namespace: str = "default",
+) -> dict[str, Any]:
+    """An AdmissionReview request as the API server sends it."""
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "00000000-0000-0000-0000-000000000000",
+            "kind": {"group": group, "version": "v1", "kind": kind},
+            "operation": operation,
+            "namespace": namespace,
+            "object": obj,
+            "dryRun": False,
+        },
+    }

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from tests.kit import BLOCK, HOST, L2, L3, RACK, assigned, hosts, node, podset, run
 from topogate.admission.balanced import (
-    Counts,
+    DomainCounts,
     FloatArray,
     Group,
     Shape,
@@ -57,7 +57,7 @@ def ids(chosen: IntArray | None, names: Sequence[str]) -> list[str]:
 # --- unit level: TestSelectOptimalDomainSetToFit ------------------------------------------
 
 # d1 and d3 can host the leader (losing one slot to it); d2 and d4 cannot.
-FOUR = Counts.of(
+FOUR = DomainCounts.of(
     [9, 6, 4, 2],
     pods_with_leader=[8, 6, 3, 2],
     slices_with_leader=[8, 6, 3, 2],
@@ -66,7 +66,7 @@ FOUR = Counts.of(
 FOUR_NAMES = ("d1", "d2", "d3", "d4")
 
 
-def no_entropy(counts: Counts) -> FloatArray:
+def no_entropy(counts: DomainCounts) -> FloatArray:
     return np.zeros(len(counts), dtype=np.float64)
 
 
@@ -99,7 +99,7 @@ def test_select_optimal_set_stable_tie_break(by_entropy: bool) -> None:
         ("block-a", "host-zz"),
     ]
     rank = [sorted(paths).index(p) for p in paths]
-    counts = Counts.of([3, 3, 3, 3], rank=rank)
+    counts = DomainCounts.of([3, 3, 3, 3], rank=rank)
     entropies = no_entropy(counts) if by_entropy else None
     assert ids(select_optimal_set(counts, 1, 0, 1, entropies), names) == ["leaf-z"]
 
@@ -107,7 +107,7 @@ def test_select_optimal_set_stable_tie_break(by_entropy: bool) -> None:
 def test_select_optimal_set_counts_pods_for_slices() -> None:
     """The search compares pods, not slices: 20+15 and 15+10 both hold 5 slices of 5, and the
     second overshoots 25 pods least."""
-    counts = Counts.of([20, 15, 10], slices=[4, 3, 2])
+    counts = DomainCounts.of([20, 15, 10], slices=[4, 3, 2])
     assert ids(select_optimal_set(counts, 5, 0, 5), ("x1", "x2", "x3")) == ["x2", "x3"]
 
 
@@ -118,7 +118,7 @@ def test_capacity_entropy_order_ties_on_path() -> None:
     """Same leader, capacity and children: path order (block-a before block-b)."""
     names = ("leaf-a", "leaf-m", "leaf-z")
     paths = [("block-b", "host-a"), ("block-b", "host-m"), ("block-a", "host-z")]
-    counts = Counts.of(
+    counts = DomainCounts.of(
         [0, 0, 0],
         slices_with_leader=[5, 5, 5],
         leaders=[1, 1, 1],
@@ -131,7 +131,7 @@ def test_capacity_entropy_order_ties_on_path() -> None:
 
 def test_capacity_entropy_order_capacity_before_entropy_before_path() -> None:
     names = ("lower-leader", "lower-capacity", "low-entropy", "high-entropy")
-    counts = Counts.of([0, 0, 0, 0], slices_with_leader=[100, 4, 5, 5], leaders=[0, 1, 1, 1])
+    counts = DomainCounts.of([0, 0, 0, 0], slices_with_leader=[100, 4, 5, 5], leaders=[0, 1, 1, 1])
     children = [[50, 50], [2, 2], [4, 0], [2, 2]]
     entropies = np.array([entropy(np.array(c)) for c in children])
     order = capacity_entropy_order(counts, entropies)
@@ -153,7 +153,7 @@ def test_entropy() -> None:
 
 # --- unit level: TestPlaceSlicesOnDomainsBalanced -----------------------------------------
 
-FIVE = Counts.of([18, 18, 18, 10, 2])
+FIVE = DomainCounts.of([18, 18, 18, 10, 2])
 FIVE_NAMES = ("d1", "d2", "d3", "d4", "d5")
 
 
@@ -184,7 +184,7 @@ def test_spread_evenly(domains: int, slices: int, threshold: int, expected: dict
 
 def test_spread_evenly_stable_tie_break() -> None:
     paths = [("block-b", "host-a"), ("block-a", "host-z")]
-    counts = Counts.of([3, 3], rank=[sorted(paths).index(p) for p in paths])
+    counts = DomainCounts.of([3, 3], rank=[sorted(paths).index(p) for p in paths])
     spread = spread_evenly(counts, 1, 0, 1, 1)
     assert spread is not None
     assert spread.domains.tolist() == [1]  # leaf-z: block-a comes first
@@ -196,7 +196,7 @@ def test_spread_evenly_refuses_what_cannot_reach_the_threshold() -> None:
 
 def test_spread_evenly_leader_goes_first() -> None:
     """The leader's domain is filled first, with its room after the leader."""
-    counts = Counts.of(
+    counts = DomainCounts.of(
         [20, 15, 12],
         slices=[4, 3, 2],
         pods_with_leader=[19, 14, 11],
@@ -217,9 +217,11 @@ def test_spread_evenly_leader_goes_first() -> None:
 def test_prune_keeps_worker_only_domain() -> None:
     """A child below T with the leader but not without keeps its workers, loses the leader."""
     group = Group(
-        top=Counts.of([0]),
+        top=DomainCounts.of([0]),
         top_ids=np.array([0]),
-        below=Counts.of([6, 5], pods_with_leader=[5, 4], slices_with_leader=[5, 4], leaders=[1, 1]),
+        below=DomainCounts.of(
+            [6, 5], pods_with_leader=[5, 4], slices_with_leader=[5, 4], leaders=[1, 1]
+        ),
         below_ids=np.array([0, 1]),
         below_parent=np.array([0, 0]),
     )
@@ -227,7 +229,7 @@ def test_prune_keeps_worker_only_domain() -> None:
     pruned = prune(group, 5, shape)
     assert pruned.below is not None
 
-    def state(counts: Counts, i: int) -> list[int]:
+    def state(counts: DomainCounts, i: int) -> list[int]:
         fields = (
             counts.pods,
             counts.slices,
@@ -244,9 +246,9 @@ def test_prune_keeps_worker_only_domain() -> None:
 
 def test_prune_drops_domains_below_threshold_with_their_children() -> None:
     group = Group(
-        top=Counts.of([0, 0]),
+        top=DomainCounts.of([0, 0]),
         top_ids=np.array([0, 1]),
-        below=Counts.of([4, 1, 1]),
+        below=DomainCounts.of([4, 1, 1]),
         below_ids=np.array([0, 1, 2]),
         below_parent=np.array([0, 1, 1]),
     )
@@ -265,7 +267,7 @@ def blocks_of_racks(racks: list[tuple[int, tuple[int, int, int, int, int]]], blo
     pods, slices, pods_with_leader, slices_with_leader, leaders = zip(
         *(state for _, state in racks), strict=True
     )
-    below = Counts.of(
+    below = DomainCounts.of(
         pods,
         slices=slices,
         pods_with_leader=pods_with_leader,
@@ -273,7 +275,7 @@ def blocks_of_racks(racks: list[tuple[int, tuple[int, int, int, int, int]]], blo
         leaders=leaders,
     )
     return Group(
-        top=Counts.of([0] * blocks),
+        top=DomainCounts.of([0] * blocks),
         top_ids=np.arange(blocks),
         below=below,
         below_ids=np.arange(len(racks)),

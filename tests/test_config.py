@@ -12,9 +12,9 @@ import pytest
 import yaml
 from kubernetes import client, dynamic
 
-from topogate.controlplane import BIN_ENV, binaries
-from topogate.webhooks.command import inject_ca
+from topogate.testing.controlplane import BIN_ENV, binaries
 from topogate.webhooks.configuration import configurations
+from topogate.webhooks.serving import inject_ca
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parent.parent

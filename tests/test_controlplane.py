@@ -6,7 +6,7 @@ import pytest
 from kubernetes import client
 
 from tests.cluster import api_client, eventually, fake_node
-from topogate.controlplane import ControlPlane
+from topogate.testing.controlplane import ControlPlane
 
 pytestmark = pytest.mark.cluster
 

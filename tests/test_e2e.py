@@ -23,8 +23,8 @@ import pytest
 from kubernetes import client, watch
 
 from tests.cluster import api_client, drop_webhooks, eventually, fake_node
-from topogate.controlplane import ControlPlane, free_port
-from topogate.localcluster import create_all, install_crds, serving, stop
+from topogate.testing.controlplane import ControlPlane, free_port
+from topogate.testing.localcluster import create_all, install_crds, serving, stop
 
 pytestmark = pytest.mark.cluster
 

@@ -17,7 +17,7 @@ from topogate.api.gpus import (
     BANDWIDTH_ANNOTATION,
     PROFILE_ANNOTATION,
 )
-from topogate.localcluster import create_all
+from topogate.testing.localcluster import create_all
 
 pytestmark = pytest.mark.cluster
 

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from typing import Any
 
 from topogate.api import constants as c
-from topogate.api.gpus import ALLOCATION_ANNOTATION, ASSIGNMENT_ANNOTATION, Assignment
-from topogate.kubeapi import PODS, WORKLOADS, Resource
+from topogate.api.gpus import ALLOCATION_ANNOTATION, ASSIGNMENT_ANNOTATION, GpuAssignment
+from topogate.kube.resources import PODS, WORKLOADS, Resource
 from topogate.metrics import Metrics
+from topogate.state import ControllerState
 from topogate.ungater.controller import Ungater
 from topogate.ungater.gpus import gpu_allocations, visible_gpus
 from topogate.ungater.ranks import Ungate
-from topogate.world import World
 
 HOST = "kubernetes.io/hostname"
 KEY = "ns/wl"
@@ -30,7 +31,7 @@ ADMISSION = {
         }
     ],
 }
-ASSIGNMENT: Assignment = {"main": {"n1": ((0, 3), (1, 2)), "n2": ((4, 5),)}}
+ASSIGNMENT: GpuAssignment = {"main": {"n1": ((0, 3), (1, 2)), "n2": ((4, 5),)}}
 
 
 def pod(
@@ -86,24 +87,29 @@ class FakeKube:
         return {}
 
 
-def ungater_with(pods: list[dict[str, Any]], hold: bool = True) -> tuple[Ungater, FakeKube]:
-    world = World()
+def ungater_with(
+    pods: list[dict[str, Any]], hold: bool = True, gpus: GpuAssignment = ASSIGNMENT
+) -> tuple[Ungater, FakeKube]:
+    """An ungater over a state fed as `serve` feeds it. ``hold``: the admitter has just
+    assumed the admission (sets held in the capacity cache); otherwise the Workload was
+    admitted before a restart and the state re-holds its sets from its annotation."""
+    state = ControllerState()
     workload: dict[str, Any] = {
         "metadata": {"name": "wl", "namespace": "ns", "annotations": {}},
         "spec": {},
     }
     if hold:
-        world.capacity.set_workload_gpus(KEY, ASSIGNMENT)
+        state.assume_admission(KEY, ADMISSION, {}, gpus)
     else:
         workload["metadata"]["annotations"][ASSIGNMENT_ANNOTATION] = json.dumps(
             {"main": {"n1": [["0", "3"], ["1", "2"]], "n2": [["4", "5"]]}}
         )
-    world.store(WORKLOADS)[KEY] = workload
+        workload["status"] = {"admission": ADMISSION}
+    state.handler(WORKLOADS)(None, workload)
     for p in pods:
-        world.store(PODS)[f"ns/{p['metadata']['name']}"] = p
-        world.pods_by_workload.setdefault(KEY, set()).add(f"ns/{p['metadata']['name']}")
+        state.handler(PODS)(None, p)
     kube = FakeKube()
-    ungater = Ungater(kube, world, Metrics(), lambda key: ADMISSION)  # type: ignore[arg-type]
+    ungater = Ungater(kube, state, Metrics())  # type: ignore[arg-type]
     return ungater, kube
 
 
@@ -166,9 +172,7 @@ def test_gpus_are_split_over_containers_in_order() -> None:
 
 
 def test_pods_without_sets_are_patched_as_before() -> None:
-    ungater, kube = ungater_with([pod(0), pod(1), pod(2)])
-    ungater.world.capacity.set_workload_gpus(KEY, {})
-    ungater.world.store(WORKLOADS)[KEY]["metadata"]["annotations"] = {}
+    ungater, kube = ungater_with([pod(0), pod(1), pod(2)], gpus={})
     asyncio.run(ungater.round([KEY]))
     assert len(kube.patches) == 3  # every pod is still released
     for patch in kube.patches.values():
@@ -176,12 +180,12 @@ def test_pods_without_sets_are_patched_as_before() -> None:
 
 
 def test_a_pod_without_annotations_gets_the_map() -> None:
-    bare = pod(0)
-    bare["metadata"].pop("annotations")
-    ungater, kube = ungater_with([bare])
+    ungater, kube = ungater_with([pod(0)])
     plan = ungater.plan(KEY)
     assert plan and plan[0][1].gpu_allocation is not None
-    asyncio.run(ungater._patch(KEY, plan[0][0], plan[0][1]))
+    bare = copy.deepcopy(plan[0][0])
+    bare["metadata"].pop("annotations")  # the op must create the map, not add a key to it
+    asyncio.run(ungater._patch(KEY, bare, plan[0][1]))
     op = kube.patches["wl-0"][-1]
     assert op["path"] == "/metadata/annotations"
     assert set(op["value"]) == {ALLOCATION_ANNOTATION}

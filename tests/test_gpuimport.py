@@ -10,7 +10,7 @@ import pytest
 from topogate.admission.gpusets import best_gpu_set, joint_gpu_sets
 from topogate.api.gpus import BANDWIDTH_ANNOTATION, node_gpu_matrix, parse_matrix, profile
 from topogate.cli import main
-from topogate.gpuimport import bandwidth_matrix, parse_topo
+from topogate.commands.gpuimport import bandwidth_matrix, parse_topo
 
 DATA = Path(__file__).resolve().parent / "data"
 H100 = DATA / "topo-dgx-h100.txt"  # NVSwitch: NV18 everywhere, 10 NICs, colours

@@ -20,8 +20,8 @@ from tests import test_e2e
 from tests.cluster import api_client, eventually, fake_node
 from tests.kit import hypernode_object
 from tests.test_e2e import Serve, job
-from topogate.controlplane import ControlPlane
-from topogate.localcluster import create_all
+from topogate.testing.controlplane import ControlPlane
+from topogate.testing.localcluster import create_all
 
 pytestmark = pytest.mark.cluster
 

@@ -16,11 +16,11 @@ from topogate.admission.integration import (
     finished,
     is_marked,
     is_suspended,
-    queue_name,
     workload_name,
 )
 from topogate.api import constants as c
 from topogate.api.errors import InputError
+from topogate.api.kinds import queue_name
 
 Obj = dict[str, Any]
 

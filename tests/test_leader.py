@@ -14,11 +14,13 @@ from aiohttp.test_utils import TestClient
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from topogate.api.times import micro_time
-from topogate.controlplane import ControlPlane
-from topogate.kubeapi import LEASES, Kube, KubeError, Obj, Resource
-from topogate.leader import LeaderElector, LeadershipLost
+from topogate.kube.client import Kube
+from topogate.kube.errors import KubeError
+from topogate.kube.resources import LEASES, Obj, Resource
 from topogate.metrics import Metrics
-from topogate.ops import make_ops_app, start_ops_server
+from topogate.runtime.leader import LeaderElector, LeadershipLost
+from topogate.runtime.ops import make_ops_app, start_ops_server
+from topogate.testing.controlplane import ControlPlane
 
 AiohttpClient = Callable[..., Any]
 

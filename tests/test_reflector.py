@@ -15,8 +15,10 @@ from typing import Any, cast
 import aiohttp
 import pytest
 
-from topogate.cache.reflector import Reflector
-from topogate.kubeapi import JOBS, Kube, KubeError, Obj, Resource
+from topogate.kube.client import Kube
+from topogate.kube.errors import KubeError
+from topogate.kube.reflector import Reflector
+from topogate.kube.resources import JOBS, Obj, Resource
 
 Step = Obj | BaseException
 

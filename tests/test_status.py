@@ -14,14 +14,13 @@ from kubernetes import client
 
 from tests.cluster import fake_node
 from topogate.cli import main
-from topogate.controlplane import ControlPlane, free_port
-from topogate.status import (
+from topogate.commands.status import (
     BOUND,
     FINISHED,
     GATED,
     RUNNING,
     UNGATED,
-    Counts,
+    PodCounts,
     admission_state,
     connect,
     document,
@@ -32,6 +31,7 @@ from topogate.status import (
     select,
     summarize,
 )
+from topogate.testing.controlplane import ControlPlane, free_port
 from topogate.webhooks.certs import KeyPair, issue
 
 BLOCK = "status.example.com/block"
@@ -197,13 +197,13 @@ def test_pods_are_counted_per_domain_and_state() -> None:
     [main_set] = summary.pod_sets
     assert (main_set.name, main_set.count, main_set.levels) == ("main", 6, (BLOCK, RACK))
     r1, r2 = main_set.domains
-    assert (r1.values, r1.assigned, r1.pods) == (("b1", "r1"), 3, Counts(bound=1, running=2))
+    assert (r1.values, r1.assigned, r1.pods) == (("b1", "r1"), 3, PodCounts(bound=1, running=2))
     assert (r2.values, r2.assigned, r2.pods) == (
         ("b1", "r2"),
         3,
-        Counts(gated=1, ungated=1, finished=1),
+        PodCounts(gated=1, ungated=1, finished=1),
     )
-    assert main_set.unassigned == Counts(gated=1, ungated=1)
+    assert main_set.unassigned == PodCounts(gated=1, ungated=1)
 
 
 def test_pending_workload_has_its_message_and_unassigned_pods() -> None:
@@ -233,7 +233,7 @@ def test_pending_workload_has_its_message_and_unassigned_pods() -> None:
         ("leader", 1, (), []),
         ("workers", 4, (), []),
     ]
-    assert [p.unassigned for p in summary.pod_sets] == [Counts(gated=1), Counts(gated=2)]
+    assert [p.unassigned for p in summary.pod_sets] == [PodCounts(gated=1), PodCounts(gated=2)]
     assert render_table([summary], "team") == (
         "WORKLOAD team/launcher  QUEUE - (-)  STATE Pending  couldn't assign flavors to pod set "
         "workers: insufficient unused quota\n"
@@ -285,7 +285,7 @@ def test_finished_workload_shows_its_reason() -> None:
     pods = [_pod(f"p{i}", domain=R1, node="n1", phase="Succeeded") for i in range(2)]
     [summary] = summarize([_workload("train-abc", pod_sets={"main": 2}, status=status)], pods)
     assert summary.state_text == "Finished (Succeeded)"
-    assert summary.pod_sets[0].domains[0].pods == Counts(finished=2)
+    assert summary.pod_sets[0].domains[0].pods == PodCounts(finished=2)
     assert render_table([summary], "team").splitlines()[0] == (
         "WORKLOAD team/train-abc  QUEUE user-q (gpu-cq)  STATE Finished (Succeeded)"
     )
@@ -302,9 +302,9 @@ def test_hostname_assignment_matches_on_the_hostname_selector() -> None:
     [summary] = summarize([_workload("train-abc", pod_sets={"main": 2}, status=status)], pods)
     h1, h2 = summary.pod_sets[0].domains
     assert (h1.pods, h2.pods, summary.pod_sets[0].unassigned) == (
-        Counts(),
-        Counts(ungated=1),
-        Counts(ungated=1),
+        PodCounts(),
+        PodCounts(ungated=1),
+        PodCounts(ungated=1),
     )
 
 

@@ -27,7 +27,7 @@ from topogate.cache.nodes import NodeInfo
 from topogate.cache.snapshot import ClusterSnapshot
 from topogate.cache.topology import DomainTree
 from topogate.cli import main
-from topogate.topologyview import (
+from topogate.commands.topology import (
     BOX_WIDTH,
     MAX_BOXES_PER_ROW,
     NODE_LEVEL,

@@ -12,8 +12,8 @@ from topogate.api.constants import (
 )
 from topogate.api.models import TopologyAssignment
 from topogate.ungater.ranks import (
-    Assignment,
     Domain,
+    DomainAssignment,
     Expectations,
     PodView,
     Ungate,
@@ -104,7 +104,9 @@ def test_assignment_from_model() -> None:
     model = TopologyAssignment.model_validate(
         {"levels": [BLOCK, RACK], "domains": [{"values": ["b1", "r1"], "count": 2}]}
     )
-    assert Assignment.from_model(model) == Assignment(LEVELS, (Domain(("b1", "r1"), 2),))
+    assert DomainAssignment.from_model(model) == DomainAssignment(
+        LEVELS, (Domain(("b1", "r1"), 2),)
+    )
 
 
 def test_jobset_ranks_use_job_index() -> None:

@@ -18,8 +18,8 @@ from topogate.api.jobs import workload_from_object
 from topogate.api.models import Topology
 from topogate.api.validation import parse_model
 from topogate.cache.nodes import NodeInfo
-from topogate.loader import ClusterInput
-from topogate.planner import PlanResult, plan
+from topogate.commands.loader import ClusterInput
+from topogate.commands.plan import PlanResult, plan
 
 DC, ZONE, RACK, HOST = "datacenter", "zone", "rack", "kubernetes.io/hostname"
 GPU = "nvidia.com/gpu"

@@ -13,10 +13,12 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from tests.kit import hypernode_object
-from topogate.webhooks.admission import Review, mutate, validate
+from tests.kit import hypernode_object, review_for
+from topogate.admission.podsets import Catalog as PodsetCatalog
+from topogate.admission.podsets import build_catalog
 from topogate.webhooks.certs import issue, make_ca
-from topogate.webhooks.server import ServingCertificate, make_app, review_for
+from topogate.webhooks.review import Review, mutate, validate
+from topogate.webhooks.server import ServingCertificate, make_app
 
 RACK = "cloud.com/rack"
 
@@ -92,9 +94,42 @@ def test_invalid_annotation_is_refused_with_the_field() -> None:
 
 
 def test_level_must_belong_to_the_queue_topology() -> None:
+    catalog, warnings = build_catalog(
+        [
+            {
+                "metadata": {"name": "cq"},
+                "spec": {
+                    "resourceGroups": [
+                        {
+                            "coveredResources": ["cpu"],
+                            "flavors": [
+                                {"name": "tas", "resources": [{"name": "cpu", "nominalQuota": 8}]}
+                            ],
+                        }
+                    ]
+                },
+            }
+        ],
+        [{"metadata": {"name": "q", "namespace": "ml"}, "spec": {"clusterQueue": "cq"}}],
+        [
+            {
+                "metadata": {"name": "tas"},
+                "spec": {"nodeLabels": {"pool": "gpu"}, "topologyName": "dc"},
+            }
+        ],
+        [
+            {
+                "metadata": {"name": "dc"},
+                "spec": {"levels": [{"nodeLabel": "cloud.com/block"}, {"nodeLabel": RACK}]},
+            }
+        ],
+        None,
+    )
+    assert warnings == []
+
     class Catalog:
-        def queue_levels(self, namespace: str, queue: str) -> tuple[str, list[str]] | None:
-            return ("dc", ["cloud.com/block", RACK]) if (namespace, queue) == ("ml", "q") else None
+        def catalog_for(self, namespace: str, queue: str) -> PodsetCatalog | None:
+            return catalog
 
         def hypernodes(self) -> None:
             return None
@@ -189,7 +224,7 @@ class _Existing:
     def __init__(self, *objects: dict[str, Any]) -> None:
         self.objects = list(objects)
 
-    def queue_levels(self, namespace: str, queue: str) -> None:
+    def catalog_for(self, namespace: str, queue: str) -> None:
         return None
 
     def hypernodes(self) -> list[Mapping[str, Any]]:

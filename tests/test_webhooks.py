@@ -12,8 +12,8 @@ import pytest
 from kubernetes import client
 
 from tests.cluster import drop_webhooks, eventually
-from topogate.controlplane import ControlPlane, free_port
-from topogate.localcluster import JOBSET_CRD
+from topogate.testing.controlplane import ControlPlane, free_port
+from topogate.testing.localcluster import JOBSET_CRD
 
 pytestmark = pytest.mark.cluster
 

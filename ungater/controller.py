@@ -16,23 +16,21 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
 from topogate.api import constants as c
-from topogate.api.gpus import (
-    ALLOCATION_ANNOTATION,
-    Assignment,
-)
+from topogate.api.gpus import ALLOCATION_ANNOTATION, GpuAssignment
 from topogate.api.models import TopologyAssignment
+from topogate.api.objects import gpu_assignment_of, is_finished, key_of, meta, workload_of_pod
 from topogate.api.times import parse_time
-from topogate.kubeapi import JSON_PATCH, PODS, WORKLOADS, Kube, KubeError, Obj, key_of
+from topogate.kube.errors import API_ERRORS, KubeError
+from topogate.kube.protocol import KubeApi
+from topogate.kube.resources import JSON_PATCH, PODS, WORKLOADS, Obj
 from topogate.metrics import Metrics
-from topogate.world import World, gpu_assignment_of, is_finished, meta, workload_of_pod
+from topogate.state import ControllerState
 
 from .gpus import gpu_allocations, visible_gpus
-from .ranks import Assignment as DomainAssignment
-from .ranks import Expectations, Ungate, plan_ungates, pod_view
+from .ranks import DomainAssignment, Expectations, Ungate, plan_ungates, pod_view
 
 log = logging.getLogger("topogate.ungater")
 
@@ -45,25 +43,23 @@ def _gated(pod: Obj) -> bool:
 class Ungater:
     def __init__(
         self,
-        kube: Kube,
-        world: World,
+        kube: KubeApi,
+        state: ControllerState,
         metrics: Metrics,
-        admission_of: Callable[[str], Obj | None],
         *,
         interval: float = 1.0,
         max_per_batch: int = 1000,
         concurrency: int = 32,
     ) -> None:
         self.kube = kube
-        self.world = world
+        self.state = state
         self.metrics = metrics
-        self.admission_of = admission_of
         self.interval = interval
         self.max_per_batch = max_per_batch
         self._limit = asyncio.Semaphore(concurrency)
         self.expectations = Expectations()
-        world.listeners.setdefault(PODS.plural, []).append(self._observe)
-        world.listeners.setdefault(WORKLOADS.plural, []).append(self._on_workload)
+        state.subscribe(PODS, self._observe)
+        state.subscribe(WORKLOADS, self._on_workload)
 
     def _observe(self, old: Obj | None, new: Obj | None) -> None:
         obj = new if new is not None else old
@@ -75,24 +71,22 @@ class Ungater:
         if uid in self.expectations.uids(workload) and (new is None or not _gated(new)):
             self.expectations.observed(workload, uid)
             if not self.expectations.pending(workload):
-                self.world.signals.ungate_workload(workload)
+                self.state.signals.ungate_workload(workload)
 
     def _on_workload(self, old: Obj | None, new: Obj | None) -> None:
         if new is None and old is not None:
             self.expectations.forget(key_of(old))
 
     async def run(self) -> None:
-        signals = self.world.signals
+        signals = self.state.signals
         while True:
             await signals.ungate_event.wait()
             # Batch: events of the next ``interval`` join this round.
             await asyncio.sleep(self.interval)
-            signals.ungate_event.clear()
-            batch, signals.ungate = signals.ungate, set()
+            batch = signals.take_ungates()
             left = await self.round(sorted(batch))
-            if left:
-                signals.ungate |= left
-                signals.ungate_event.set()
+            for key in left:
+                signals.ungate_workload(key)
 
     async def round(self, workloads: list[str]) -> set[str]:
         """Plan and patch the given workloads; returns those with work left over."""
@@ -114,14 +108,11 @@ class Ungater:
         return left
 
     def plan(self, key: str) -> list[tuple[Obj, Ungate]]:
-        admission = self.admission_of(key)
-        workload = self.world.store(WORKLOADS).get(key)
+        admission = self.state.admission_of(key)
+        workload = self.state.store(WORKLOADS).get(key)
         if admission is None or (workload is not None and is_finished(workload)):
             return []
-        pods_store = self.world.store(PODS)
-        members = [
-            pods_store[k] for k in self.world.pods_by_workload.get(key, ()) if k in pods_store
-        ]
+        members = self.state.pods_of(key)
         requests = _topology_requests(workload)
         gpus = self._gpus(key, workload)
         visible = visible_gpus(gpus)
@@ -159,10 +150,10 @@ class Ungater:
             out.extend((by_uid[u.uid], u) for u in ungates if u.uid in by_uid)
         return out
 
-    def _gpus(self, key: str, workload: Obj | None) -> Assignment:
+    def _gpus(self, key: str, workload: Obj | None) -> GpuAssignment:
         """The GPU sets the admitter chose: held in the capacity cache from admission on
         (also after a restart); the Workload's annotation when not (yet) held."""
-        held = self.world.capacity.workload_gpus(key)
+        held = self.state.workload_gpus(key)
         if held is not None:
             return held
         return gpu_assignment_of(workload or {}, key)
@@ -186,12 +177,13 @@ class Ungater:
                 await self.kube.patch(
                     PODS, m["name"], patch, m.get("namespace"), content_type=JSON_PATCH
                 )
-        except KubeError as error:
-            # Gates changed, pod gone or refused: forget the expectation and plan again.
+        except API_ERRORS as error:
+            # Gates changed, pod gone, refused or unreachable: forget the expectation and plan
+            # again (a pod that is gone needs nothing more).
             log.info("ungating %s/%s failed: %s", m.get("namespace"), m["name"], error)
             self.expectations.observed(key, ungate.uid)
-            if error.status not in (404,):
-                self.world.signals.ungate_workload(key)
+            if not (isinstance(error, KubeError) and error.not_found):
+                self.state.signals.ungate_workload(key)
             return
         self.metrics.ungated_pods.inc()
         created = parse_time(m.get("creationTimestamp"))

@@ -18,7 +18,7 @@ from topogate.api.constants import HOSTNAME_LABEL, TOPOLOGY_GATE
 from topogate.api.gpus import (
     ALLOCATION_ANNOTATION,
     Allocation,
-    Assignment,
+    GpuAssignment,
     GpuSets,
     allocation_text,
     container_gpus,
@@ -29,7 +29,7 @@ from topogate.api.gpus import (
 from .ranks import TERMINATED_PHASES, Ungate
 
 
-def visible_gpus(assignment: Assignment) -> dict[str, tuple[int, ...]]:
+def visible_gpus(assignment: GpuAssignment) -> dict[str, tuple[int, ...]]:
     """Per node, every GPU the workload holds there (over all its PodSets)."""
     out: dict[str, set[int]] = {}
     for per_node in assignment.values():

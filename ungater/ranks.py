@@ -31,14 +31,14 @@ class Domain:
 
 
 @dataclass(frozen=True, slots=True)
-class Assignment:
+class DomainAssignment:
     """The TopologyAssignment of one PodSet."""
 
     levels: tuple[str, ...]
     domains: tuple[Domain, ...]
 
     @classmethod
-    def from_model(cls, model: TopologyAssignment) -> Assignment:
+    def from_model(cls, model: TopologyAssignment) -> DomainAssignment:
         return cls(
             levels=tuple(model.levels),
             domains=tuple(Domain(tuple(d.values), d.count) for d in model.domains),

@@ -1,4 +1,4 @@
-"""The HTTPS admission webhook server (aiohttp), its certificates and its catalog.
+"""The HTTPS admission webhook server (aiohttp) and its certificates.
 
 Certificates: files in ``--cert-dir`` (tls.crt, tls.key, ca.crt) are used when present, for
 instance mounted from a Secret; otherwise a CA and a serving certificate with the given DNS
@@ -13,21 +13,21 @@ import contextlib
 import json
 import logging
 import ssl
-import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 
-from .admission import Catalog, NoCatalog, Review, mutate, validate
 from .certs import issue, make_ca
+from .review import ClusterView, NoView, Review, mutate, validate
 
 log = logging.getLogger("topogate.webhooks")
 
 MAX_BODY = 3 * 1024 * 1024  # the API server sends at most ~3 MiB objects
-CATALOG_KEY = web.AppKey("catalog", Catalog)
+VIEW_KEY = web.AppKey("view", ClusterView)
+# True when the view makes blocking API calls (the standalone webhook): run it in a thread.
+BLOCKING_KEY = web.AppKey("blocking", bool)
 
 
 @dataclass
@@ -120,9 +120,11 @@ async def _validate(request: web.Request) -> web.Response:
     review = await _review(request)
     if isinstance(review, web.Response):
         return review
-    catalog = request.app[CATALOG_KEY]
-    # The catalog may ask the API server: keep that off the event loop.
-    answer = await asyncio.get_running_loop().run_in_executor(None, validate, review, catalog)
+    view = request.app[VIEW_KEY]
+    if request.app[BLOCKING_KEY]:  # it asks the API server: keep that off the event loop
+        answer = await asyncio.get_running_loop().run_in_executor(None, validate, review, view)
+    else:  # the controller's own state: read on the loop that owns it
+        answer = validate(review, view)
     return web.json_response(answer)
 
 
@@ -130,9 +132,10 @@ async def _healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-def make_app(catalog: Catalog | None = None) -> web.Application:
+def make_app(view: ClusterView | None = None, *, blocking: bool = False) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY + 1024)
-    app[CATALOG_KEY] = catalog or NoCatalog()
+    app[VIEW_KEY] = view or NoView()
+    app[BLOCKING_KEY] = blocking
     app.router.add_post("/mutate", _mutate)
     app.router.add_post("/validate", _validate)
     app.router.add_get("/healthz", _healthz)
@@ -144,11 +147,13 @@ async def running(
     host: str,
     port: int,
     certificate: ServingCertificate,
-    catalog: Catalog | None = None,
+    view: ClusterView | None = None,
     reload_interval: float = 5.0,
+    *,
+    blocking: bool = False,
 ) -> AsyncIterator[web.AppRunner]:
     """Serve until the context exits; the certificate is re-read every ``reload_interval``."""
-    runner = web.AppRunner(make_app(catalog), access_log=None)
+    runner = web.AppRunner(make_app(view, blocking=blocking), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=certificate.context)
     await site.start()
@@ -160,36 +165,3 @@ async def running(
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
         await runner.cleanup()
-
-
-async def serve_forever(
-    host: str, port: int, certificate: ServingCertificate, catalog: Catalog | None = None
-) -> None:
-    async with running(host, port, certificate, catalog):
-        log.info("webhooks listening on https://%s:%d", host, port)
-        started = time.monotonic()
-        while True:
-            await asyncio.sleep(3600)
-            log.debug("up %.0f s", time.monotonic() - started)
-
-
-def review_for(
-    obj: dict[str, Any],
-    kind: str,
-    group: str = "",
-    operation: str = "CREATE",
-    namespace: str = "default",
-) -> dict[str, Any]:
-    """An AdmissionReview request as the API server sends it (for tests and tools)."""
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "00000000-0000-0000-0000-000000000000",
-            "kind": {"group": group, "version": "v1", "kind": kind},
-            "operation": operation,
-            "namespace": namespace,
-            "object": obj,
-            "dryRun": False,
-        },
-    }

@@ -17,7 +17,9 @@ from typing import Any
 
 import aiohttp
 
-from topogate.kubeapi import Kube, KubeError, Obj, Resource, key_of
+from topogate.kube.client import Kube
+from topogate.kube.errors import KubeError
+from topogate.kube.resources import Obj, Resource, key_of
 
 log = logging.getLogger("topogate.reflector")
 

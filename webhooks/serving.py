@@ -1,42 +1,18 @@
-"""`topogate webhook`: the admission webhook server alone (`topogate serve` embeds the same one).
-
-With ``--register-url`` it also writes the webhook configurations (URL + caBundle) into the
-cluster named by ``--kubeconfig``, which is how the local control plane and the tests use it.
+"""Serving the webhooks: the server, its certificate, and the webhook configurations
+(registration at a URL, or CA injection). `topogate webhook` runs it alone; `topogate serve`
+embeds the same one.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
-import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="0.0.0.0")
-    parser.add_argument("--port", type=int, default=9443)
-    parser.add_argument(
-        "--cert-dir",
-        type=Path,
-        required=True,
-        help="tls.crt/tls.key/ca.crt; made here when absent, reloaded on change",
-    )
-    parser.add_argument(
-        "--dns-name", action="append", default=[], help="SAN for a made certificate"
-    )
-    parser.add_argument("--ip", action="append", default=[], help="IP SAN for a made certificate")
-    parser.add_argument("--kubeconfig", help="cluster to read queues from (default: in-cluster)")
-    parser.add_argument("--register-url", help="write webhook configurations pointing here")
-    parser.add_argument(
-        "--inject-ca",
-        metavar="NAME",
-        help="put the CA into the webhook configurations named NAME (in-cluster)",
-    )
-    parser.add_argument("--reload-interval", type=float, default=5.0)
+from .review import ClusterView
 
 
 def register(api: Any, url: str, ca_bundle: bytes) -> None:
@@ -108,25 +84,30 @@ async def serving(
     ips: list[str],
     kubeconfig: str | None,
     use_api: bool,
+    view: ClusterView | None = None,
     register_url: str | None = None,
     inject_ca_into: str | None = None,
     reload_interval: float = 5.0,
 ) -> AsyncIterator[None]:
     """The webhook server, its certificate (made or read, reloaded on change) and, with an API
-    client, the queue catalog and the webhook configurations' registration or CA injection."""
+    client, the webhook configurations' registration or CA injection. ``view`` answers the
+    validating webhook's questions (`serve` passes its state); without one, and with an API
+    client, the API server is asked (:class:`ApiView`)."""
     # Imported here so that `topogate plan` does not pay for the Kubernetes client and aiohttp.
-    from topogate.kube import api_client
+    from topogate.kube.sync import api_client
 
-    from .catalog import ApiCatalog
+    from .catalog import ApiView
     from .server import ServingCertificate, running
 
     certificate = ServingCertificate.prepare(
         cert_dir, dns_names or ["localhost"], ips or ["127.0.0.1"]
     )
     api = api_client(kubeconfig) if use_api else None
-    catalog = ApiCatalog(api) if api is not None else None
+    blocking = False
+    if view is None and api is not None:
+        view, blocking = ApiView(api), True
     loop = asyncio.get_running_loop()
-    async with running(host, port, certificate, catalog, reload_interval):
+    async with running(host, port, certificate, view, reload_interval, blocking=blocking):
         if register_url and api is not None:
             await loop.run_in_executor(
                 None, register, api, register_url, certificate.ca.read_bytes()
@@ -137,32 +118,3 @@ async def serving(
             )
         logging.getLogger("topogate.webhooks").info("serving on %s:%d", host, port)
         yield
-
-
-async def _run(args: argparse.Namespace) -> int:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    async with serving(
-        args.host,
-        args.port,
-        args.cert_dir,
-        dns_names=args.dns_name,
-        ips=args.ip,
-        kubeconfig=args.kubeconfig,
-        use_api=bool(args.kubeconfig or args.register_url or args.inject_ca),
-        register_url=args.register_url,
-        inject_ca_into=args.inject_ca,
-        reload_interval=args.reload_interval,
-    ):
-        print(f"webhooks ready on https://{args.host}:{args.port}", flush=True)
-        await stop.wait()
-    return 0
-
-
-def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    return asyncio.run(_run(args))

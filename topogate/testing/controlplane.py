@@ -8,8 +8,8 @@ lifts the not-ready taint). The Job controller creates a Job's pods as in a clus
 garbage collector deletes what an owner reference ties to a deleted object. The webhook
 admission plugins stay on, so the API server calls topogate's webhooks exactly as in a cluster.
 
-    python -m topogate.controlplane start --dir DIR   # prints the kubeconfig path
-    python -m topogate.controlplane stop --dir DIR
+    python -m topogate.testing.controlplane start --dir DIR   # prints the kubeconfig path
+    python -m topogate.testing.controlplane stop --dir DIR
 """
 
 from __future__ import annotations
@@ -283,7 +283,7 @@ def _terminate(pid: int, grace: float) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m topogate.controlplane",
+        prog="python -m topogate.testing.controlplane",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

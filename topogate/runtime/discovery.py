@@ -13,49 +13,22 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-from topogate.api.errors import InputError
-from topogate.cache.hypernodes import DiscoveryType, discover, discovery_config, reconcile
-from topogate.cache.nodes import NodeInfo
-from topogate.kubeapi import HYPERNODES, NODES, Kube, KubeError, Obj, sleep_or
-from topogate.loader import documents
-from topogate.world import World, labels_changed, meta
+from topogate.api.objects import labels_changed, meta
+from topogate.cache.hypernodes import DiscoveryType, discover, reconcile
+from topogate.kube.errors import API_ERRORS, KubeError
+from topogate.kube.protocol import KubeApi
+from topogate.kube.resources import HYPERNODES, NODES, Obj
+from topogate.kube.waits import sleep_or
+from topogate.state import ControllerState
 
-log = logging.getLogger("topogate.discovery")
+log = logging.getLogger("topogate.runtime.discovery")
 
 DEBOUNCE_SECONDS = 1.0
 
 
-def load_config(path: Path) -> list[DiscoveryType]:
-    """Volcano's ``volcano-controller.conf`` payload (YAML), or a ConfigMap that holds it."""
-    docs = list(documents(path))
-    if len(docs) != 1:
-        raise InputError(f"must hold exactly one document, found {len(docs)}", where=str(path))
-    obj: Any = docs[0].obj
-    if isinstance(obj, dict) and obj.get("kind") == "ConfigMap":
-        data = obj.get("data") or {}
-        text = data.get("volcano-controller.conf")
-        if not isinstance(text, str):
-            raise InputError(
-                "has no data[volcano-controller.conf]", where=f"{path}: ConfigMap", field="data"
-            )
-        import yaml
-
-        try:
-            obj = yaml.safe_load(text)
-        except yaml.YAMLError as error:
-            raise InputError(
-                f"is not YAML: {error}", where=str(path), field="data[volcano-controller.conf]"
-            ) from None
-    if not isinstance(obj, dict):
-        raise InputError("must be a mapping", where=str(path))
-    return discovery_config(obj, where=str(path))
-
-
 @dataclass(slots=True)
-class Counts:
+class DiscoveryCounts:
     created: int = 0
     updated: int = 0
     deleted: int = 0
@@ -64,13 +37,15 @@ class Counts:
 
 
 class HyperNodeDiscovery:
-    def __init__(self, kube: Kube, world: World, types: Sequence[DiscoveryType]) -> None:
+    def __init__(
+        self, kube: KubeApi, state: ControllerState, types: Sequence[DiscoveryType]
+    ) -> None:
         self.kube = kube
-        self.world = world
+        self.state = state
         self.types = list(types)
         self._changed = asyncio.Event()
         self.rounds = 0
-        world.listeners.setdefault(NODES.plural, []).append(self._on_node)
+        state.subscribe(NODES, self._on_node)
 
     def _on_node(self, old: Obj | None, new: Obj | None) -> None:
         if labels_changed(old, new):
@@ -85,7 +60,7 @@ class HyperNodeDiscovery:
             self._changed.clear()
             try:
                 counts = await self.reconcile_once()
-            except KubeError as error:
+            except API_ERRORS as error:
                 log.warning("discovery round failed: %s; retrying", error)
                 self._changed.set()
                 await asyncio.sleep(5)
@@ -103,10 +78,10 @@ class HyperNodeDiscovery:
                     counts.deleted,
                 )
 
-    async def reconcile_once(self) -> Counts:
-        counts = Counts()
-        nodes = self.world.capacity.nodes()
-        existing = list(self.world.store(HYPERNODES).values())
+    async def reconcile_once(self) -> DiscoveryCounts:
+        counts = DiscoveryCounts()
+        nodes = self.state.nodes()
+        existing = list(self.state.store(HYPERNODES).values())
         for kind in self.types:
             plan = reconcile(existing, discover(nodes, kind.name, kind.labels), kind.name)
             for name in plan.conflicts:
@@ -135,7 +110,7 @@ class HyperNodeDiscovery:
         self.rounds += 1
         return counts
 
-    async def _write(self, call: Awaitable[Obj], obj: Obj, counts: Counts) -> Obj | None:
+    async def _write(self, call: Awaitable[Obj], obj: Obj, counts: DiscoveryCounts) -> Obj | None:
         """One write; a refusal (the webhook: it would break the tree) skips only this one."""
         try:
             return await call
@@ -155,34 +130,3 @@ class HyperNodeDiscovery:
             {**current, "status": {**(current.get("status") or {}), **wanted}},
             subresource="status",
         )
-
-
-def types_from_flag(values: Sequence[str]) -> list[DiscoveryType]:
-    """``--labels TYPE=top,...,kubernetes.io/hostname`` flags as discovery types."""
-    config = []
-    for value in values:
-        name, sep, labels = value.partition("=")
-        if not sep or not labels:
-            raise InputError(
-                f"{value!r} is not TYPE=LABEL,LABEL,... (top level first)", where="--labels"
-            )
-        config.append(
-            {
-                "source": "label",
-                "enabled": True,
-                "config": {
-                    "networkTopologyTypes": {
-                        name: [{"nodeLabel": label} for label in labels.split(",")]
-                    }
-                },
-            }
-        )
-    return discovery_config({"networkTopologyDiscovery": config}, where="--labels")
-
-
-def discover_offline(nodes: Sequence[NodeInfo], types: Sequence[DiscoveryType]) -> list[Obj]:
-    """What discovery in `serve` would create for these nodes (children before parents)."""
-    out: list[Obj] = []
-    for kind in types:
-        out.extend(discover(nodes, kind.name, kind.labels))
-    return out

@@ -16,9 +16,12 @@ import signal
 import socket
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-log = logging.getLogger("topogate.serve")
+if TYPE_CHECKING:
+    from topogate.state import ControllerState
+
+log = logging.getLogger("topogate.runtime.serve")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,11 +78,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _webhooks(args: argparse.Namespace) -> AsyncIterator[None]:
+async def _webhooks(args: argparse.Namespace, state: ControllerState) -> AsyncIterator[None]:
     if args.webhook_cert_dir is None:
         yield
         return
-    from topogate.webhooks.command import serving
+    from topogate.webhooks.serving import serving
 
     async with serving(
         args.webhook_host,
@@ -89,6 +92,7 @@ async def _webhooks(args: argparse.Namespace) -> AsyncIterator[None]:
         ips=args.webhook_ip,
         kubeconfig=args.kubeconfig,
         use_api=True,
+        view=state,
         register_url=args.webhook_register_url,
         inject_ca_into=args.webhook_inject_ca,
     ):
@@ -98,34 +102,37 @@ async def _webhooks(args: argparse.Namespace) -> AsyncIterator[None]:
 async def _serve(args: argparse.Namespace) -> int:
     from topogate.admission.admitter import Admitter
     from topogate.admission.jobsync import JobSync
-    from topogate.cache.reflector import Reflector
-    from topogate.discovery import HyperNodeDiscovery, load_config
-    from topogate.events import EventRecorder
-    from topogate.kubeapi import HYPERNODES, JOBSETS, NODES, Kube
-    from topogate.leader import LeaderElector, LeadershipLost
+    from topogate.files import load_discovery_config
+    from topogate.kube.client import Kube
+    from topogate.kube.events import EventRecorder
+    from topogate.kube.reflector import Reflector
+    from topogate.kube.resources import HYPERNODES, JOBSETS, NODES
     from topogate.metrics import Metrics
-    from topogate.ops import make_ops_app, start_ops_server
+    from topogate.runtime.discovery import HyperNodeDiscovery
+    from topogate.runtime.leader import LeaderElector, LeadershipLost
+    from topogate.runtime.ops import make_ops_app, start_ops_server
+    from topogate.state import WATCHED, ControllerState, job_keys
     from topogate.ungater.controller import Ungater
-    from topogate.world import WATCHED, World
 
     # A bad discovery config is a usage error: refuse to start rather than run without it.
-    discovery_types = load_config(args.hypernode_discovery) if args.hypernode_discovery else []
+    discovery_types = (
+        load_discovery_config(args.hypernode_discovery) if args.hypernode_discovery else []
+    )
     identity = args.identity or f"{socket.gethostname()}_{os.getpid()}"
     kube = await Kube.connect(args.kubeconfig)
     metrics = Metrics()
-    world = World()
+    state = ControllerState()
     events = EventRecorder(kube, identity)
-    admitter = Admitter(kube, world, metrics, events)
-    jobs = JobSync(kube, world, admitter, events)
+    admitter = Admitter(kube, state, metrics, events)
+    jobs = JobSync(kube, state, events)
     ungater = Ungater(
         kube,
-        world,
+        state,
         metrics,
-        admitter.admission_of,
         interval=args.ungate_interval,
         max_per_batch=args.ungate_max_per_batch,
     )
-    discovery = HyperNodeDiscovery(kube, world, discovery_types) if discovery_types else None
+    discovery = HyperNodeDiscovery(kube, state, discovery_types) if discovery_types else None
 
     def counter(plural: str) -> Callable[[], None]:
         return lambda: metrics.relists.labels(plural).inc()
@@ -134,7 +141,7 @@ async def _serve(args: argparse.Namespace) -> int:
         r.plural: Reflector(
             kube,
             r,
-            world.handler(r),
+            state.handler(r),
             optional=r in (JOBSETS, HYPERNODES),
             on_relist=counter(r.plural),
         )
@@ -170,13 +177,12 @@ async def _serve(args: argparse.Namespace) -> int:
     async def lead() -> None:
         log.info("leading as %s; waiting for caches", identity)
         await asyncio.gather(*(r.synced.wait() for r in reflectors.values()))
-        log.info("caches synced: %s", ", ".join(f"{k}={len(world.stores[k])}" for k in reflectors))
-        for kind, store_name in (("Job", "jobs"), ("JobSet", "jobsets")):
-            for key in world.stores[store_name]:
-                world.signals.job(kind, key)
-        world.signals.admit()
-        for key in list(world.pods_by_workload):
-            world.signals.ungate_workload(key)
+        log.info("caches synced: %s", ", ".join(f"{k}={n}" for k, n in state.counts().items()))
+        for kind, key in job_keys(state):
+            state.signals.job(kind, key)
+        state.signals.admit()
+        for key in state.workloads_with_pods():
+            state.signals.ungate_workload(key)
         loops = [admitter.run(), jobs.run(), ungater.run()]
         if discovery is not None:
             loops.append(discovery.run())
@@ -191,7 +197,7 @@ async def _serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        async with _webhooks(args):
+        async with _webhooks(args, state):
             # Nodes first, so workloads admitted before a restart find their nodes.
             node_task = asyncio.create_task(reflectors[NODES.plural].run(), name="watch-nodes")
             tasks.append(node_task)

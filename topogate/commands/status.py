@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from topogate.api.constants import GROUP, PODSET_LABEL, TOPOLOGY_GATE, VERSION, WORKLOAD_ANNOTATION
+from topogate.api.kinds import JOB_KINDS
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 Obj = Mapping[str, Any]
 
 PLURAL = "workloads"
-OWNER_KINDS = ("Job", "JobSet")
+OWNER_KINDS = tuple(k.kind for k in JOB_KINDS)
 # Pod states, in the order of the table's columns (a pod is in exactly one).
 GATED, UNGATED, BOUND, RUNNING, FINISHED = "gated", "ungated", "bound", "running", "finished"
 POD_STATES = (GATED, UNGATED, BOUND, RUNNING, FINISHED)
@@ -43,7 +44,7 @@ _TIMEOUT = (10, 120)  # connect, read (seconds)
 
 
 @dataclass(slots=True)
-class Counts:
+class PodCounts:
     """Pods per state."""
 
     gated: int = 0
@@ -67,7 +68,7 @@ class Counts:
 class DomainStatus:
     values: tuple[str, ...]
     assigned: int
-    pods: Counts = field(default_factory=Counts)
+    pods: PodCounts = field(default_factory=PodCounts)
 
 
 @dataclass(slots=True)
@@ -76,7 +77,7 @@ class PodSetStatus:
     count: int
     levels: tuple[str, ...] = ()
     domains: list[DomainStatus] = field(default_factory=list)
-    unassigned: Counts = field(default_factory=Counts)
+    unassigned: PodCounts = field(default_factory=PodCounts)
 
 
 @dataclass(slots=True)
@@ -396,7 +397,7 @@ def connect(kubeconfig: str | None) -> tuple[ApiClient, str]:
     """An API client and the default namespace (the context's, else ``default``)."""
     from kubernetes import config
 
-    from topogate.kube import api_client
+    from topogate.kube.sync import api_client
 
     paths = _kubeconfig_paths(kubeconfig)
     try:

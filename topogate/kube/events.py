@@ -8,9 +8,11 @@ import time
 from typing import Any
 
 from topogate.api.times import micro_time
-from topogate.kubeapi import EVENTS, Kube, KubeError, Obj
+from topogate.kube.client import Kube
+from topogate.kube.errors import KubeError
+from topogate.kube.resources import EVENTS, Obj
 
-log = logging.getLogger("topogate.events")
+log = logging.getLogger("topogate.kube.events")
 CONTROLLER = "topogate.dev/controller"
 
 

@@ -1,4 +1,5 @@
-"""A small async transport to the Kubernetes API that speaks plain JSON dicts.
+"""The transport over aiohttp (it implements :class:`~topogate.kube.protocol.KubeApi`): JSON
+dicts to and from one Kubernetes API server.
 
 Authentication and TLS come from the official client (``kubernetes.aio.config`` reads the
 kubeconfig or the in-cluster service account; its REST layer builds the TLS session). On top
@@ -8,88 +9,20 @@ generated model classes: get, list, watch (a stream of events), create, update, 
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 import aiohttp
 from kubernetes.aio import config as aio_config
 from kubernetes.aio.client.configuration import Configuration
 from kubernetes.aio.client.rest import RESTClientObject
 
-Obj = dict[str, Any]
+from .errors import KubeError
+from .resources import JSON_PATCH, MERGE_PATCH, Obj, Resource
 
-MERGE_PATCH = "application/merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
-STRATEGIC_PATCH = "application/strategic-merge-patch+json"
-
-
-class KubeError(Exception):
-    """A non-2xx answer; ``status`` is the HTTP status, ``reason`` the API's reason."""
-
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(f"{status} {reason}: {message}")
-        self.status, self.reason, self.message = status, reason, message
-
-    @property
-    def not_found(self) -> bool:
-        return self.status == 404
-
-    @property
-    def conflict(self) -> bool:
-        return self.status == 409
-
-    @property
-    def gone(self) -> bool:
-        return self.status == 410
-
-
-@dataclass(frozen=True, slots=True)
-class Resource:
-    """One API resource: ``Resource("batch/v1", "jobs")``; the core group is ``"v1"``."""
-
-    api_version: str
-    plural: str
-    namespaced: bool = True
-
-    def path(
-        self, namespace: str | None = None, name: str | None = None, subresource: str = ""
-    ) -> str:
-        root = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
-        parts = [root]
-        if self.namespaced and namespace:
-            parts.append(f"namespaces/{quote(namespace, safe='')}")
-        parts.append(self.plural)
-        if name:
-            parts.append(quote(name, safe=""))
-        if subresource:
-            parts.append(subresource)
-        return "/".join(parts)
-
-
-NODES = Resource("v1", "nodes", namespaced=False)
-PODS = Resource("v1", "pods")
-EVENTS = Resource("events.k8s.io/v1", "events")
-LEASES = Resource("coordination.k8s.io/v1", "leases")
-JOBS = Resource("batch/v1", "jobs")
-JOBSETS = Resource("jobset.x-k8s.io/v1alpha2", "jobsets")
-PRIORITY_CLASSES = Resource("scheduling.k8s.io/v1", "priorityclasses", namespaced=False)
-WORKLOADS = Resource("topogate.dev/v1alpha1", "workloads")
-CLUSTER_QUEUES = Resource("topogate.dev/v1alpha1", "clusterqueues", namespaced=False)
-LOCAL_QUEUES = Resource("topogate.dev/v1alpha1", "localqueues")
-RESOURCE_FLAVORS = Resource("topogate.dev/v1alpha1", "resourceflavors", namespaced=False)
-TOPOLOGIES = Resource("topogate.dev/v1alpha1", "topologies", namespaced=False)
-HYPERNODES = Resource("topology.volcano.sh/v1alpha1", "hypernodes", namespaced=False)
-
-
-def key_of(obj: Mapping[str, Any]) -> str:
-    """namespace/name, or name for cluster-scoped objects."""
-    meta = obj.get("metadata") or {}
-    namespace = meta.get("namespace")
-    return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
+__all__ = ["JSON_PATCH", "MERGE_PATCH", "Kube"]
 
 
 class Kube:
@@ -234,12 +167,3 @@ def _error(status: int, text: str) -> KubeError:
         return KubeError(status, str(body.get("reason") or ""), str(body.get("message") or text))
     except ValueError:
         return KubeError(status, "", text[:500])
-
-
-async def sleep_or(event: asyncio.Event, seconds: float) -> bool:
-    """Wait ``seconds`` or until ``event`` is set; True when the event was set."""
-    try:
-        await asyncio.wait_for(event.wait(), seconds)
-        return True
-    except TimeoutError:
-        return False

@@ -1,83 +1,27 @@
-"""Reading cluster dumps and workload manifests from YAML/JSON files and directories."""
+"""Cluster dumps from files, as the commands read them: Nodes, Pods, Topologies, flavors and
+HyperNodes into a :class:`ClusterInput`; the CLI arguments and output that go with it."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from topogate.api.errors import InputError
 from topogate.api.hypernodes import HyperNode, parse_hypernode
 from topogate.api.models import ResourceFlavor, Topology
-from topogate.api.validation import object_name, parse_model
+from topogate.api.validation import parse_model
 from topogate.cache.hypernodes import HyperNodeForest, build_forest
 from topogate.cache.nodes import NodeInfo, PodUsage, node_from_kube, pod_usage_from_kube
+from topogate.files import Document, documents, load_single
+
+__all__ = ["ClusterInput", "Document", "documents", "load_cluster", "load_single"]
 
 HYPERNODE_GROUP = "topology.volcano.sh"
-_SUFFIXES = (".yaml", ".yml", ".json")
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-@dataclass(frozen=True, slots=True)
-class Document:
-    source: str
-    obj: Mapping[str, Any]
-
-    @property
-    def where(self) -> str:
-        return f"{self.source}: {object_name(self.obj)}"
-
-
-def _files(path: Path) -> list[Path]:
-    if path.is_dir():
-        return sorted(p for p in path.iterdir() if p.is_file() and p.suffix in _SUFFIXES)
-    if path.is_file():
-        return [path]
-    raise InputError("no such file or directory", where=str(path))
-
-
-def _parse(path: Path) -> Iterator[Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read: {exc}", where=str(path)) from None
-    try:
-        if path.suffix == ".json":
-            yield json.loads(text)
-        else:
-            yield from yaml.load_all(text, Loader=_Loader)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON: {exc}", where=str(path)) from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"invalid YAML: {exc}".replace("\n", " "), where=str(path)) from None
-
-
-def documents(path: Path) -> Iterator[Document]:
-    """Every object in a file or a directory's *.yaml/*.yml/*.json, v1 Lists expanded."""
-    for file in _files(path):
-        for i, raw in enumerate(_parse(file)):
-            if raw is None:
-                continue  # an empty YAML document (e.g. a trailing ---)
-            where = f"{file} (document {i + 1})"
-            if not isinstance(raw, Mapping):
-                raise InputError("is not an object", where=where)
-            if raw.get("kind") == "List" or str(raw.get("kind", "")).endswith("List"):
-                items = raw.get("items")
-                if not isinstance(items, list):
-                    raise InputError("must be a list", where=where, field="items")
-                for j, item in enumerate(items):
-                    if not isinstance(item, Mapping):
-                        raise InputError("is not an object", where=where, field=f"items[{j}]")
-                    yield Document(str(file), item)
-            else:
-                yield Document(str(file), raw)
 
 
 @dataclass(slots=True)
@@ -147,14 +91,6 @@ def _unique(existing: Mapping[str, Any], name: str, kind: str) -> None:
         raise InputError("is required", field="metadata.name")
     if name in existing:
         raise InputError(f"{kind} {name!r} is defined twice", field="metadata.name")
-
-
-def load_single(path: Path) -> Document:
-    """Exactly one object (the workload manifest)."""
-    docs = list(documents(path))
-    if len(docs) != 1:
-        raise InputError(f"must hold exactly one object, found {len(docs)}", where=str(path))
-    return docs[0]
 
 
 def add_cluster_argument(parser: argparse.ArgumentParser) -> None:

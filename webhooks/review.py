@@ -22,31 +22,39 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from topogate.admission.podsets import (
+    Catalog,
+    annotation_field,
+    topology_name,
+    wanted_topology,
+)
 from topogate.api import constants as c
 from topogate.api.errors import InputError
 from topogate.api.hypernodes import NODE, HyperNode, parse_hypernode
 from topogate.api.jobs import workload_from_object
-from topogate.api.models import ClusterQueue, ResourceFlavor, Topology
-from topogate.api.validation import join, object_name, parse_model
+from topogate.api.kinds import JOB_KINDS, job_kind, queue_name
+from topogate.api.models import ClusterQueue, PodSet, ResourceFlavor, Topology
+from topogate.api.validation import object_name, parse_model
 from topogate.cache.hypernodes import build_forest, missing_member_problem
 from topogate.cache.nodes import NodeInfo
+from topogate.cache.sources import TopologySource
 
-QUEUE_LABELS = c.QUEUE_LABELS
 JOBSET_REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
 
 
-class Catalog(Protocol):
-    """What validation may ask about the cluster: a queue's topology levels, if known."""
+class ClusterView(Protocol):
+    """What validation may ask about the cluster. In `serve` the controller's state answers
+    (no API call per review); the standalone webhook asks the API server."""
 
-    def queue_levels(self, namespace: str, queue: str) -> tuple[str, list[str]] | None:
-        """(topology name, levels) for the LocalQueue's flavor, or None when unknown."""
+    def catalog_for(self, namespace: str, queue: str) -> Catalog | None:
+        """Queues, flavors and topologies covering that LocalQueue, or None when unknown."""
 
     def hypernodes(self) -> list[Mapping[str, Any]] | None:
         """The HyperNodes that exist now, or None when unknown."""
 
 
-class NoCatalog:
-    def queue_levels(self, namespace: str, queue: str) -> tuple[str, list[str]] | None:
+class NoView:
+    def catalog_for(self, namespace: str, queue: str) -> Catalog | None:
         return None
 
     def hypernodes(self) -> list[Mapping[str, Any]] | None:
@@ -115,14 +123,6 @@ def _pointer(*parts: str) -> str:
     return "/" + "/".join(p.replace("~", "~0").replace("/", "~1") for p in parts)
 
 
-def _queue(obj: Mapping[str, Any]) -> str | None:
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    for key in QUEUE_LABELS:
-        if labels.get(key):
-            return str(labels[key])
-    return None
-
-
 # --- mutation -------------------------------------------------------------------------------
 
 
@@ -185,7 +185,7 @@ def mutate(review: Review) -> dict[str, Any]:
     if review.operation != "CREATE":
         return response(review.uid)
     patch: list[dict[str, Any]] = []
-    if review.kind in ("Job", "JobSet") and _queue(review.obj):
+    if job_kind(review.kind) is not None and queue_name(review.obj):
         patch = _suspend(review.obj)
     elif review.kind == "Pod" and review.group == "":
         patch = _gate_pod(review.obj)
@@ -195,54 +195,67 @@ def mutate(review: Review) -> dict[str, Any]:
 # --- validation -----------------------------------------------------------------------------
 
 
-def _check_model(model: type[BaseModel]) -> Callable[[Review, Catalog], None]:
-    def check(review: Review, catalog: Catalog) -> None:
+def _check_model(model: type[BaseModel]) -> Callable[[Review, ClusterView], None]:
+    def check(review: Review, view: ClusterView) -> None:
         parse_model(model, review.obj, object_name(review.obj))
 
     return check
 
 
-def _check_job(review: Review, catalog: Catalog) -> None:
-    queue = _queue(review.obj)
-    if queue is None:
+def _check_job(review: Review, view: ClusterView) -> None:
+    """The job's own rules (as `plan` reads it), then its Kueue levels against the topology
+    its queue gives it (:func:`topology_name`, as the admitter decides)."""
+    queue = queue_name(review.obj)
+    kind = job_kind(review.kind)
+    if queue is None or kind is None:
         return
     obj = dict(review.obj)
-    obj.setdefault("apiVersion", "batch/v1" if review.kind == "Job" else "jobset.x-k8s.io/v1alpha2")
-    obj.setdefault("kind", review.kind)
+    obj.setdefault("apiVersion", kind.api_version)
+    obj.setdefault("kind", kind.kind)
     source = workload_from_object(obj)
-    known = catalog.queue_levels(review.namespace, queue)
-    if known is None:
+    catalog = view.catalog_for(review.namespace, queue)
+    cluster_queue = catalog.cluster_queue(review.namespace, queue)[0] if catalog else None
+    if catalog is None or cluster_queue is None:
+        return  # unknown here: the admitter reports it as the workload's Pending message
+    podsets = source.workload.spec.pod_sets
+    paths = [source.template_paths[p.name] for p in podsets]
+    try:
+        wanted = wanted_topology(podsets, paths, source.where)
+    except InputError:
+        return  # KAI/Volcano words are checked by the admitter against the topology
+    name = topology_name(catalog.sources, wanted, catalog.flavor_topology(cluster_queue))
+    topology = catalog.sources.get(name) if name else None
+    if topology is None:
         return
-    topology_name, levels = known
-    for podset in source.workload.spec.pod_sets:
-        request = podset.topology_request
-        if request is None:
-            continue
-        wanted = [
-            (c.REQUIRED_TOPOLOGY, request.required),
-            (c.PREFERRED_TOPOLOGY, request.preferred),
-            (c.SLICE_REQUIRED_TOPOLOGY, request.pod_set_slice_required_topology),
-        ] + [
-            (c.SLICE_CONSTRAINTS, layer.topology)
-            for layer in request.podset_slice_required_topology_constraints or []
-        ]
-        for name, level in wanted:
-            if level and level not in levels:
-                annotations = (podset.template.get("metadata") or {}).get("annotations") or {}
-                key = next(
-                    (p + name for p in c.ANNOTATION_PREFIXES if p + name in annotations),
-                    c.KUEUE_GROUP + "/" + name,
-                )
-                path = join(source.template_paths[podset.name], "metadata.annotations")
-                raise InputError(
-                    f"{level!r} is not a level of topology {topology_name!r} used by queue "
-                    f"{queue!r} (levels: {', '.join(levels)})",
-                    where=source.where,
-                    field=f"{path}[{key}]",
-                )
+    for podset, path in zip(podsets, paths, strict=True):
+        _check_levels(podset, path, topology, queue, source.where)
 
 
-def _check_hypernode(review: Review, catalog: Catalog) -> None:
+def _check_levels(
+    podset: PodSet, path: str, topology: TopologySource, queue: str, where: str
+) -> None:
+    request = podset.topology_request
+    if request is None:
+        return
+    wanted = [
+        (c.REQUIRED_TOPOLOGY, request.required),
+        (c.PREFERRED_TOPOLOGY, request.preferred),
+        (c.SLICE_REQUIRED_TOPOLOGY, request.pod_set_slice_required_topology),
+    ] + [
+        (c.SLICE_CONSTRAINTS, layer.topology)
+        for layer in request.podset_slice_required_topology_constraints or []
+    ]
+    for name, level in wanted:
+        if level and topology.level_index(level) is None:
+            raise InputError(
+                f"{level!r} is not a level of topology {topology.name!r} used by queue "
+                f"{queue!r} (levels: {', '.join(topology.level_keys)})",
+                where=where,
+                field=annotation_field(podset.template, path, name),
+            )
+
+
+def _check_hypernode(review: Review, view: ClusterView) -> None:
     """The object alone, then the tree it would join: no cycle, one parent, tiers in order.
 
     Structure is checked against the HyperNodes that exist (members by exact name); nodes
@@ -250,7 +263,7 @@ def _check_hypernode(review: Review, catalog: Catalog) -> None:
     """
     hypernode = parse_hypernode(review.obj)
     where = f"HyperNode {hypernode.name}"
-    existing = catalog.hypernodes()
+    existing = view.hypernodes()
     if existing is None:
         return
     stored: list[HyperNode] = []  # as they are now, this object's stored version included
@@ -286,10 +299,9 @@ def _check_hypernode(review: Review, catalog: Catalog) -> None:
         raise InputError("; ".join(introduced), where=where)
 
 
-_VALIDATORS: dict[tuple[str, str], Callable[[Review, Catalog], None]] = {
+_VALIDATORS: dict[tuple[str, str], Callable[[Review, ClusterView], None]] = {
     ("topology.volcano.sh", "HyperNode"): _check_hypernode,
-    ("batch", "Job"): _check_job,
-    ("jobset.x-k8s.io", "JobSet"): _check_job,
+    **{(kind.group, kind.kind): _check_job for kind in JOB_KINDS},
     (c.GROUP, "Topology"): _check_model(Topology),
     (c.GROUP, "ResourceFlavor"): _check_model(ResourceFlavor),
     (c.GROUP, "ClusterQueue"): _check_model(ClusterQueue),
@@ -298,14 +310,14 @@ _VALIDATORS: dict[tuple[str, str], Callable[[Review, Catalog], None]] = {
 }
 
 
-def validate(review: Review, catalog: Catalog | None = None) -> dict[str, Any]:
+def validate(review: Review, view: ClusterView | None = None) -> dict[str, Any]:
     if review.operation not in ("CREATE", "UPDATE"):
         return response(review.uid)
     check = _VALIDATORS.get((review.group, review.kind))
     if check is None:
         return response(review.uid)
     try:
-        check(review, catalog or NoCatalog())
+        check(review, view or NoView())
     except InputError as error:
         return response(review.uid, allowed=False, message=error.describe(), code=422)
     return response(review.uid)

@@ -31,10 +31,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from topogate.api.times import micro_time
-from topogate.kubeapi import LEASES, Kube, KubeError, Obj
+from topogate.kube.client import Kube
+from topogate.kube.errors import KubeError
+from topogate.kube.resources import LEASES, Obj
 from topogate.metrics import Metrics
 
-log = logging.getLogger("topogate.leader")
+log = logging.getLogger("topogate.runtime.leader")
 
 # client-go's JitterFactor: a standby waits retry_period * (1 + rand * 1.2) between tries.
 JITTER_FACTOR = 1.2

@@ -20,14 +20,17 @@ from typing import Any
 import numpy as np
 import yaml
 
+from topogate.admission.podsets import pick_source
 from topogate.api.errors import InputError
 from topogate.api.quantity import format_units
+from topogate.cache.hypernodes import DiscoveryType, discover_offline, discovery_config
 from topogate.cache.snapshot import ClusterSnapshot, IntArray
 from topogate.cache.sources import TopologySource, topology_sources
 from topogate.cache.topology import DomainTree
+from topogate.files import load_discovery_config
 
 from .loader import ClusterInput, add_cluster_argument, load_cluster_reporting, write_output
-from .planner import flavor_named, pick_source
+from .plan import flavor_named
 
 # The level DomainTree appends below a topology whose lowest level is not the hostname.
 NODE_LEVEL = "node"
@@ -616,11 +619,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _discover(args: argparse.Namespace, cluster: ClusterInput) -> int:
-    from topogate.discovery import discover_offline, load_config, types_from_flag
 
     types = types_from_flag(args.labels)
     if args.discovery_config is not None:
-        types += load_config(args.discovery_config)
+        types += load_discovery_config(args.discovery_config)
     if not types:
         raise InputError(
             "discover needs --labels TYPE=LABEL,... or --discovery-config FILE",
@@ -633,3 +635,26 @@ def _discover(args: argparse.Namespace, cluster: ClusterInput) -> int:
         text = yaml.safe_dump_all(found, sort_keys=False)
     write_output(text, args.out)
     return EXIT_OK
+
+
+def types_from_flag(values: Sequence[str]) -> list[DiscoveryType]:
+    """``--labels TYPE=top,...,kubernetes.io/hostname`` flags as discovery types."""
+    config = []
+    for value in values:
+        name, sep, labels = value.partition("=")
+        if not sep or not labels:
+            raise InputError(
+                f"{value!r} is not TYPE=LABEL,LABEL,... (top level first)", where="--labels"
+            )
+        config.append(
+            {
+                "source": "label",
+                "enabled": True,
+                "config": {
+                    "networkTopologyTypes": {
+                        name: [{"nodeLabel": label} for label in labels.split(",")]
+                    }
+                },
+            }
+        )
+    return discovery_config({"networkTopologyDiscovery": config}, where="--labels")

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from topogate.api.crds import all_crds
-from topogate.kubeapi import Kube, KubeError, Resource
+from topogate.kube.client import Kube
+from topogate.kube.errors import KubeError
+from topogate.kube.resources import Resource
 
 Obj = dict[str, Any]
 

@@ -1,0 +1,496 @@
+"""From a Workload to the core's request: the one translator used by ``plan``, the admitter
+and the validating webhook.
+
+- :func:`wanted_topology` reads which topology a workload names (KAI's or topogate's key) and
+  whether it speaks Volcano's tier words;
+- :func:`choose_topology` decides the topology it is placed on (named, else its flavor's, else
+  the HyperNode forest for tier words, else the only one there is, where the caller allows);
+- :func:`podset_request` turns a PodSet into a :class:`PodSetRequest`, checking every level
+  name against that topology (Kueue's, KAI's and Volcano's words);
+- :func:`translate` does all of it for a watched Workload on a ClusterQueue, as the admitter
+  needs it, against a :class:`Catalog` of the cluster's queues, flavors and topologies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from topogate.api import constants as c
+from topogate.api.annotations import AnnotationError
+from topogate.api.errors import InputError
+from topogate.api.gpus import min_bandwidth
+from topogate.api.jobs import workload_from_object
+from topogate.api.models import (
+    ClusterQueue,
+    PodSet,
+    PodSetTopologyRequest,
+    ResourceFlavor,
+    Topology,
+)
+from topogate.api.objects import as_mapping, meta
+from topogate.api.podspec import Toleration, node_constraints, parse_tolerations, pod_requests
+from topogate.api.validation import join, parse_model
+from topogate.api.vocabularies import (
+    BALANCED_PLACEMENT,
+    KAI_PREFERRED,
+    KAI_REQUIRED,
+    NETWORK_TOPOLOGY,
+    REPLICA_REQUIRED_TOPOLOGY,
+    VOLCANO_SOFT,
+    VocabularyRequest,
+    vocabulary_request,
+)
+from topogate.cache.hypernodes import HyperNodeForest
+from topogate.cache.sources import HYPERNODE_TOPOLOGY, TopologySource, topology_sources
+
+from .queues import PendingWorkload, QueueSpec
+from .request import Mode, PlacementRequest, PodSetRequest, SliceLayer
+
+_M = TypeVar("_M", ClusterQueue, ResourceFlavor, Topology)
+
+# Where a queue has no topology flavor: capacity only, per node (named so it is recognised).
+NO_TOPOLOGY = TopologySource("none", "labels", (c.HOSTNAME_LABEL,), (0,))
+
+
+def annotation_field(template: Mapping[str, Any], path: str, name: str) -> str:
+    """The field path of a topology annotation as the user wrote it (``kueue.x-k8s.io/`` or
+    ``topogate.dev/``; Kueue's key when neither is present), for messages."""
+    annotations = (template.get("metadata") or {}).get("annotations") or {}
+    for prefix in c.ANNOTATION_PREFIXES:
+        if prefix + name in annotations:
+            return f"{join(path, 'metadata.annotations')}[{prefix + name}]"
+    return f"{join(path, 'metadata.annotations')}[{c.KUEUE_GROUP}/{name}]"
+
+
+def _vocabulary(podset: PodSet, path: str, where: str) -> VocabularyRequest | None:
+    annotations = (podset.template.get("metadata") or {}).get("annotations") or {}
+    try:
+        return vocabulary_request(
+            {str(k): str(v) for k, v in annotations.items()}, join(path, "metadata.annotations")
+        )
+    except AnnotationError as exc:
+        raise InputError("; ".join(exc.problems), where=where) from None
+
+
+# --- which topology ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WantedTopology:
+    """What a workload itself says about its topology."""
+
+    named: str | None  # a topology it names, for all its PodSets
+    volcano: bool  # it speaks Volcano's tier words (which default to the HyperNode forest)
+
+
+def wanted_topology(podsets: Sequence[PodSet], paths: Sequence[str], where: str) -> WantedTopology:
+    """Every PodSet that names a topology must name the same: a gang is placed on one."""
+    named: dict[str, str] = {}
+    volcano = False
+    for podset, path in zip(podsets, paths, strict=True):
+        vocabulary = _vocabulary(podset, path, where)
+        if vocabulary is None:
+            continue
+        volcano = volcano or vocabulary.volcano is not None
+        if vocabulary.topology:
+            named.setdefault(vocabulary.topology, path)
+    if len(named) > 1:
+        listed = ", ".join(f"{name!r} at {path}" for name, path in named.items())
+        raise InputError(f"pod sets name different topologies ({listed})", where=where)
+    return WantedTopology(next(iter(named), None), volcano)
+
+
+def topology_name(
+    sources: Mapping[str, TopologySource], wanted: WantedTopology, flavor_topology: str | None
+) -> str | None:
+    """The decision: the topology the workload names, else its flavor's, else the HyperNode
+    forest for Volcano's tier words (when there is one), else None."""
+    if wanted.named is not None:
+        return wanted.named
+    if flavor_topology:
+        return flavor_topology
+    if wanted.volcano and HYPERNODE_TOPOLOGY in sources:
+        return HYPERNODE_TOPOLOGY
+    return None
+
+
+def choose_topology(
+    sources: Mapping[str, TopologySource],
+    wanted: WantedTopology,
+    flavor_topology: str | None,
+    *,
+    flavor_field: tuple[str, str] = ("ResourceFlavor", "spec.topologyName"),
+    sole_fallback: bool = False,
+) -> TopologySource | None:
+    """:func:`topology_name`, looked up; with ``sole_fallback`` (``plan``) the only topology
+    there is when nothing names one. None: no topology applies (quota only). A named topology
+    that does not exist is an InputError naming where it was named (``flavor_field``: the
+    flavor object and field, when the flavor named it)."""
+    name = topology_name(sources, wanted, flavor_topology)
+    if name is not None:
+        where, field = (
+            ("the workload", "topology name annotation") if wanted.named else flavor_field
+        )
+        return pick_source(sources, name, where, field)
+    if not sole_fallback:
+        return None
+    if len(sources) == 1:
+        return next(iter(sources.values()))
+    found = ", ".join(sorted(sources)) or "none"
+    raise InputError(
+        "without a ResourceFlavor the cluster input must hold exactly one topology (a "
+        f"Topology or HyperNodes), or the job must name one (found: {found})",
+        where="--cluster",
+    )
+
+
+def pick_source(
+    sources: Mapping[str, TopologySource], name: str, where: str, field: str
+) -> TopologySource:
+    source = sources.get(name)
+    if source is None:
+        known = ", ".join(sorted(sources)) or "none"
+        raise InputError(
+            f"names topology {name!r}, which is not in the cluster input (found: {known})",
+            where=where,
+            field=field,
+        )
+    return source
+
+
+# --- one PodSet ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Levels:
+    """Level names checked against one topology, with errors naming the annotation."""
+
+    source: TopologySource
+    podset: PodSet
+    path: str
+    where: str
+
+    def resolve(self, value: str, field: str) -> int:
+        index = self.source.level_index(value)
+        if index is None:
+            raise InputError(
+                f"{value!r} is not a level of topology {self.source.name!r} "
+                f"(levels: {self.source.describe_levels()})",
+                where=self.where,
+                field=field,
+            )
+        return index
+
+    def key(self, value: str, annotation: str) -> str:
+        """The level key for a Kueue annotation's value."""
+        field = annotation_field(self.podset.template, self.path, annotation)
+        return self.source.level_keys[self.resolve(value, field)]
+
+
+def _kueue_request(
+    request: PodSetTopologyRequest, levels: _Levels
+) -> tuple[Mode, str | None, tuple[SliceLayer, ...]]:
+    """(mode, level, slice layers) from Kueue's annotations, slice layers checked in order."""
+    mode, level = Mode.UNCONSTRAINED, None
+    if request.required:
+        mode, level = Mode.REQUIRED, levels.key(request.required, c.REQUIRED_TOPOLOGY)
+    elif request.preferred:
+        mode, level = Mode.PREFERRED, levels.key(request.preferred, c.PREFERRED_TOPOLOGY)
+    slices: tuple[SliceLayer, ...] = ()
+    name = c.SLICE_REQUIRED_TOPOLOGY
+    if request.podset_slice_required_topology_constraints:
+        name = c.SLICE_CONSTRAINTS
+        slices = tuple(
+            SliceLayer(levels.key(layer.topology, name), layer.size)
+            for layer in request.podset_slice_required_topology_constraints
+        )
+    elif request.pod_set_slice_required_topology and request.pod_set_slice_size:
+        slices = (
+            SliceLayer(
+                levels.key(request.pod_set_slice_required_topology, name),
+                request.pod_set_slice_size,
+            ),
+        )
+    order = levels.source.level_keys
+    previous = order.index(level) if level else 0
+    for i, layer in enumerate(slices):
+        index = order.index(layer.level)
+        if index < previous or (i > 0 and index == previous):
+            raise InputError(
+                f"slice level {layer.level!r} must be below "
+                f"{'the podset level ' + repr(level) if i == 0 else 'the previous layer'}",
+                where=levels.where,
+                field=annotation_field(levels.podset.template, levels.path, name),
+            )
+        previous = index
+    return mode, level, slices
+
+
+def podset_request(podset: PodSet, path: str, source: TopologySource, where: str) -> PodSetRequest:
+    """The core's request for one PodSet; level names are checked against ``source``.
+
+    Kueue's annotations name levels; KAI's name levels too (required + preferred: start at the
+    preferred level, climb no higher than the required one); Volcano's name tiers (hard: start
+    at tier 1, climb no higher than highestTierAllowed; soft: start at tier 1, no limit).
+    """
+    spec = podset.template.get("spec") or {}
+    request = podset.topology_request
+    levels = _Levels(source, podset, path, where)
+    mode, level, limit = Mode.UNCONSTRAINED, None, None
+    slices: tuple[SliceLayer, ...] = ()
+    if request is not None:
+        mode, level, slices = _kueue_request(request, levels)
+    vocabulary = _vocabulary(podset, path, where)
+    exclusive = False
+    if vocabulary is not None:
+        mode, level, limit, replica_slices = _vocabulary_request(vocabulary, levels, mode, level)
+        if replica_slices is not None:
+            slices, exclusive = replica_slices, True
+    return PodSetRequest(
+        name=podset.name,
+        count=podset.count,
+        requests=pod_requests(spec, where, join(path, "spec")),
+        mode=mode,
+        level=level,
+        slices=slices,
+        constraints=node_constraints(spec, where, join(path, "spec")),
+        group=request.pod_set_group_name if request else None,
+        limit=limit,
+        exclusive_slices=exclusive,
+        balanced=vocabulary is not None and vocabulary.balanced,
+        gpu_min_bandwidth=min_bandwidth(podset.template, path, where),
+    )
+
+
+def _vocabulary_request(
+    vocabulary: VocabularyRequest, levels: _Levels, mode: Mode, level: str | None
+) -> tuple[Mode, str | None, str | None, tuple[SliceLayer, ...] | None]:
+    """(mode, level, limit, exclusive replica slices or None) for KAI's and Volcano's words."""
+    podset, where = levels.podset, levels.where
+    annotations_path = join(levels.path, "metadata.annotations")
+    keys = levels.source.level_keys
+    try:
+        mode, level, limit = _vocabulary_levels(
+            vocabulary, levels.source, mode, level, levels.resolve, annotations_path
+        )
+    except InputError as error:
+        raise InputError(error.message, where=where, field=error.field) from None
+    replica_slices = None
+    if vocabulary.replica_level is not None:
+        field = f"{annotations_path}[{REPLICA_REQUIRED_TOPOLOGY}]"
+        replica_level = keys[levels.resolve(vocabulary.replica_level, field)]
+        request = podset.topology_request
+        replicas = (request.sub_group_count if request else None) or 1
+        if level is not None and keys.index(replica_level) < keys.index(level):
+            raise InputError(
+                f"replica level {replica_level!r} must not be above the pod set's level {level!r}",
+                where=where,
+                field=field,
+            )
+        replica_slices = (SliceLayer(replica_level, podset.count // replicas),)
+    if vocabulary.balanced and mode is not Mode.PREFERRED:
+        raise InputError(
+            "balanced placement applies to preferred requests only (Kueue's "
+            "podset-preferred-topology, KAI's preferred placement or Volcano's tiers)",
+            where=where,
+            field=f"{annotations_path}[{BALANCED_PLACEMENT}]",
+        )
+    return mode, level, limit, replica_slices
+
+
+def _vocabulary_levels(
+    vocabulary: VocabularyRequest,
+    source: TopologySource,
+    mode: Mode,
+    level: str | None,
+    resolve: Callable[[str, str], int],
+    annotations_path: str,
+) -> tuple[Mode, str | None, str | None]:
+    """(mode, level, limit) for a KAI or Volcano request; Kueue's stay as they are."""
+    levels = source.level_keys
+    if vocabulary.kai_required or vocabulary.kai_preferred:
+        required = preferred = None
+        if vocabulary.kai_required:
+            required = resolve(vocabulary.kai_required, f"{annotations_path}[{KAI_REQUIRED}]")
+        if vocabulary.kai_preferred:
+            preferred = resolve(vocabulary.kai_preferred, f"{annotations_path}[{KAI_PREFERRED}]")
+        if preferred is None:
+            return Mode.REQUIRED, levels[required or 0], None
+        if required is None:
+            return Mode.PREFERRED, levels[preferred], None
+        if preferred < required:
+            raise InputError(
+                f"the preferred level {levels[preferred]!r} is above the required level "
+                f"{levels[required]!r}",
+                field=f"{annotations_path}[{KAI_PREFERRED}]",
+            )
+        if preferred == required:
+            return Mode.REQUIRED, levels[required], None
+        return Mode.PREFERRED, levels[preferred], levels[required]
+    volcano = vocabulary.volcano
+    if volcano is None:
+        return mode, level, None
+    field = f"{annotations_path}[{NETWORK_TOPOLOGY}]"
+    start = source.lowest_tier_level()  # Volcano searches tier 1 first
+    if volcano.mode == VOLCANO_SOFT:
+        return Mode.PREFERRED, levels[start], None
+    if volcano.highest_tier_name is not None:
+        highest = source.level_index(volcano.highest_tier_name)
+        if highest is None:
+            # Volcano logs a warning and runs the job unconstrained; we refuse.
+            raise InputError(
+                f"highestTierName {volcano.highest_tier_name!r} names no tier of topology "
+                f"{source.name!r} (levels: {source.describe_levels()})",
+                field=field,
+            )
+    else:
+        tier = volcano.highest_tier if volcano.highest_tier is not None else 0
+        found = source.level_for_tier(tier)
+        if found is None:
+            raise InputError(
+                f"highestTierAllowed {tier}: topology {source.name!r} has no level at tier "
+                f"{tier} or below (levels: {source.describe_levels()})",
+                field=field,
+            )
+        highest = found
+    if highest >= start:
+        return Mode.REQUIRED, levels[highest], None
+    return Mode.PREFERRED, levels[start], levels[highest]
+
+
+def flavor_tolerations(flavor: ResourceFlavor) -> tuple[Toleration, ...]:
+    raw = [t.to_wire() for t in flavor.spec.tolerations]
+    return parse_tolerations(raw, f"ResourceFlavor {flavor.metadata.name}", "spec.tolerations")
+
+
+# --- a watched Workload on its queue --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """What translation needs to know of the cluster: queues, flavors and topologies, parsed.
+    The controller's state keeps one up to date; the standalone webhook reads one per queue."""
+
+    queues: Mapping[str, QueueSpec]
+    local_queues: Mapping[str, str | None]  # "namespace/name" -> its ClusterQueue, if named
+    flavors: Mapping[str, ResourceFlavor]
+    sources: Mapping[str, TopologySource]
+
+    def cluster_queue(self, namespace: str, local: str | None) -> tuple[str | None, str]:
+        """(ClusterQueue, "") for a LocalQueue, or (None, why not)."""
+        if not local:
+            return None, "the workload names no queue (spec.queueName)"
+        key = f"{namespace}/{local}"
+        if key not in self.local_queues:
+            return None, f"LocalQueue {key} doesn't exist"
+        cq = self.local_queues[key]
+        return (cq, "") if cq else (None, f"LocalQueue {key} names no queue")
+
+    def flavor_topology(self, cluster_queue: str) -> str | None:
+        """The topology of the queue's first flavor that has one (Kueue's TAS flavor)."""
+        queue = self.queues.get(cluster_queue)
+        for flavor in queue.flavors if queue is not None else ():
+            model = self.flavors.get(flavor.flavor)
+            if model is not None and model.spec.topology_name:
+                return model.spec.topology_name
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Translation:
+    """A Workload as the admission cycle takes it, or why it cannot even be considered."""
+
+    pending: PendingWorkload | None
+    problem: str = ""
+
+
+def translate(workload: Mapping[str, Any], key: str, catalog: Catalog) -> Translation:
+    """A watched Workload (``spec.queueName`` -> LocalQueue -> ClusterQueue) as the core's
+    pending workload, read as ``plan`` reads it (Kueue's annotations fill a missing
+    topologyRequest); problems (bad template, missing queue or topology) as text."""
+    m = meta(workload)
+    spec = as_mapping(workload.get("spec"))
+    cq, problem = catalog.cluster_queue(str(m.get("namespace") or "default"), spec.get("queueName"))
+    if cq is None:
+        return Translation(None, problem)
+    if cq not in catalog.queues:
+        return Translation(None, f"ClusterQueue {cq} doesn't exist")
+    where = f"Workload {key}"
+    try:
+        source = workload_from_object(workload)
+        podsets = source.workload.spec.pod_sets
+        paths = [source.template_paths[p.name] for p in podsets]
+        wanted = wanted_topology(podsets, paths, where)
+        flavor_topology = catalog.flavor_topology(cq)
+        name = topology_name(catalog.sources, wanted, flavor_topology)
+        topology = catalog.sources.get(name) if name else NO_TOPOLOGY
+        if topology is None:
+            return Translation(None, f"{where}: topology {name!r} doesn't exist")
+        requests = tuple(
+            podset_request(p, path, topology, where) for p, path in zip(podsets, paths, strict=True)
+        )
+    except InputError as error:
+        return Translation(None, error.describe())
+    if topology is NO_TOPOLOGY and any(
+        r.mode is not Mode.UNCONSTRAINED or r.slices for r in requests
+    ):
+        return Translation(None, f"ClusterQueue {cq} has no flavor with a topology")
+    # The request names a topology only when it is not the flavor's own (the placer then
+    # builds that topology's tree over the flavor's nodes).
+    named = name if wanted.named or not flavor_topology else None
+    priority = spec.get("priority")
+    return Translation(
+        PendingWorkload(
+            key=key,
+            cluster_queue=cq,
+            priority=priority
+            if isinstance(priority, int) and not isinstance(priority, bool)
+            else 0,
+            created=str(m.get("creationTimestamp") or ""),
+            request=PlacementRequest(key, requests, named),
+        )
+    )
+
+
+def build_catalog(
+    cluster_queues: Sequence[Mapping[str, Any]],
+    local_queues: Sequence[Mapping[str, Any]],
+    flavors: Sequence[Mapping[str, Any]],
+    topologies: Sequence[Mapping[str, Any]],
+    forest: HyperNodeForest | None,
+) -> tuple[Catalog, list[str]]:
+    """The catalog from watched objects, and one warning per object that does not parse (it
+    is left out: the webhook refuses such objects; one that predates it must not stop the rest)."""
+    warnings: list[str] = []
+
+    def parsed(model: type[_M], objs: Sequence[Mapping[str, Any]]) -> dict[str, _M]:
+        out: dict[str, _M] = {}
+        for obj in objs:
+            name = meta(obj).get("name")
+            try:
+                item = parse_model(model, obj, f"{model.__name__} {name}")
+            except InputError as error:  # it names the object
+                warnings.append(f"ignoring {error.describe()}")
+                continue
+            except ValueError as error:
+                warnings.append(f"ignoring {model.__name__} {name}: {error}")
+                continue
+            out[item.metadata.name] = item
+        return out
+
+    queues = {
+        name: QueueSpec.from_model(model)
+        for name, model in parsed(ClusterQueue, cluster_queues).items()
+    }
+    local: dict[str, str | None] = {}
+    for obj in local_queues:
+        m = meta(obj)
+        spec = as_mapping(obj.get("spec"))
+        target = spec.get("clusterQueue")
+        local[f"{m.get('namespace') or 'default'}/{m.get('name')}"] = (
+            str(target) if target else None
+        )
+    sources = topology_sources(parsed(Topology, topologies), forest)
+    return Catalog(queues, local, parsed(ResourceFlavor, flavors), sources), warnings

@@ -1,0 +1,103 @@
+"""Reading watched objects as the API server sends them (plain dicts), pure and tolerant:
+a field of the wrong shape reads as absent, never as an exception."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from . import constants as c
+from .gpus import ASSIGNMENT_ANNOTATION, GpuAssignment, parse_assignment
+from .kinds import job_kind
+
+Obj = dict[str, Any]
+
+log = logging.getLogger("topogate.objects")
+
+
+def meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    value = obj.get("metadata")
+    return value if isinstance(value, dict) else {}
+
+
+def key_of(obj: Mapping[str, Any]) -> str:
+    """namespace/name, or name for cluster-scoped objects."""
+    m = meta(obj)
+    namespace = m.get("namespace")
+    return f"{namespace}/{m.get('name')}" if namespace else str(m.get("name"))
+
+
+def as_mapping(value: Any) -> Mapping[str, Any]:
+    """``value`` when it is a mapping, else an empty one."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def labels_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return as_mapping(meta(obj).get("labels"))
+
+
+def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return as_mapping(meta(obj).get("annotations"))
+
+
+def labels_changed(old: Obj | None, new: Obj | None) -> bool:
+    """An object appeared, went away, or changed its labels (status updates do not count)."""
+    return old is None or new is None or meta(old).get("labels") != meta(new).get("labels")
+
+
+def condition(obj: Mapping[str, Any] | None, kind: str) -> dict[str, Any] | None:
+    conditions = as_mapping((obj or {}).get("status")).get("conditions")
+    for cond in conditions if isinstance(conditions, list) else []:
+        if isinstance(cond, dict) and cond.get("type") == kind:
+            return dict(cond)
+    return None
+
+
+def is_true(obj: Mapping[str, Any] | None, kind: str) -> bool:
+    cond = condition(obj, kind)
+    return cond is not None and cond.get("status") == "True"
+
+
+def admission_of(workload: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A Workload's ``status.admission``, or None when it is not admitted."""
+    admission = as_mapping((workload or {}).get("status")).get("admission")
+    return dict(admission) if isinstance(admission, Mapping) and admission else None
+
+
+def is_admitted(workload: Mapping[str, Any] | None) -> bool:
+    return admission_of(workload) is not None
+
+
+def is_finished(workload: Mapping[str, Any] | None) -> bool:
+    return is_true(workload, "Finished")
+
+
+def workload_of_pod(pod: Mapping[str, Any]) -> str | None:
+    """namespace/name of the Workload a marked pod belongs to."""
+    name = annotations_of(pod).get(c.WORKLOAD_ANNOTATION)
+    if not name or c.PODSET_LABEL not in labels_of(pod):
+        return None
+    return f"{meta(pod).get('namespace') or 'default'}/{name}"
+
+
+def owner_job(workload: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(kind, namespace/name) of the registered job kind that owns a Workload."""
+    m = meta(workload)
+    refs = m.get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else []:
+        if isinstance(ref, dict) and ref.get("controller") and job_kind(str(ref.get("kind"))):
+            return str(ref["kind"]), f"{m.get('namespace')}/{ref.get('name')}"
+    return None
+
+
+def gpu_assignment_of(workload: Mapping[str, Any], key: str) -> GpuAssignment:
+    """The GPU sets an admitted Workload holds, from its annotation (a bad one is logged)."""
+    text = annotations_of(workload).get(ASSIGNMENT_ANNOTATION)
+    if not text:
+        return {}
+    try:
+        return parse_assignment(str(text))
+    except ValueError as error:
+        log.warning("Workload %s: ignoring %s: %s", key, ASSIGNMENT_ANNOTATION, error)
+        return {}

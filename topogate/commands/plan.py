@@ -1,0 +1,402 @@
+"""`topogate plan`: where would this workload land? Cluster files in, a Workload with status out.
+
+This is the thin shell around the pure core: it picks the flavor and topology, turns each
+PodSet into a ``PodSetRequest``, calls ``place`` and writes the answer as a Workload status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import yaml
+
+from topogate.admission.assignments import pod_set_assignments
+from topogate.admission.gpusets import bottleneck
+from topogate.admission.placement import place
+from topogate.admission.podsets import (
+    WantedTopology,
+    choose_topology,
+    flavor_tolerations,
+    podset_request,
+    wanted_topology,
+)
+from topogate.admission.request import (
+    PlacementDecision,
+    PlacementRequest,
+    PodSetRequest,
+)
+from topogate.api.errors import InputError
+from topogate.api.gpus import ASSIGNMENT_ANNOTATION, assignment_text
+from topogate.api.jobs import WorkloadSource, workload_from_object
+from topogate.api.models import (
+    Admission,
+    Condition,
+    ResourceFlavor,
+    WorkloadStatus,
+)
+from topogate.api.podspec import Toleration
+from topogate.api.quantity import format_units
+from topogate.api.times import now
+from topogate.cache.hypernodes import HyperNodeForest
+from topogate.cache.snapshot import ClusterSnapshot, IntArray
+from topogate.cache.sources import TopologySource, topology_sources
+from topogate.cache.topology import DomainTree
+
+from .loader import ClusterInput, add_cluster_argument, load_cluster_reporting, load_single
+
+EXIT_FITS, EXIT_NO_FIT = 0, 1
+
+IMPLICIT_FLAVOR = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorChoice:
+    name: str
+    source: TopologySource
+    node_labels: dict[str, str]
+    tolerations: tuple[Toleration, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DomainUsage:
+    """One assigned domain for people: its path, the pods placed, free capacity left after."""
+
+    values: tuple[str, ...]
+    count: int
+    free_after: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRow:
+    """The GPU sets of one PodSet's pods on one node, with the bottlenecks (GB/s) they reach:
+    each pod's own set, and the whole group the workload holds there (its visibleGPUs)."""
+
+    node: str
+    sets: tuple[tuple[int, ...], ...]
+    bottlenecks: tuple[float, ...]
+    visible: tuple[int, ...]
+    group: float
+
+
+@dataclass(frozen=True, slots=True)
+class PlanResult:
+    source: WorkloadSource
+    choice: FlavorChoice
+    decision: PlacementDecision
+    usage: dict[str, list[DomainUsage]]  # per PodSet, for the table
+    warnings: list[str] = field(default_factory=list)  # e.g. HyperNodes left out, and why
+    gpus: dict[str, list[GpuRow]] = field(default_factory=dict)  # per PodSet, for the table
+
+    @property
+    def fits(self) -> bool:
+        return self.decision.fits
+
+
+def flavor_named(cluster: ClusterInput, name: str) -> ResourceFlavor:
+    """The ResourceFlavor --flavor names."""
+    flavor = cluster.flavors.get(name)
+    if flavor is None:
+        known = ", ".join(sorted(cluster.flavors)) or "none"
+        raise InputError(
+            f"no ResourceFlavor {name!r} in the cluster input (found: {known})", where="--flavor"
+        )
+    return flavor
+
+
+def choose_flavor(
+    cluster: ClusterInput,
+    flavor_name: str | None,
+    wanted: WantedTopology,
+    forest: HyperNodeForest | None = None,
+) -> FlavorChoice:
+    """The flavor and topology to plan on.
+
+    The flavor: --flavor, the only topology flavor, or an implicit one over every node. The
+    topology: :func:`choose_topology` (the one the job names, else the flavor's, else the
+    HyperNode forest for Volcano's tier words), else the only topology in the input.
+    """
+    sources = topology_sources(cluster.topologies, forest)
+    tas = {name: f for name, f in cluster.flavors.items() if f.spec.topology_name}
+    flavor: ResourceFlavor | None = None
+    if flavor_name is not None:
+        flavor = flavor_named(cluster, flavor_name)
+        if not flavor.spec.topology_name and wanted.named is None and not wanted.volcano:
+            raise InputError(
+                "has no topologyName; plan needs a topology flavor",
+                where=f"ResourceFlavor {flavor_name}",
+                field="spec.topologyName",
+            )
+    elif len(tas) == 1:
+        flavor = next(iter(tas.values()))
+    elif len(tas) > 1:
+        raise InputError(
+            f"several topology ResourceFlavors ({', '.join(sorted(tas))}); pick one with --flavor",
+            where="--cluster",
+        )
+    source = choose_topology(
+        sources,
+        wanted,
+        flavor.spec.topology_name if flavor is not None else None,
+        flavor_field=(
+            f"ResourceFlavor {flavor.metadata.name if flavor else ''}",
+            "spec.topologyName",
+        ),
+        sole_fallback=True,
+    )
+    assert source is not None  # sole_fallback: one topology, or an InputError
+    if flavor is None:
+        # The implicit flavor: every node of the topology.
+        return FlavorChoice(IMPLICIT_FLAVOR, source, {}, ())
+    return FlavorChoice(
+        flavor.metadata.name, source, dict(flavor.spec.node_labels), flavor_tolerations(flavor)
+    )
+
+
+def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = None) -> PlanResult:
+    forest = cluster.build_forest()
+    # Structure problems leave the faulty part out and are reported; the sound part of the
+    # forest still places jobs (one bad HyperNode must not stop everything, as in Volcano).
+    warnings = [
+        f"HyperNode {name}: {problem}"
+        for name, problems in sorted((forest.problems if forest else {}).items())
+        for problem in problems
+    ]
+    for node in cluster.nodes:  # serve skips a bad GPU annotation; plan refuses it
+        if node.gpu_problem:
+            raise InputError(node.gpu_problem)
+    workload = source.workload
+    podsets = workload.spec.pod_sets
+    paths = [source.template_paths[p.name] for p in podsets]
+    wanted = wanted_topology(podsets, paths, source.where)
+    choice = choose_flavor(cluster, flavor, wanted, forest)
+    requests = tuple(
+        podset_request(p, path, choice.source, source.where)
+        for p, path in zip(podsets, paths, strict=True)
+    )
+    snapshot = ClusterSnapshot.build(cluster.nodes, cluster.pods)
+    tree = choice.source.tree(snapshot, choice.node_labels)
+    decision = place(
+        tree,
+        snapshot,
+        PlacementRequest(workload.metadata.name, requests, wanted.named),
+        topology_name=choice.source.name,
+        flavor_tolerations=choice.tolerations,
+    )
+    workload.status = _status(decision, requests, choice)
+    usage = _usage(decision, requests, snapshot, tree) if decision.fits else {}
+    return PlanResult(source, choice, decision, usage, warnings, _gpu_rows(decision, snapshot))
+
+
+def _gpu_rows(decision: PlacementDecision, snapshot: ClusterSnapshot) -> dict[str, list[GpuRow]]:
+    out: dict[str, list[GpuRow]] = {}
+    for placement in decision.placements:
+        for node, sets in sorted(placement.gpu_sets.items()):
+            pair = snapshot.gpu.pair(snapshot.node_index[node])
+            assert pair is not None  # sets are only chosen on nodes with a matrix
+            visible = tuple(placement.visible_gpus.get(node, ()))
+            out.setdefault(placement.name, []).append(
+                GpuRow(
+                    node,
+                    tuple(sets),
+                    tuple(bottleneck(pair, s) for s in sets),
+                    visible,
+                    bottleneck(pair, visible),
+                )
+            )
+    return out
+
+
+def _condition(status: Literal["True", "False"], reason: str, message: str) -> Condition:
+    return Condition(
+        type="TopologyAssigned",
+        status=status,
+        reason=reason,
+        message=message,
+        last_transition_time=now(),
+    )
+
+
+def _status(
+    decision: PlacementDecision, requests: tuple[PodSetRequest, ...], choice: FlavorChoice
+) -> WorkloadStatus:
+    if not decision.fits:
+        return WorkloadStatus(
+            conditions=[
+                _condition(
+                    "False",
+                    "Pending",
+                    f"couldn't assign flavors to pod set {decision.podset}: {decision.message}",
+                )
+            ]
+        )
+    assignments = pod_set_assignments(PlacementRequest("", requests), decision, choice.name)
+    return WorkloadStatus(
+        conditions=[
+            _condition(
+                "True",
+                "Assigned",
+                f"fits on flavor {choice.name!r}, topology {choice.source.name!r}",
+            )
+        ],
+        admission=Admission(pod_set_assignments=assignments),
+    )
+
+
+def _usage(
+    decision: PlacementDecision,
+    requests: tuple[PodSetRequest, ...],
+    snapshot: ClusterSnapshot,
+    tree: DomainTree,
+) -> dict[str, list[DomainUsage]]:
+    """Free capacity per assigned domain after the whole workload is placed."""
+    free = snapshot.free[tree.nodes].copy()
+    position = {int(row): i for i, row in enumerate(tree.nodes.tolist())}
+    for request, placement in zip(requests, decision.placements, strict=True):
+        vec, _ = snapshot.pod_vector(request.requests)
+        for node, count in placement.node_counts.items():
+            free[position[snapshot.node_index[node]]] -= vec * count
+    level = tree.output_level
+    per_domain: IntArray = np.zeros((tree.size(level), free.shape[1]), dtype=np.int64)
+    np.add.at(per_domain, tree.member_domain[level], free)
+    shown = [
+        i
+        for i, name in enumerate(snapshot.resources)
+        if any(name in r.requests for r in requests) or name == "pods"
+    ]
+    out: dict[str, list[DomainUsage]] = {}
+    for placement in decision.placements:
+        out[placement.name] = [
+            DomainUsage(
+                tree.path(level, d.domain),  # the full path, for people
+                d.count,
+                {snapshot.resources[i]: int(per_domain[d.domain, i]) for i in shown},
+            )
+            for d in placement.domains
+        ]
+    return out
+
+
+def render_table(result: PlanResult) -> str:
+    workload = result.source.workload
+    lines = [
+        f"Workload {workload.metadata.namespace}/{workload.metadata.name} on flavor "
+        f"{result.choice.name!r} (topology {result.choice.source.name!r}: "
+        f"{' > '.join(result.choice.source.level_keys)})"
+    ]
+    if not result.fits:
+        lines.append(f"DOES NOT FIT: {result.decision.podset}: {result.decision.message}")
+        return "\n".join(lines) + "\n"
+    for placement, podset in zip(result.decision.placements, workload.spec.pod_sets, strict=True):
+        lines.append("")
+        lines.append(f"podset {placement.name}: {podset.count} pod(s)")
+        rows = result.usage.get(placement.name, [])
+        header = ("DOMAIN", "PODS", "FREE AFTER")
+        table = [
+            (
+                "/".join(row.values),
+                str(row.count),
+                " ".join(f"{k}={format_units(k, v)}" for k, v in sorted(row.free_after.items())),
+            )
+            for row in rows
+        ]
+        widths = [max(len(r[i]) for r in [header, *table]) for i in range(2)]
+        for r in [header, *table]:
+            lines.append(f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]}".rstrip())
+        lines.extend(_gpu_table(result.gpus.get(placement.name, [])))
+    return "\n".join(lines) + "\n"
+
+
+def _gbps(value: float) -> str:
+    return "-" if value == float("inf") else f"{value:g}"
+
+
+def _gpu_table(rows: list[GpuRow]) -> list[str]:
+    """Per node: each pod's GPUs and the slowest link inside them; the GPUs the workload's
+    pods there see together (visibleGPUs) and the slowest link among those."""
+    if not rows:
+        return []
+    header = ("NODE", "GPUS PER POD", "BOTTLENECK GB/S", "VISIBLE GPUS", "GROUP GB/S")
+    table = [
+        (
+            row.node,
+            " ".join("[" + ",".join(map(str, s)) + "]" for s in row.sets),
+            " ".join(_gbps(b) for b in row.bottlenecks),
+            ",".join(map(str, row.visible)),
+            _gbps(row.group),
+        )
+        for row in rows
+    ]
+    widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
+    lines = [""]
+    for r in [header, *table]:
+        lines.append("  ".join(f"{v:<{w}}" for v, w in zip(r, widths, strict=True)).rstrip())
+    return lines
+
+
+def workload_document(result: PlanResult) -> Mapping[str, Any]:
+    document = result.source.workload.to_wire()
+    gpus = {p.name: dict(p.gpu_sets) for p in result.decision.placements if p.gpu_sets}
+    if gpus:  # the GPU sets, as the admitter records them on the Workload
+        metadata = document.setdefault("metadata", {})
+        metadata["annotations"] = {
+            **(metadata.get("annotations") or {}),
+            ASSIGNMENT_ANNOTATION: assignment_text(gpus),
+        }
+    return document
+
+
+def example_paths() -> tuple[Path, Path]:
+    base = Path(str(resources.files("topogate") / "examples"))
+    return base / "cluster.yaml", base / "training-job.yaml"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_cluster_argument(parser)
+    parser.add_argument(
+        "--workload",
+        type=Path,
+        metavar="PATH",
+        help="one batch/v1 Job, JobSet, v1 Pod or topogate Workload",
+    )
+    parser.add_argument("--flavor", metavar="NAME", help="the ResourceFlavor to plan on")
+    parser.add_argument("--output", "-o", choices=("json", "yaml", "table"), default="table")
+    parser.add_argument(
+        "--example",
+        action="store_true",
+        help="plan the built-in example (a block/rack/host GPU cluster)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.example:
+        if args.cluster or args.workload:
+            raise InputError(
+                "--example cannot be combined with --cluster or --workload", where="topogate plan"
+            )
+        cluster_path, workload_path = example_paths()
+        args.cluster, args.workload = [cluster_path], workload_path
+    if not args.cluster or args.workload is None:
+        raise InputError(
+            "needs --cluster PATH and --workload PATH (or --example)", where="topogate plan"
+        )
+    cluster = load_cluster_reporting(args.cluster, "plan")
+    document = load_single(args.workload)
+    source = workload_from_object(document.obj, document.source)
+    result = plan(cluster, source, args.flavor)
+    for warning in result.warnings:
+        print(f"topogate plan: warning: {warning}", file=sys.stderr)
+    if args.output == "json":
+        sys.stdout.write(json.dumps(workload_document(result), indent=2) + "\n")
+    elif args.output == "yaml":
+        sys.stdout.write(yaml.safe_dump(dict(workload_document(result)), sort_keys=False))
+    else:
+        sys.stdout.write(render_table(result))
+    return EXIT_FITS if result.fits else EXIT_NO_FIT

@@ -1,0 +1,67 @@
+"""`topogate webhook`: the admission webhook server alone (`topogate serve` embeds the same one).
+
+With ``--register-url`` it also writes the webhook configurations (URL + caBundle) into the
+cluster named by ``--kubeconfig``, which is how the local control plane and the tests use it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+from topogate.webhooks.serving import serving
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=9443)
+    parser.add_argument(
+        "--cert-dir",
+        type=Path,
+        required=True,
+        help="tls.crt/tls.key/ca.crt; made here when absent, reloaded on change",
+    )
+    parser.add_argument(
+        "--dns-name", action="append", default=[], help="SAN for a made certificate"
+    )
+    parser.add_argument("--ip", action="append", default=[], help="IP SAN for a made certificate")
+    parser.add_argument("--kubeconfig", help="cluster to read queues from (default: in-cluster)")
+    parser.add_argument("--register-url", help="write webhook configurations pointing here")
+    parser.add_argument(
+        "--inject-ca",
+        metavar="NAME",
+        help="put the CA into the webhook configurations named NAME (in-cluster)",
+    )
+    parser.add_argument("--reload-interval", type=float, default=5.0)
+
+
+async def _run(args: argparse.Namespace) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with serving(
+        args.host,
+        args.port,
+        args.cert_dir,
+        dns_names=args.dns_name,
+        ips=args.ip,
+        kubeconfig=args.kubeconfig,
+        use_api=bool(args.kubeconfig or args.register_url or args.inject_ca),
+        register_url=args.register_url,
+        inject_ca_into=args.inject_ca,
+        reload_interval=args.reload_interval,
+    ):
+        print(f"webhooks ready on https://{args.host}:{args.port}", flush=True)
+        await stop.wait()
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    return asyncio.run(_run(args))

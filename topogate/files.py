@@ -1,0 +1,106 @@
+"""Reading Kubernetes manifests from files: YAML (multi-document) or JSON, a file or a
+directory of them, v1 Lists expanded. Used by the commands and by `serve`'s configuration."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from topogate.api.errors import InputError
+from topogate.api.validation import object_name
+from topogate.cache.hypernodes import DiscoveryType, discovery_config
+
+_SUFFIXES = (".yaml", ".yml", ".json")
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    source: str
+    obj: Mapping[str, Any]
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}: {object_name(self.obj)}"
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_dir():
+        return sorted(p for p in path.iterdir() if p.is_file() and p.suffix in _SUFFIXES)
+    if path.is_file():
+        return [path]
+    raise InputError("no such file or directory", where=str(path))
+
+
+def _parse(path: Path) -> Iterator[Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read: {exc}", where=str(path)) from None
+    try:
+        if path.suffix == ".json":
+            yield json.loads(text)
+        else:
+            yield from yaml.load_all(text, Loader=_Loader)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc}", where=str(path)) from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"invalid YAML: {exc}".replace("\n", " "), where=str(path)) from None
+
+
+def documents(path: Path) -> Iterator[Document]:
+    """Every object in a file or a directory's *.yaml/*.yml/*.json, v1 Lists expanded."""
+    for file in _files(path):
+        for i, raw in enumerate(_parse(file)):
+            if raw is None:
+                continue  # an empty YAML document (e.g. a trailing ---)
+            where = f"{file} (document {i + 1})"
+            if not isinstance(raw, Mapping):
+                raise InputError("is not an object", where=where)
+            if raw.get("kind") == "List" or str(raw.get("kind", "")).endswith("List"):
+                items = raw.get("items")
+                if not isinstance(items, list):
+                    raise InputError("must be a list", where=where, field="items")
+                for j, item in enumerate(items):
+                    if not isinstance(item, Mapping):
+                        raise InputError("is not an object", where=where, field=f"items[{j}]")
+                    yield Document(str(file), item)
+            else:
+                yield Document(str(file), raw)
+
+
+def load_single(path: Path) -> Document:
+    """Exactly one object (the workload manifest)."""
+    docs = list(documents(path))
+    if len(docs) != 1:
+        raise InputError(f"must hold exactly one object, found {len(docs)}", where=str(path))
+    return docs[0]
+
+
+def load_discovery_config(path: Path) -> list[DiscoveryType]:
+    """Volcano's ``volcano-controller.conf`` payload (YAML), or a ConfigMap that holds it."""
+    docs = list(documents(path))
+    if len(docs) != 1:
+        raise InputError(f"must hold exactly one document, found {len(docs)}", where=str(path))
+    obj: Any = docs[0].obj
+    if isinstance(obj, dict) and obj.get("kind") == "ConfigMap":
+        data = obj.get("data") or {}
+        text = data.get("volcano-controller.conf")
+        if not isinstance(text, str):
+            raise InputError(
+                "has no data[volcano-controller.conf]", where=f"{path}: ConfigMap", field="data"
+            )
+        try:
+            obj = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            raise InputError(
+                f"is not YAML: {error}", where=str(path), field="data[volcano-controller.conf]"
+            ) from None
+    if not isinstance(obj, dict):
+        raise InputError("must be a mapping", where=str(path))
+    return discovery_config(obj, where=str(path))

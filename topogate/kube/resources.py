@@ -1,0 +1,59 @@
+"""The API resources the controller reads and writes, and how to address them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from topogate.api.constants import API_VERSION
+from topogate.api.kinds import JOB_KINDS, JobKind
+from topogate.api.objects import Obj, key_of
+
+__all__ = ["JSON_PATCH", "MERGE_PATCH", "Obj", "Resource", "key_of"]
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """One API resource: ``Resource("batch/v1", "jobs")``; the core group is ``"v1"``."""
+
+    api_version: str
+    plural: str
+    namespaced: bool = True
+
+    @classmethod
+    def of(cls, kind: JobKind) -> Resource:
+        return cls(kind.api_version, kind.plural)
+
+    def path(
+        self, namespace: str | None = None, name: str | None = None, subresource: str = ""
+    ) -> str:
+        root = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        parts = [root]
+        if self.namespaced and namespace:
+            parts.append(f"namespaces/{quote(namespace, safe='')}")
+        parts.append(self.plural)
+        if name:
+            parts.append(quote(name, safe=""))
+        if subresource:
+            parts.append(subresource)
+        return "/".join(parts)
+
+
+NODES = Resource("v1", "nodes", namespaced=False)
+PODS = Resource("v1", "pods")
+EVENTS = Resource("events.k8s.io/v1", "events")
+LEASES = Resource("coordination.k8s.io/v1", "leases")
+PRIORITY_CLASSES = Resource("scheduling.k8s.io/v1", "priorityclasses", namespaced=False)
+WORKLOADS = Resource(API_VERSION, "workloads")
+CLUSTER_QUEUES = Resource(API_VERSION, "clusterqueues", namespaced=False)
+LOCAL_QUEUES = Resource(API_VERSION, "localqueues")
+RESOURCE_FLAVORS = Resource(API_VERSION, "resourceflavors", namespaced=False)
+TOPOLOGIES = Resource(API_VERSION, "topologies", namespaced=False)
+HYPERNODES = Resource("topology.volcano.sh/v1alpha1", "hypernodes", namespaced=False)
+# One resource per registered job kind (api/kinds.py), by kind name.
+JOB_RESOURCES: dict[str, Resource] = {k.kind: Resource.of(k) for k in JOB_KINDS}
+JOBS = JOB_RESOURCES["Job"]
+JOBSETS = JOB_RESOURCES["JobSet"]
