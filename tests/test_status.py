@@ -743,7 +743,9 @@ def test_namespace_listing_uses_the_contexts_namespace(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("topogate.status._PAGE", 2)  # lists come in pages: follow `continue`
+    monkeypatch.setattr(
+        "topogate.commands.status._PAGE", 2
+    )  # lists come in pages: follow `continue`
     admin = yaml.safe_load(scenario.plane.kubeconfig.read_text())
     admin["contexts"][0]["context"]["namespace"] = scenario.namespace
     kubeconfig = tmp_path / "config"

@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 import ssl
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,9 +25,21 @@ from .review import ClusterView, NoView, Review, mutate, validate
 log = logging.getLogger("topogate.webhooks")
 
 MAX_BODY = 3 * 1024 * 1024  # the API server sends at most ~3 MiB objects
-VIEW_KEY = web.AppKey("view", ClusterView)
+# The view a review is validated against, chosen (and prepared) per review.
+ViewFor = Callable[[Review], Awaitable[ClusterView]]
+VIEW_KEY: web.AppKey[ViewFor] = web.AppKey("view")
 # True when the view makes blocking API calls (the standalone webhook): run it in a thread.
 BLOCKING_KEY = web.AppKey("blocking", bool)
+
+
+def fixed_view(view: ClusterView | None) -> ViewFor:
+    """The same view for every review."""
+    chosen: ClusterView = view or NoView()
+
+    async def view_for(review: Review) -> ClusterView:
+        return chosen
+
+    return view_for
 
 
 @dataclass
@@ -120,7 +132,7 @@ async def _validate(request: web.Request) -> web.Response:
     review = await _review(request)
     if isinstance(review, web.Response):
         return review
-    view = request.app[VIEW_KEY]
+    view = await request.app[VIEW_KEY](review)
     if request.app[BLOCKING_KEY]:  # it asks the API server: keep that off the event loop
         answer = await asyncio.get_running_loop().run_in_executor(None, validate, review, view)
     else:  # the controller's own state: read on the loop that owns it
@@ -132,9 +144,11 @@ async def _healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-def make_app(view: ClusterView | None = None, *, blocking: bool = False) -> web.Application:
+def make_app(
+    view: ClusterView | ViewFor | None = None, *, blocking: bool = False
+) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY + 1024)
-    app[VIEW_KEY] = view or NoView()
+    app[VIEW_KEY] = view if callable(view) else fixed_view(view)
     app[BLOCKING_KEY] = blocking
     app.router.add_post("/mutate", _mutate)
     app.router.add_post("/validate", _validate)
@@ -147,7 +161,7 @@ async def running(
     host: str,
     port: int,
     certificate: ServingCertificate,
-    view: ClusterView | None = None,
+    view: ClusterView | ViewFor | None = None,
     reload_interval: float = 5.0,
     *,
     blocking: bool = False,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .review import ClusterView
+from .server import ViewFor
 
 
 def register(api: Any, url: str, ca_bundle: bytes) -> None:
@@ -84,7 +85,7 @@ async def serving(
     ips: list[str],
     kubeconfig: str | None,
     use_api: bool,
-    view: ClusterView | None = None,
+    view: ClusterView | ViewFor | None = None,
     register_url: str | None = None,
     inject_ca_into: str | None = None,
     reload_interval: float = 5.0,

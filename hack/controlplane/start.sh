@@ -6,4 +6,4 @@ cd "$(dirname "$0")/../.."
 dir=${1:-.controlplane}
 export TOPOGATE_CONTROLPLANE_BIN=${TOPOGATE_CONTROLPLANE_BIN:-$(hack/controlplane/build.sh)}
 python=${PYTHON:-.venv/bin/python}
-exec "$python" -m topogate.controlplane start --dir "$dir"
+exec "$python" -m topogate.testing.controlplane start --dir "$dir"

@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 python=${PYTHON:-.venv/bin/python}
-exec "$python" -m topogate.controlplane stop --dir "${1:-.controlplane}"
+exec "$python" -m topogate.testing.controlplane stop --dir "${1:-.controlplane}"

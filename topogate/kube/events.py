@@ -8,16 +8,16 @@ import time
 from typing import Any
 
 from topogate.api.times import micro_time
-from topogate.kube.client import Kube
 from topogate.kube.errors import KubeError
+from topogate.kube.protocol import KubeApi
 from topogate.kube.resources import EVENTS, Obj
 
-log = logging.getLogger("topogate.kube.events")
+log = logging.getLogger("topogate.events")
 CONTROLLER = "topogate.dev/controller"
 
 
 class EventRecorder:
-    def __init__(self, kube: Kube, instance: str) -> None:
+    def __init__(self, kube: KubeApi, instance: str) -> None:
         self.kube = kube
         self.instance = instance
         self._tasks: set[asyncio.Task[Any]] = set()

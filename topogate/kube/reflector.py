@@ -17,8 +17,8 @@ from typing import Any
 
 import aiohttp
 
-from topogate.kube.client import Kube
 from topogate.kube.errors import KubeError
+from topogate.kube.protocol import KubeApi
 from topogate.kube.resources import Obj, Resource, key_of
 
 log = logging.getLogger("topogate.reflector")
@@ -29,7 +29,7 @@ Change = Callable[[Obj | None, Obj | None], None]
 class Reflector:
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeApi,
         resource: Resource,
         on_change: Change,
         *,

@@ -22,7 +22,7 @@ from topogate.kube.resources import HYPERNODES, NODES, Obj
 from topogate.kube.waits import sleep_or
 from topogate.state import ControllerState
 
-log = logging.getLogger("topogate.runtime.discovery")
+log = logging.getLogger("topogate.discovery")
 
 DEBOUNCE_SECONDS = 1.0
 

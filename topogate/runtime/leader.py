@@ -31,12 +31,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from topogate.api.times import micro_time
-from topogate.kube.client import Kube
 from topogate.kube.errors import KubeError
+from topogate.kube.protocol import KubeApi
 from topogate.kube.resources import LEASES, Obj
 from topogate.metrics import Metrics
 
-log = logging.getLogger("topogate.runtime.leader")
+log = logging.getLogger("topogate.leader")
 
 # client-go's JitterFactor: a standby waits retry_period * (1 + rand * 1.2) between tries.
 JITTER_FACTOR = 1.2
@@ -51,7 +51,7 @@ class LeaderElector:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeApi,
         namespace: str,
         name: str,
         identity: str,

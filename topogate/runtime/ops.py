@@ -20,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from topogate.metrics import Metrics
 
-log = logging.getLogger("topogate.runtime.ops")
+log = logging.getLogger("topogate.ops")
 
 Check = Callable[[], tuple[bool, str]]
 

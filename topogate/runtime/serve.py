@@ -14,14 +14,16 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from topogate.kube.protocol import KubeApi
+    from topogate.kube.reflector import Reflector
     from topogate.state import ControllerState
 
-log = logging.getLogger("topogate.runtime.serve")
+log = logging.getLogger("topogate.serve")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,11 +80,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _webhooks(args: argparse.Namespace, state: ControllerState) -> AsyncIterator[None]:
+async def _webhooks(
+    args: argparse.Namespace, state: ControllerState, kube: KubeApi
+) -> AsyncIterator[None]:
     if args.webhook_cert_dir is None:
         yield
         return
     from topogate.webhooks.serving import serving
+    from topogate.webhooks.stateview import state_view
 
     async with serving(
         args.webhook_host,
@@ -92,137 +97,174 @@ async def _webhooks(args: argparse.Namespace, state: ControllerState) -> AsyncIt
         ips=args.webhook_ip,
         kubeconfig=args.kubeconfig,
         use_api=True,
-        view=state,
+        view=state_view(state, kube),
         register_url=args.webhook_register_url,
         inject_ca_into=args.webhook_inject_ca,
     ):
         yield
 
 
-async def _serve(args: argparse.Namespace) -> int:
-    from topogate.admission.admitter import Admitter
-    from topogate.admission.jobsync import JobSync
-    from topogate.files import load_discovery_config
-    from topogate.kube.client import Kube
-    from topogate.kube.events import EventRecorder
-    from topogate.kube.reflector import Reflector
-    from topogate.kube.resources import HYPERNODES, JOBSETS, NODES
-    from topogate.metrics import Metrics
-    from topogate.runtime.discovery import HyperNodeDiscovery
-    from topogate.runtime.leader import LeaderElector, LeadershipLost
-    from topogate.runtime.ops import make_ops_app, start_ops_server
-    from topogate.state import WATCHED, ControllerState, job_keys
-    from topogate.ungater.controller import Ungater
+class Controller:
+    """One replica of `serve`: the state, its reflectors, the shells and the leader election,
+    wired once; :meth:`run` serves until stopped or until leadership is lost."""
 
-    # A bad discovery config is a usage error: refuse to start rather than run without it.
-    discovery_types = (
-        load_discovery_config(args.hypernode_discovery) if args.hypernode_discovery else []
-    )
-    identity = args.identity or f"{socket.gethostname()}_{os.getpid()}"
-    kube = await Kube.connect(args.kubeconfig)
-    metrics = Metrics()
-    state = ControllerState()
-    events = EventRecorder(kube, identity)
-    admitter = Admitter(kube, state, metrics, events)
-    jobs = JobSync(kube, state, events)
-    ungater = Ungater(
-        kube,
-        state,
-        metrics,
-        interval=args.ungate_interval,
-        max_per_batch=args.ungate_max_per_batch,
-    )
-    discovery = HyperNodeDiscovery(kube, state, discovery_types) if discovery_types else None
+    def __init__(self, args: argparse.Namespace, kube: KubeApi, identity: str) -> None:
+        from topogate.admission.admitter import Admitter
+        from topogate.admission.jobsync import JobSync
+        from topogate.files import load_discovery_config
+        from topogate.kube.events import EventRecorder
+        from topogate.metrics import Metrics
+        from topogate.state import ControllerState
+        from topogate.ungater.controller import Ungater
 
-    def counter(plural: str) -> Callable[[], None]:
-        return lambda: metrics.relists.labels(plural).inc()
+        from .discovery import HyperNodeDiscovery
+        from .leader import LeaderElector
 
-    reflectors = {
-        r.plural: Reflector(
+        # A bad discovery config is a usage error: refuse to start rather than run without it.
+        path = args.hypernode_discovery
+        discovery_types = load_discovery_config(path) if path else []
+        self.args, self.kube, self.identity = args, kube, identity
+        self.metrics = Metrics()
+        self.state = ControllerState()
+        self.events = EventRecorder(kube, identity)
+        self.loops: list[Callable[[], Coroutine[Any, Any, None]]] = [
+            Admitter(kube, self.state, self.metrics, self.events).run,
+            JobSync(kube, self.state, self.events).run,
+            Ungater(
+                kube,
+                self.state,
+                self.metrics,
+                interval=args.ungate_interval,
+                max_per_batch=args.ungate_max_per_batch,
+            ).run,
+        ]
+        if discovery_types:
+            self.loops.append(HyperNodeDiscovery(kube, self.state, discovery_types).run)
+        self.reflectors = self._reflectors()
+        self.elector = LeaderElector(
             kube,
-            r,
-            state.handler(r),
-            optional=r in (JOBSETS, HYPERNODES),
-            on_relist=counter(r.plural),
+            args.leader_namespace,
+            args.leader_lease,
+            identity,
+            lease_duration=args.lease_duration,
+            renew_deadline=args.renew_deadline,
+            retry_period=args.retry_period,
+            metrics=self.metrics,
         )
-        for r in WATCHED
-    }
-    elector = LeaderElector(
-        kube,
-        args.leader_namespace,
-        args.leader_lease,
-        identity,
-        lease_duration=args.lease_duration,
-        renew_deadline=args.renew_deadline,
-        retry_period=args.retry_period,
-        metrics=metrics,
-    )
-    tasks: list[asyncio.Task[Any]] = []
+        self.tasks: list[asyncio.Task[Any]] = []
 
-    def unsynced() -> list[str]:
-        return sorted(name for name, r in reflectors.items() if not r.synced.is_set())
+    def _reflectors(self) -> dict[str, Reflector]:
+        from topogate.kube.reflector import Reflector
+        from topogate.kube.resources import HYPERNODES, JOBSETS
+        from topogate.state import WATCHED
 
-    def ready() -> tuple[bool, str]:
-        waiting = unsynced()
+        def counter(plural: str) -> Callable[[], None]:
+            return lambda: self.metrics.relists.labels(plural).inc()
+
+        return {
+            r.plural: Reflector(
+                self.kube,
+                r,
+                self.state.handler(r),
+                optional=r in (JOBSETS, HYPERNODES),
+                on_relist=counter(r.plural),
+            )
+            for r in WATCHED
+        }
+
+    def ready(self) -> tuple[bool, str]:
+        waiting = sorted(n for n, r in self.reflectors.items() if not r.synced.is_set())
         if waiting:
             return False, f"caches not synced: {', '.join(waiting)}"
-        if not elector.is_leader:
-            return True, f"standby (leader: {elector.leader_identity or 'unknown'})"
+        if not self.elector.is_leader:
+            return True, f"standby (leader: {self.elector.leader_identity or 'unknown'})"
         return True, "leading"
 
-    def healthy() -> tuple[bool, str]:
-        broken = [t.get_name() for t in tasks if t.done()]
+    def healthy(self) -> tuple[bool, str]:
+        broken = [t.get_name() for t in self.tasks if t.done()]
         return (False, f"stopped: {', '.join(broken)}") if broken else (True, "ok")
 
-    async def lead() -> None:
-        log.info("leading as %s; waiting for caches", identity)
-        await asyncio.gather(*(r.synced.wait() for r in reflectors.values()))
-        log.info("caches synced: %s", ", ".join(f"{k}={n}" for k, n in state.counts().items()))
-        for kind, key in job_keys(state):
-            state.signals.job(kind, key)
-        state.signals.admit()
-        for key in state.workloads_with_pods():
-            state.signals.ungate_workload(key)
-        loops = [admitter.run(), jobs.run(), ungater.run()]
-        if discovery is not None:
-            loops.append(discovery.run())
-        await asyncio.gather(*loops)
+    async def lead(self) -> None:
+        """Called once this replica holds the Lease: every job, workload and pod is looked at
+        again (another replica may have left work half done), then the loops run."""
+        from topogate.state import job_keys
 
-    ops = await start_ops_server(
-        make_ops_app(metrics, ready, healthy), args.ops_host, args.ops_port
-    )
+        log.info("leading as %s; waiting for caches", self.identity)
+        await asyncio.gather(*(r.synced.wait() for r in self.reflectors.values()))
+        counts = self.state.counts()
+        log.info("caches synced: %s", ", ".join(f"{k}={n}" for k, n in counts.items()))
+        for kind, key in job_keys(self.state):
+            self.state.signals.job(kind, key)
+        self.state.signals.admit()
+        for key in self.state.workloads_with_pods():
+            self.state.signals.ungate_workload(key)
+        await asyncio.gather(*(loop() for loop in self.loops))
+
+    async def run(self, stop: asyncio.Event) -> int:
+        """Watch (nodes first, so workloads admitted before a restart find their nodes), then
+        stand for election; return when ``stop`` is set (0) or leadership is lost (1)."""
+        from topogate.kube.resources import NODES
+
+        from .leader import LeadershipLost
+
+        nodes = self.reflectors[NODES.plural]
+        self.tasks.append(asyncio.create_task(nodes.run(), name="watch-nodes"))
+        if not await _until(nodes.synced.wait(), stop):
+            return 0  # stopped before the API server ever answered
+        for name, reflector in self.reflectors.items():
+            if name != NODES.plural:
+                self.tasks.append(asyncio.create_task(reflector.run(), name=f"watch-{name}"))
+        try:
+            if not await _until(self.elector.run(self.lead), stop):
+                return 0
+        except LeadershipLost as error:
+            log.error("leadership lost: %s; exiting so a fresh replica takes over", error)
+            return 1
+        return 0
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.events.drain()
+
+
+async def _until(work: Coroutine[Any, Any, Any], stop: asyncio.Event) -> bool:
+    """Run ``work`` until it ends (True; its exception is raised) or ``stop`` is set (False:
+    it is cancelled). Every stage of `serve` honours the stop signal this way."""
+    task = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(stop.wait())
+    done, _ = await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        stopping.cancel()
+        task.result()
+        return True
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return False
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from topogate.kube.client import Kube
+
+    from .ops import make_ops_app, start_ops_server
+
+    identity = args.identity or f"{socket.gethostname()}_{os.getpid()}"
+    kube = await Kube.connect(args.kubeconfig)
+    controller = Controller(args, kube, identity)
+    app = make_ops_app(controller.metrics, controller.ready, controller.healthy)
+    ops = await start_ops_server(app, args.ops_host, args.ops_port)
     print(f"topogate serve: {identity}; ops on :{ops.port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        async with _webhooks(args, state):
-            # Nodes first, so workloads admitted before a restart find their nodes.
-            node_task = asyncio.create_task(reflectors[NODES.plural].run(), name="watch-nodes")
-            tasks.append(node_task)
-            await reflectors[NODES.plural].synced.wait()
-            for name, reflector in reflectors.items():
-                if name != NODES.plural:
-                    tasks.append(asyncio.create_task(reflector.run(), name=f"watch-{name}"))
-            election = asyncio.create_task(elector.run(lead), name="leader")
-            stopping = asyncio.create_task(stop.wait())
-            done, _ = await asyncio.wait({election, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            if election in done:
-                election.result()  # LeadershipLost or a crash: exit non-zero
-                return 0
-            election.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await election
-            return 0
-    except LeadershipLost as error:
-        log.error("leadership lost: %s; exiting so a fresh replica takes over", error)
-        return 1
+        async with _webhooks(args, controller.state, kube):
+            return await controller.run(stop)
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await events.drain()
+        await controller.close()
         await ops.cleanup()
         await kube.close()
 

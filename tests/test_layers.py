@@ -1,0 +1,189 @@
+"""The package's layers, checked on the source: imports run one way, the core stays pure, no
+module imports another's private names, and no function grows past a screen.
+
+    core (pure)     api, cache, the admission/ungater/webhook decisions
+    transport       topogate.kube (client, reflector, events), metrics, files
+    state           topogate.state (the one owner of controller state)
+    shells          admitter, job sync, ungater controller, webhook server
+    top             topogate.runtime (serve), topogate.commands
+    cli             topogate.cli
+    (tooling)       topogate.testing: may use anything, used by nothing above
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# Top-level folders and the import name each installs as (pyproject's package-dir).
+FOLDERS = {
+    "api": "topogate.api",
+    "cache": "topogate.cache",
+    "admission": "topogate.admission",
+    "ungater": "topogate.ungater",
+    "webhooks": "topogate.webhooks",
+    "topogate": "topogate",
+}
+# Each shell is its own group: it may not import another shell.
+SHELLS = {
+    "topogate.admission.admitter": "admitter",
+    "topogate.admission.jobsync": "job sync",
+    "topogate.ungater.controller": "ungater",
+    "topogate.webhooks.server": "webhook server",
+    "topogate.webhooks.serving": "webhook server",
+    "topogate.webhooks.catalog": "webhook server",
+    "topogate.webhooks.stateview": "webhook server",
+}
+# (layer rank, group) by module prefix; the longest matching prefix wins.
+LAYERS: dict[str, tuple[int, str]] = {
+    "topogate.api": (0, "core"),
+    "topogate.cache": (0, "core"),
+    "topogate.admission": (0, "core"),
+    "topogate.ungater": (0, "core"),
+    "topogate.webhooks": (0, "core"),
+    "topogate.kube": (1, "transport"),
+    "topogate.metrics": (1, "transport"),
+    "topogate.files": (1, "transport"),
+    "topogate.state": (2, "state"),
+    "topogate.admission.writes": (2, "state"),  # the Workload writes both admission shells make
+    **{shell: (3, group) for shell, group in SHELLS.items()},
+    "topogate.runtime": (4, "runtime"),
+    "topogate.commands": (4, "commands"),
+    "topogate.cli": (5, "cli"),
+    "topogate.__main__": (5, "cli"),
+    "topogate.testing": (6, "testing"),
+}
+# Modules the pure core may not import (I/O, event loops, the API client).
+IMPURE = ("asyncio", "aiohttp", "kubernetes", "socket", "subprocess", "threading")
+MAX_FUNCTION_LINES = 80
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str
+    path: Path
+    tree: ast.Module
+
+
+def modules() -> Iterator[Module]:
+    for folder, package in FOLDERS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            relative = path.relative_to(ROOT / folder)
+            if any((ROOT / folder / p).is_symlink() for p in relative.parents if str(p) != "."):
+                continue  # topogate/<component> symlinks: the component is walked itself
+            parts = [package, *relative.with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            yield Module(".".join(parts), path, ast.parse(path.read_text(), str(path)))
+
+
+def layer(name: str) -> tuple[int, str] | None:
+    matches = [p for p in LAYERS if name == p or name.startswith(p + ".")]
+    return LAYERS[max(matches, key=len)] if matches else None
+
+
+def imports(module: Module) -> Iterator[tuple[str, list[str], int]]:
+    """(imported module, imported names, line) with relative imports resolved."""
+    package = module.name if module.path.name == "__init__.py" else module.name.rpartition(".")[0]
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, [], node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            yield target, [a.name for a in node.names], node.lineno
+
+
+def test_every_module_has_a_layer() -> None:
+    found = list(modules())
+    assert len(found) > 70
+    assert [m.name for m in found if layer(m.name) is None and m.name != "topogate"] == []
+
+
+def test_imports_run_one_way() -> None:
+    """No module imports a higher layer, nor a sibling of its layer outside the core and
+    transport (a shell reaches another only through the state; commands and runtime do not
+    share code)."""
+    problems = []
+    for module in modules():
+        own = layer(module.name)
+        if own is None:
+            continue
+        for target, names, line in imports(module):
+            if not target.startswith("topogate"):
+                continue
+            # `from topogate.x import y` may name a submodule y.
+            for imported in [target] + [f"{target}.{n}" for n in names]:
+                other = layer(imported)
+                if other is None or other == own:
+                    continue
+                if other[0] > own[0] or (other[0] == own[0] and own[0] >= 3):
+                    problems.append(f"{module.name}:{line} imports {imported} ({other[1]})")
+                    break
+    assert problems == []
+
+
+def test_the_core_is_pure() -> None:
+    problems = []
+    for module in modules():
+        if layer(module.name) != (0, "core"):
+            continue
+        for target, _, line in imports(module):
+            if target.split(".")[0] in IMPURE:
+                problems.append(f"{module.name}:{line} imports {target}")
+    assert problems == []
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    problems = [
+        f"{module.name}:{line} imports {target}.{name}"
+        for module in modules()
+        for target, names, line in imports(module)
+        if target.startswith("topogate")
+        for name in names
+        if name.startswith("_") and not name.startswith("__")
+    ]
+    assert problems == []
+
+
+def test_no_function_is_longer_than_a_screen() -> None:
+    long = [
+        f"{module.name}.{node.name}: {node.end_lineno - node.lineno + 1} lines"
+        for module in modules()
+        for node in ast.walk(module.tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert long == []
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("from topogate.state import ControllerState", "imports topogate.state"),
+        ("from topogate.runtime import serve", "imports topogate.runtime.serve"),
+    ],
+)
+def test_the_check_catches_an_upward_import(source: str, expected: str) -> None:
+    """The layer check itself can fail: a core module importing the state is caught."""
+    module = Module(
+        "topogate.admission.placement", ROOT / "admission" / "placement.py", ast.parse(source)
+    )
+    own = layer(module.name)
+    found = [
+        f"{module.name}:{line} imports {t}"
+        for target, names, line in imports(module)
+        for t in [target] + [f"{target}.{n}" for n in names]
+        if (other := layer(t)) is not None and own is not None and other[0] > own[0]
+    ]
+    assert any(expected in f for f in found)
