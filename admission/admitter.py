@@ -90,7 +90,7 @@ class Admitter:
         for key, workload in self.state.store(WORKLOADS).items():
             if is_finished(workload):
                 continue
-            admission = self.state.admission_of(key)
+            admission = self.state.reserved(key)
             if not admission:
                 continue
             cq = str(admission.get("clusterQueue") or "")
@@ -139,7 +139,7 @@ class Admitter:
         problems: dict[str, str] = {}
         waiting: dict[str, Obj] = {}
         for key, workload in self.state.store(WORKLOADS).items():
-            if is_finished(workload) or self.state.admission_of(key) is not None:
+            if is_finished(workload) or self.state.reserved(key) is not None:
                 continue
             waiting[key] = workload
             translation = self._candidate(key, workload, catalog)
@@ -173,7 +173,7 @@ class Admitter:
             self.metrics.pending_workloads.labels(name).set(count)
         held = dict.fromkeys(queues, 0)
         for key in self.state.held():
-            admission = self.state.admission_of(key) or {}
+            admission = self.state.reserved(key) or {}
             cq = str(admission.get("clusterQueue") or "")
             held[cq] = held.get(cq, 0) + 1
         for name, count in held.items():
@@ -216,6 +216,7 @@ class Admitter:
             self.metrics.admission_attempts.labels("conflict").inc()
             self.state.signals.admit()
             return
+        self.state.confirm_admission(key)
         self.metrics.admission_attempts.labels("admitted").inc()
         created = parse_time(m.get("creationTimestamp"))
         if created is not None:

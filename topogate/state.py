@@ -116,6 +116,9 @@ class ControllerState:
         self._pods_by_workload: dict[str, set[str]] = {}  # marked pods only
         self._subscribers: dict[str, list[Listener]] = {}
         self._held: set[str] = set()  # workloads whose usage the capacity cache holds
+        # Admissions decided but whose write is still in flight: they hold capacity and quota
+        # for the next cycles, but nothing acts on them yet.
+        self._assumed: dict[str, Obj] = {}
         # Admissions written by this process, until the watch shows them (so the job sync
         # and the ungater never wait for the watch to act on an admission).
         self._written: dict[str, Obj] = {}
@@ -142,9 +145,16 @@ class ControllerState:
         return list(self._pods_by_workload)
 
     def admission_of(self, key: str) -> Obj | None:
-        """The workload's admission: as stored, or as this process wrote it."""
+        """The workload's admission once written: as stored, or as this process wrote it.
+        The job sync and the ungater act on this, never on an admission still being written."""
         stored = admission_of(self._stores[WORKLOADS.plural].get(key))
         return stored if stored is not None else self._written.get(key)
+
+    def reserved(self, key: str) -> Obj | None:
+        """The admission that holds quota and capacity: written, or decided and being written
+        (the admitter's view, so a write in flight is never admitted twice)."""
+        found = self.admission_of(key)
+        return found if found is not None else self._assumed.get(key)
 
     def held(self) -> frozenset[str]:
         return frozenset(self._held)
@@ -205,12 +215,19 @@ class ControllerState:
         gpus: GpuAssignment,
     ) -> None:
         """Hold an admission's capacity before it is written, so no cycle meanwhile gives it
-        away, and let readers see it before the watch brings it back (assume, then write)."""
+        away (assume, then write; :meth:`confirm_admission` or :meth:`forget_admission`)."""
         self._hold(key, per_node, gpus)
-        self._written[key] = admission
+        self._assumed[key] = admission
+
+    def confirm_admission(self, key: str) -> None:
+        """The write succeeded: readers may act on it before the watch brings it back."""
+        admission = self._assumed.pop(key, None)
+        if admission is not None and key in self._held:
+            self._written[key] = admission
 
     def forget_admission(self, key: str) -> None:
         """The write failed: the workload is not admitted after all; give the capacity back."""
+        self._assumed.pop(key, None)
         self._written.pop(key, None)
         self._release(key)
 
@@ -340,13 +357,15 @@ class ControllerState:
         if owner is not None:
             self.signals.job(*owner)
         if new is None or is_finished(new):
+            self._assumed.pop(key, None)
             self._written.pop(key, None)
             if key in self._held:
                 self._release(key)
             self.signals.admit()
             return
         if is_admitted(new):
-            self._written.pop(key, None)  # the watch shows our admission now
+            self._assumed.pop(key, None)  # the watch shows the admission now
+            self._written.pop(key, None)
             if key not in self._held:  # after a restart: usage from status.admission
                 self._rehold(key, new)
             self.signals.ungate_workload(key)

@@ -1,15 +1,16 @@
 """AdmissionReview handling, pure: a review in, a response out (no I/O, no server).
 
 Mutating:
-- a batch/v1 Job or JobSet created with a queue label is suspended, so nothing runs before
-  topogate has placed the whole gang;
+- a job of a registered kind (``api/kinds.py``: batch/v1 Job, JobSet) created with a queue
+  label is suspended, so nothing runs before topogate has placed the whole gang;
 - a Pod of an admitted topology workload (it carries the ``topogate.dev/podset`` label the
-  admitter puts on the pod template) gets the scheduling gate ``topogate.dev/topology`` and
-  the workload/podset marks, so it waits for the ungater.
+  job sync puts on the pod templates when it starts an admitted job) gets the scheduling gate
+  ``topogate.dev/topology`` and the workload/podset marks, so it waits for the ungater.
 
-Validating: topology annotations on queued Jobs/JobSets (the same rules as ``topogate plan``,
-levels checked against the queue's topology when the catalog knows it), and Topology,
-ResourceFlavor and ClusterQueue objects. Every refusal names the object and the field.
+Validating: topology annotations on queued jobs (the same rules as ``topogate plan``; levels
+checked against the topology the admitter would choose, when the view knows the queue),
+HyperNodes, and Topology, ResourceFlavor and ClusterQueue objects. Every refusal names the
+object and the field.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The one place that builds Kubernetes API clients (the official client's loaders are untyped)."""
+"""Clients of the official synchronous Kubernetes client, for `topogate status` and the
+standalone webhook's registration and lookups (the controller itself uses ``client.Kube``)."""
 
 from __future__ import annotations
 

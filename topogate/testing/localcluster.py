@@ -26,8 +26,8 @@ from topogate.kube.resources import Resource
 Obj = dict[str, Any]
 
 JOBSET_CRD: Obj = {
-    # JobSet's own controller is not in the Go module proxy reachable here; its CRD (a
-    # permissive schema) lets topogate's JobSet integration run against a real API server.
+    # A permissive schema of JobSet's CRD: enough for topogate's JobSet integration to run
+    # against a real API server (the tests create the child Jobs as JobSet's controller would).
     "apiVersion": "apiextensions.k8s.io/v1",
     "kind": "CustomResourceDefinition",
     "metadata": {"name": "jobsets.jobset.x-k8s.io"},
