@@ -473,3 +473,43 @@ async def test_deleting_an_unknown_object_passes_the_object() -> None:
     log = Log()
     await drive(reflector(kube, log), kube)
     assert [short(c) for c in log.changes] == [("ghost@11", None)]
+
+
+async def test_a_healthy_watch_that_breaks_starts_the_backoff_afresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An outage grows the backoff; once a watch has delivered events again, the next break
+    and the 410 after it wait no longer than a first failure (it used to keep 25 s and 30 s)."""
+    slept: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def record(seconds: float) -> None:
+        slept.append(seconds)
+        await real_sleep(0)
+
+    monkeypatch.setattr("topogate.kube.reflector.asyncio.sleep", record)
+    reset = aiohttp.ClientConnectionError("reset")
+    x1, x2 = job("x", "11"), job("x", "12")
+    kube = ScriptedKube(
+        [page([], rv="10"), page([x2], rv="30")],
+        [[reset], [reset], [reset], [reset], [event("ADDED", x1), reset], [GONE], [bookmark("31")]],
+    )
+    await drive(reflector(kube, Log()), kube)
+    assert slept == [0.2, 0.4, 0.8, 1.6, 0.2]  # the outage, then afresh; no wait before relisting
+
+
+async def test_gone_twice_in_a_row_backs_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def record(seconds: float) -> None:
+        slept.append(seconds)
+        await real_sleep(0)
+
+    monkeypatch.setattr("topogate.kube.reflector.asyncio.sleep", record)
+    kube = ScriptedKube(
+        [page([], rv="10"), page([], rv="20"), page([], rv="30")],
+        [[GONE], [GONE], [bookmark("31")]],
+    )
+    await drive(reflector(kube, Log()), kube)
+    assert slept == [0.2]  # the first 410 relists at once, the second waits

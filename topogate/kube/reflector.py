@@ -111,52 +111,87 @@ class Reflector:
             log.exception("%s: handler failed", self.name)
 
     async def run(self) -> None:
-        """Forever: list, then watch; relist only when the version is gone."""
-        backoff = 0.2
+        """Forever: list, then watch; relist only when the version is gone. Failures back off
+        exponentially, and a watch that was healthy (it delivered events, or stayed open for
+        ``HEALTHY_SECONDS``) starts the backoff afresh: an API server restart after hours of
+        quiet must not inherit the delays of an outage long past."""
+        backoff = Backoff()
         need_list = True
-        gone_in_a_row = 0
         while True:
+            started, delivered = time.monotonic(), [0]
             try:
                 if need_list:
                     await self._list()
                     need_list = False
                     self.synced.set()
-                started, events = time.monotonic(), 0
-                async for event in self.kube.watch(
-                    self.resource, self.resource_version, **self._params
-                ):
-                    self._apply(event)
-                    events += 1
-                gone_in_a_row = 0
-                if events == 0 and time.monotonic() - started < 1.0:
+                    started = time.monotonic()
+                await self._watch(delivered)
+                backoff.gone_in_a_row = 0
+                if delivered[0] == 0 and time.monotonic() - started < 1.0:
                     # A server that closes every watch at once must not be hammered.
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 30)
+                    await asyncio.sleep(backoff.next())
                 else:
-                    backoff = 0.2
+                    backoff.reset()
+                continue
             except KubeError as error:
-                if error.gone:
-                    log.info("%s: watch version too old, listing again", self.name)
-                    need_list = True
-                    gone_in_a_row += 1
-                    if gone_in_a_row > 1:
-                        await asyncio.sleep(backoff)
-                        backoff = min(backoff * 2, 30)
-                    continue
-                if error.not_found and self.optional:
-                    # The CRD is not installed; nothing to follow. Look again later.
-                    self.synced.set()
-                    need_list = True
-                    await asyncio.sleep(30)
-                    continue
-                log.warning("%s: %s; retrying in %.1f s", self.name, error, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 30)
+                if _healthy(started, delivered[0]):
+                    backoff.reset()
+                need_list = await self._after_error(error, backoff) or need_list
             except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as error:
-                log.warning("%s: watch broke (%r); retrying in %.1f s", self.name, error, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 30)
+                if _healthy(started, delivered[0]):
+                    backoff.reset()
+                delay = backoff.next()
+                log.warning("%s: watch broke (%r); retrying in %.1f s", self.name, error, delay)
+                await asyncio.sleep(delay)
                 need_list = need_list or not self.resource_version
+
+    async def _watch(self, delivered: list[int]) -> None:
+        async for event in self.kube.watch(self.resource, self.resource_version, **self._params):
+            self._apply(event)
+            delivered[0] += 1
+
+    async def _after_error(self, error: KubeError, backoff: Backoff) -> bool:
+        """Wait as the error calls for; True when the next attempt must list again."""
+        if error.gone:
+            # The first 410 after a healthy watch relists at once; 410s in a row back off.
+            log.info("%s: watch version too old, listing again", self.name)
+            if backoff.gone_in_a_row:
+                await asyncio.sleep(backoff.next())
+            backoff.gone_in_a_row += 1
+            return True
+        if error.not_found and self.optional:
+            # The CRD is not installed; nothing to follow. Look again later.
+            self.synced.set()
+            await asyncio.sleep(30)
+            return True
+        delay = backoff.next()
+        log.warning("%s: %s; retrying in %.1f s", self.name, error, delay)
+        await asyncio.sleep(delay)
+        return False
+
+
+HEALTHY_SECONDS = 10.0
+
+
+def _healthy(started: float, delivered: int) -> bool:
+    return delivered > 0 or time.monotonic() - started >= HEALTHY_SECONDS
+
+
+class Backoff:
+    """Exponential delays from ``first`` to ``cap`` seconds, and the count of 410s in a row."""
+
+    def __init__(self, first: float = 0.2, cap: float = 30.0) -> None:
+        self.first, self.cap = first, cap
+        self.delay = first
+        self.gone_in_a_row = 0
+
+    def next(self) -> float:
+        delay, self.delay = self.delay, min(self.delay * 2, self.cap)
+        return delay
+
+    def reset(self) -> None:
+        self.delay = self.first
+        self.gone_in_a_row = 0
 
 
 def _version(obj: Obj) -> str:
