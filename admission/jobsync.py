@@ -44,10 +44,12 @@ class JobSync:
         state: ControllerState,
         events: EventRecorder,
         concurrency: int = 16,
+        retry_seconds: float = 1.0,
     ) -> None:
         self.kube = kube
         self.state = state
         self.events = events
+        self.retry_seconds = retry_seconds
         self._limit = asyncio.Semaphore(concurrency)
         # (kind, job key) -> resourceVersion whose Workload could not be built (reported once).
         self._invalid: dict[tuple[str, str], str] = {}
@@ -57,20 +59,24 @@ class JobSync:
         while True:
             await signals.jobs_event.wait()
             batch = signals.take_jobs()
-            await asyncio.gather(*(self._guarded(kind, key) for kind, key in sorted(batch)))
+            await asyncio.gather(*(self._limited(kind, key) for kind, key in sorted(batch)))
 
-    async def _guarded(self, kind: str, key: str) -> None:
+    async def _limited(self, kind: str, key: str) -> None:
         async with self._limit:
-            try:
-                await self.reconcile(kind, key)
-            except API_ERRORS as error:
-                if isinstance(error, KubeError) and (error.conflict or error.not_found):
-                    # A newer version is on its way through the watch; it triggers again.
-                    log.debug("%s %s: %s", kind, key, error)
-                else:
-                    log.warning("%s %s: %s", kind, key, error)
-                    await asyncio.sleep(1)
-                    self.state.signals.job(kind, key)
+            await self.reconcile_logged(kind, key)
+
+    async def reconcile_logged(self, kind: str, key: str) -> None:
+        """:meth:`reconcile`; a failed API call is logged and the job tried again (after
+        ``retry_seconds``), except a conflict or 404, whose newer version the watch brings."""
+        try:
+            await self.reconcile(kind, key)
+        except API_ERRORS as error:
+            if isinstance(error, KubeError) and (error.conflict or error.not_found):
+                log.debug("%s %s: %s", kind, key, error)
+                return
+            log.warning("%s %s: %s", kind, key, error)
+            await asyncio.sleep(self.retry_seconds)
+            self.state.signals.job(kind, key)
 
     async def reconcile(self, kind: str, key: str) -> None:
         resource = JOB_RESOURCES[kind]

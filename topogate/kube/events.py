@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from topogate.api.times import micro_time
-from topogate.kube.errors import KubeError
+from topogate.kube.errors import API_ERRORS
 from topogate.kube.protocol import KubeApi
 from topogate.kube.resources import EVENTS, Obj
 
@@ -53,7 +53,7 @@ class EventRecorder:
     async def _send(self, body: Obj, namespace: str) -> None:
         try:
             await self.kube.create(EVENTS, body, namespace)
-        except (KubeError, OSError, TimeoutError) as error:
+        except API_ERRORS as error:
             log.info("event %s not recorded: %s", body["reason"], error)
 
     async def drain(self) -> None:
