@@ -79,30 +79,33 @@ def _webhook(
     return hook
 
 
-def configurations(
-    url: str | None = None, service: tuple[str, str] | None = None, ca_bundle: bytes | None = None
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(mutating, validating) configuration objects for a URL or a (namespace, name) Service."""
-    where = {"url": url, "service": service, "ca_bundle": ca_bundle}
-    jobs = [
-        _rule(["batch"], ["jobs"], ["CREATE"]),
-        _rule(["jobset.x-k8s.io"], ["jobsets"], ["CREATE"]),
-    ]
+def _queued_selectors() -> list[tuple[str, dict[str, Any]]]:
+    """(owner, objectSelector) per queue label key, the owner being the key's first word."""
     # One webhook per queue label key (selectors cannot OR two keys): named after the group.
-    queued = [
+    return [
         (
             label.split("/")[0].split(".")[0],
             {"matchExpressions": [{"key": label, "operator": "Exists"}]},
         )
         for label in c.QUEUE_LABELS
     ]
-    mutating_hooks = [
+
+
+def _mutating_hooks(
+    queued: list[tuple[str, dict[str, Any]]], where: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Queued jobs on creation, then the pods topogate marked."""
+    jobs = [
+        _rule(["batch"], ["jobs"], ["CREATE"]),
+        _rule(["jobset.x-k8s.io"], ["jobsets"], ["CREATE"]),
+    ]
+    hooks = [
         _webhook(
             f"{owner}-queued-jobs.mutate.topogate.dev", "/mutate", jobs, sel, True, "Fail", **where
         )
         for owner, sel in queued
     ]
-    mutating_hooks.append(
+    hooks.append(
         _webhook(
             "pod.mutate.topogate.dev",
             "/mutate",
@@ -113,11 +116,18 @@ def configurations(
             **where,
         )
     )
+    return hooks
+
+
+def _validating_hooks(
+    queued: list[tuple[str, dict[str, Any]]], where: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Queued jobs on creation and update, then the topology objects topogate reads."""
     job_updates = [
         _rule(["batch"], ["jobs"], ["CREATE", "UPDATE"]),
         _rule(["jobset.x-k8s.io"], ["jobsets"], ["CREATE", "UPDATE"]),
     ]
-    validating_hooks = [
+    hooks = [
         _webhook(
             f"{owner}-queued-jobs.validate.topogate.dev",
             "/validate",
@@ -129,7 +139,7 @@ def configurations(
         )
         for owner, sel in queued
     ]
-    validating_hooks.append(
+    hooks.append(
         _webhook(
             "objects.validate.topogate.dev",
             "/validate",
@@ -148,16 +158,25 @@ def configurations(
             **where,
         )
     )
-    mutating = {
+    return hooks
+
+
+def _configuration(kind: str, hooks: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
         "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
+        "kind": kind,
         "metadata": {"name": NAME},
-        "webhooks": mutating_hooks,
+        "webhooks": hooks,
     }
-    validating = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": NAME},
-        "webhooks": validating_hooks,
-    }
+
+
+def configurations(
+    url: str | None = None, service: tuple[str, str] | None = None, ca_bundle: bytes | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(mutating, validating) configuration objects for a URL or a (namespace, name) Service."""
+    where: dict[str, Any] = {"url": url, "service": service, "ca_bundle": ca_bundle}
+    # Built once: both configurations share these selectors, so YAML dumps alias them alike.
+    queued = _queued_selectors()
+    mutating = _configuration("MutatingWebhookConfiguration", _mutating_hooks(queued, where))
+    validating = _configuration("ValidatingWebhookConfiguration", _validating_hooks(queued, where))
     return mutating, validating

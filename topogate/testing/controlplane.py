@@ -123,6 +123,16 @@ class ControlPlane:
         )
 
     def _start(self, bin_dir: Path, scheduler: bool) -> None:
+        self._write_certificates()
+        etcd_port = self._start_etcd(bin_dir)
+        self._start_apiserver(bin_dir, etcd_port)
+        self._write_kubeconfig()
+        if scheduler:
+            self._start_scheduler(bin_dir)
+            self._start_controller_manager(bin_dir)
+
+    def _write_certificates(self) -> None:
+        """The CAs, then the API server's serving, admin client and service-account pairs."""
         d = self.directory
         serving_ca, client_ca = make_ca("topogate-test-serving"), make_ca("topogate-test-clients")
         serving_ca.write(d / "serving-ca.crt", d / "serving-ca.key")
@@ -134,13 +144,15 @@ class ControlPlane:
         admin.write(d / "admin.crt", d / "admin.key")
         issue(serving_ca, "service-accounts").write(d / "sa.crt", d / "sa.key")
 
+    def _start_etcd(self, bin_dir: Path) -> int:
+        """Start etcd and wait until it is healthy; returns its client port."""
         etcd_port, peer_port = free_port(), free_port()
         self._spawn(
             "etcd",
             [
                 str(bin_dir / "etcd"),
                 "--name=node0",
-                f"--data-dir={d / 'etcd-data'}",
+                f"--data-dir={self.directory / 'etcd-data'}",
                 f"--listen-client-urls=http://127.0.0.1:{etcd_port}",
                 f"--advertise-client-urls=http://127.0.0.1:{etcd_port}",
                 f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
@@ -151,7 +163,11 @@ class ControlPlane:
             ],
         )
         self._wait("etcd", f"http://127.0.0.1:{etcd_port}/health", None, 60)
+        return etcd_port
 
+    def _start_apiserver(self, bin_dir: Path, etcd_port: int) -> None:
+        """Start kube-apiserver on a free port and wait until it is ready."""
+        d = self.directory
         self.api_port = free_port()
         self._spawn(
             "kube-apiserver",
@@ -174,39 +190,43 @@ class ControlPlane:
                 "--endpoint-reconciler-type=none",
             ],
         )
+        # /readyz needs an authenticated client: the admin certificate.
         context = ssl.create_default_context(cafile=str(d / "serving-ca.crt"))
         context.load_cert_chain(str(d / "admin.crt"), str(d / "admin.key"))
         self._wait("kube-apiserver", f"{self.url}/readyz", context, 120)
-        self._write_kubeconfig()
-        if scheduler:
-            self._spawn(
-                "kube-scheduler",
-                [
-                    str(bin_dir / "kube-scheduler"),
-                    f"--kubeconfig={self.kubeconfig}",
-                    f"--authentication-kubeconfig={self.kubeconfig}",
-                    f"--authorization-kubeconfig={self.kubeconfig}",
-                    "--leader-elect=false",
-                    "--bind-address=127.0.0.1",
-                    f"--secure-port={free_port()}",
-                ],
-            )
-            self._spawn(
-                "kube-controller-manager",
-                [
-                    str(bin_dir / "kube-controller-manager"),
-                    f"--kubeconfig={self.kubeconfig}",
-                    f"--authentication-kubeconfig={self.kubeconfig}",
-                    f"--authorization-kubeconfig={self.kubeconfig}",
-                    "--leader-elect=false",
-                    "--controllers=job-controller,garbage-collector-controller",
-                    "--authentication-skip-lookup=true",
-                    "--bind-address=127.0.0.1",
-                    f"--secure-port={free_port()}",
-                    # Fast enough for tests; the defaults are tuned for big clusters.
-                    "--concurrent-job-syncs=10",
-                ],
-            )
+
+    def _start_scheduler(self, bin_dir: Path) -> None:
+        self._spawn(
+            "kube-scheduler",
+            [
+                str(bin_dir / "kube-scheduler"),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+            ],
+        )
+
+    def _start_controller_manager(self, bin_dir: Path) -> None:
+        """Only the Job and garbage-collector controllers: what the tests need from a cluster."""
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(bin_dir / "kube-controller-manager"),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
+                "--leader-elect=false",
+                "--controllers=job-controller,garbage-collector-controller",
+                "--authentication-skip-lookup=true",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                # Fast enough for tests; the defaults are tuned for big clusters.
+                "--concurrent-job-syncs=10",
+            ],
+        )
 
     def _write_kubeconfig(self) -> None:
         d = self.directory
