@@ -100,6 +100,7 @@ def ungater_with(
     }
     if hold:
         state.assume_admission(KEY, ADMISSION, {}, gpus)
+        state.confirm_admission(KEY)  # written: the ungater acts on it
     else:
         workload["metadata"]["annotations"][ASSIGNMENT_ANNOTATION] = json.dumps(
             {"main": {"n1": [["0", "3"], ["1", "2"]], "n2": [["4", "5"]]}}

@@ -78,7 +78,7 @@ def used_gpus(state: ControllerState) -> dict[str, int]:
 
 
 def test_usage_from_admission_is_exact_per_host_and_spread_over_a_rack() -> None:
-    nodes = {("r1",): ["a1", "a2", "a3"]}
+    nodes: dict[tuple[str, ...], list[str]] = {("r1",): ["a1", "a2", "a3"]}
     workload = admitted("w", [RACK, HOST], [(["r1", "a2"], 3)])
     assert usage_from_admission(workload, "w", lambda lv, v: nodes[tuple(v)]) == {
         "a2": {"cpu": 3000, "nvidia.com/gpu": 6, "pods": 3}
@@ -203,7 +203,9 @@ def test_the_catalog_is_parsed_once_per_change() -> None:
 
 def test_a_bad_queue_object_is_left_out_and_the_rest_still_parses() -> None:
     state = ControllerState()
-    state.handler(CLUSTER_QUEUES)(None, {"metadata": {"name": "bad"}, "spec": {"resourceGroups": "nope"}})
+    state.handler(CLUSTER_QUEUES)(
+        None, {"metadata": {"name": "bad"}, "spec": {"resourceGroups": "nope"}}
+    )
     state.handler(TOPOLOGIES)(
         None, {"metadata": {"name": "dc"}, "spec": {"levels": [{"nodeLabel": RACK}]}}
     )

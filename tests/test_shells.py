@@ -1,0 +1,329 @@
+"""The shells (admitter, job sync) against FakeKube, the in-memory API server at the transport
+seam: what they write, in which order, and what they do when a write fails."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from topogate.admission.admitter import Admitter
+from topogate.admission.jobsync import JobSync
+from topogate.admission.podsets import translate
+from topogate.api import constants as c
+from topogate.api.gpus import ASSIGNMENT_ANNOTATION
+from topogate.api.objects import condition, key_of
+from topogate.kube.errors import KubeError
+from topogate.kube.events import EventRecorder
+from topogate.kube.resources import (
+    CLUSTER_QUEUES,
+    JOBS,
+    LOCAL_QUEUES,
+    NODES,
+    RESOURCE_FLAVORS,
+    TOPOLOGIES,
+    WORKLOADS,
+    Resource,
+)
+from topogate.metrics import Metrics
+from topogate.state import WATCHED, ControllerState
+from topogate.testing.fakekube import FakeKube
+
+RACK, HOST = "cloud.com/rack", "kubernetes.io/hostname"
+Obj = dict[str, Any]
+
+
+def cluster_objects() -> Iterator[tuple[Resource, Obj]]:
+    yield (
+        TOPOLOGIES,
+        {
+            "apiVersion": "topogate.dev/v1alpha1",
+            "kind": "Topology",
+            "metadata": {"name": "dc"},
+            "spec": {"levels": [{"nodeLabel": RACK}, {"nodeLabel": HOST}]},
+        },
+    )
+    yield (
+        RESOURCE_FLAVORS,
+        {
+            "apiVersion": "topogate.dev/v1alpha1",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "tas"},
+            "spec": {"nodeLabels": {"pool": "gpu"}, "topologyName": "dc"},
+        },
+    )
+    quotas = [{"name": "cpu", "nominalQuota": 64}, {"name": "nvidia.com/gpu", "nominalQuota": 64}]
+    yield (
+        CLUSTER_QUEUES,
+        {
+            "apiVersion": "topogate.dev/v1alpha1",
+            "kind": "ClusterQueue",
+            "metadata": {"name": "cq"},
+            "spec": {
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "nvidia.com/gpu"],
+                        "flavors": [{"name": "tas", "resources": quotas}],
+                    }
+                ]
+            },
+        },
+    )
+    yield (
+        LOCAL_QUEUES,
+        {
+            "apiVersion": "topogate.dev/v1alpha1",
+            "kind": "LocalQueue",
+            "metadata": {"name": "q", "namespace": "ml"},
+            "spec": {"clusterQueue": "cq"},
+        },
+    )
+    for name, rack in [("n1", "r1"), ("n2", "r1"), ("n3", "r2")]:
+        yield (
+            NODES,
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "labels": {RACK: rack, HOST: name, "pool": "gpu"},
+                    "annotations": {"topogate.dev/gpu-profile": "nvswitch-8"},
+                },
+                "status": {
+                    "allocatable": {"cpu": "32", "nvidia.com/gpu": "8", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            },
+        )
+
+
+def pod_template(gpus: int, annotations: dict[str, str] | None = None) -> Obj:
+    resources = {"requests": {"cpu": "1", "nvidia.com/gpu": str(gpus)}}
+    return {
+        "metadata": {
+            "annotations": annotations or {f"{c.KUEUE_GROUP}/{c.REQUIRED_TOPOLOGY}": RACK}
+        },
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": resources}]},
+    }
+
+
+def workload(name: str, count: int = 2, gpus: int = 4, **template: Any) -> Obj:
+    return {
+        "apiVersion": "topogate.dev/v1alpha1",
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": "ml", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {
+            "queueName": "q",
+            "podSets": [
+                {"name": "main", "count": count, "template": pod_template(gpus, **template)}
+            ],
+        },
+    }
+
+
+class Harness:
+    """A FakeKube and a controller state kept in step with it, as the reflectors would."""
+
+    def __init__(self) -> None:
+        self.kube = FakeKube()
+        self.state = ControllerState()
+        self.metrics = Metrics()
+        for resource, obj in cluster_objects():
+            self.kube.seed(resource, obj)
+        self.deliver()
+
+    def deliver(self) -> None:
+        """Bring the state up to what the API server holds (a relist's difference)."""
+        for resource in WATCHED:
+            stored = {key_of(o): o for o in self.kube.objects(resource)}
+            known = dict(self.state.store(resource))
+            handler = self.state.handler(resource)
+            for key, obj in stored.items():
+                if known.get(key) != obj:
+                    handler(known.get(key), copy.deepcopy(obj))
+            for key, obj in known.items():
+                if key not in stored:
+                    handler(obj, None)
+
+    def admitter(self) -> tuple[Admitter, EventRecorder]:
+        events = EventRecorder(self.kube, "test")
+        return Admitter(self.kube, self.state, self.metrics, events), events
+
+    def attempts(self, result: str) -> float:
+        value = self.metrics.registry.get_sample_value(
+            "topogate_admission_attempts_total", {"result": result}
+        )
+        return value or 0.0
+
+    def held_gpus(self) -> int:
+        snapshot = self.state.snapshot()
+        return int(snapshot.used[:, snapshot.resources.index("nvidia.com/gpu")].sum())
+
+
+async def test_the_admitter_writes_gpu_sets_before_the_admission() -> None:
+    h = Harness()
+    h.kube.seed(WORKLOADS, workload("w"))
+    h.deliver()
+    admitter, events = h.admitter()
+    await admitter.cycle()
+    await events.drain()
+    writes = [call.resource for call in h.kube.calls if call.method == "patch"]
+    assert writes == ["workloads", "workloads/status"]  # never an admission without its sets
+    stored = h.kube.stored(WORKLOADS, "w", "ml")
+    assert stored is not None
+    assert ASSIGNMENT_ANNOTATION in stored["metadata"]["annotations"]
+    admission = stored["status"]["admission"]
+    topology = admission["podSetAssignments"][0]["topologyAssignment"]
+    assert topology["levels"] == [HOST]
+    assert sum(d["count"] for d in topology["domains"]) == 2
+    assert condition(stored, "Admitted") is not None
+    assert h.state.admission_of("ml/w") == admission  # acted on before the watch brings it
+    assert h.held_gpus() == 8
+    assert h.attempts("admitted") == 1
+
+
+async def test_a_conflict_gives_the_capacity_back_and_the_next_cycle_admits() -> None:
+    h = Harness()
+    h.kube.seed(WORKLOADS, workload("w"))
+    h.deliver()
+    h.kube.fail_next("patch", KubeError(409, "Conflict", "changed"), resource="workloads/status")
+    admitter, events = h.admitter()
+    await admitter.cycle()
+    assert h.state.reserved("ml/w") is None
+    assert h.held_gpus() == 0
+    assert h.attempts("conflict") == 1
+    assert h.state.signals.admit_event.is_set()  # another cycle is asked for
+    h.deliver()  # the GPU annotation write went through: a new version arrives
+    await admitter.cycle()
+    await events.drain()
+    stored = h.kube.stored(WORKLOADS, "w", "ml")
+    assert stored is not None and stored["status"]["admission"]
+    assert h.held_gpus() == 8
+
+
+@pytest.mark.parametrize(
+    "error",
+    [aiohttp.ClientConnectionError("reset by peer"), TimeoutError(), KubeError(503, "", "busy")],
+)
+async def test_a_broken_transport_never_escapes_the_admitter(error: BaseException) -> None:
+    h = Harness()
+    h.kube.seed(WORKLOADS, workload("w"))
+    h.deliver()
+    h.kube.fail_next("patch", error, resource=WORKLOADS)
+    admitter, events = h.admitter()
+    await admitter.cycle()  # raises nothing
+    await events.drain()
+    assert h.state.reserved("ml/w") is None
+    assert h.held_gpus() == 0
+
+
+async def test_a_pending_workload_gets_its_message_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    h = Harness()
+    h.kube.seed(WORKLOADS, workload("big", count=4, gpus=8))  # a rack holds 2 such pods
+    h.deliver()
+    translated: list[str] = []
+
+    def counting(obj: Obj, key: str, catalog: Any) -> Any:
+        translated.append(key)
+        return translate(obj, key, catalog)
+
+    monkeypatch.setattr("topogate.admission.admitter.translate", counting)
+    admitter, events = h.admitter()
+    await admitter.cycle()
+    h.deliver()
+    stored = h.kube.stored(WORKLOADS, "big", "ml")
+    assert stored is not None
+    pending = condition(stored, "QuotaReserved")
+    assert pending is not None and pending["reason"] == "Pending"
+    assert "allows to fit only 2 out of 4 pod(s)" in pending["message"]
+    status_writes = len(h.kube.calls_of("patch", "workloads/status"))
+    await admitter.cycle()  # same message: not written again
+    assert len(h.kube.calls_of("patch", "workloads/status")) == status_writes
+    # Translated once for its first version and once for the version the write made; a cycle
+    # with nothing new translates nothing.
+    assert translated == ["ml/big", "ml/big"]
+    await admitter.cycle()
+    assert translated == ["ml/big", "ml/big"]
+    # A queue change may change the answer: translated again.
+    local = h.kube.stored(LOCAL_QUEUES, "q", "ml")
+    assert local is not None
+    h.kube.seed(LOCAL_QUEUES, {**local, "metadata": {**local["metadata"], "labels": {"x": "y"}}})
+    h.deliver()
+    await admitter.cycle()
+    await events.drain()
+    assert translated == ["ml/big", "ml/big", "ml/big"]
+
+
+def queued_job(name: str = "train", suspend: bool = True) -> Obj:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "uid": f"uid-{name}",
+            "labels": {"kueue.x-k8s.io/queue-name": "q"},
+        },
+        "spec": {
+            "parallelism": 2,
+            "completions": 2,
+            "completionMode": "Indexed",
+            "suspend": suspend,
+            "template": pod_template(4),
+        },
+    }
+
+
+async def test_job_sync_carries_a_job_from_queued_to_started_to_finished() -> None:
+    h = Harness()
+    h.kube.seed(JOBS, queued_job(suspend=False))
+    h.deliver()
+    events = EventRecorder(h.kube, "test")
+    sync = JobSync(h.kube, h.state, events)
+    await sync.reconcile("Job", "ml/train")
+    job = h.kube.stored(JOBS, "train", "ml")
+    assert job is not None and job["spec"]["suspend"] is True  # it ran without an admission
+    [created] = h.kube.objects(WORKLOADS)
+    assert created["spec"]["queueName"] == "q"
+    assert created["metadata"]["ownerReferences"][0]["name"] == "train"
+    h.deliver()
+    admitter, _ = h.admitter()
+    await admitter.cycle()
+    h.deliver()
+    await sync.reconcile("Job", "ml/train")
+    job = h.kube.stored(JOBS, "train", "ml")
+    assert job is not None and job["spec"]["suspend"] is False
+    template = job["spec"]["template"]
+    assert template["metadata"]["labels"][c.PODSET_LABEL] == "main"
+    assert template["spec"]["schedulingGates"] == [{"name": c.TOPOLOGY_GATE}]
+    assert template["spec"]["nodeSelector"] == {"pool": "gpu"}  # the flavor's node labels
+    h.deliver()
+    done = copy.deepcopy(job)
+    done["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    h.kube.seed(JOBS, done)
+    h.deliver()
+    await sync.reconcile("Job", "ml/train")
+    await events.drain()
+    stored = h.kube.stored(WORKLOADS, created["metadata"]["name"], "ml")
+    finished = condition(stored, "Finished")
+    assert finished is not None and finished["reason"] == "Succeeded"
+    h.deliver()
+    assert h.held_gpus() == 0  # the finished workload's capacity is released
+
+
+async def test_job_sync_retries_after_a_broken_transport() -> None:
+    h = Harness()
+    h.kube.seed(JOBS, queued_job())
+    h.deliver()
+    h.kube.fail_next("create", aiohttp.ClientConnectionError("reset"), resource=WORKLOADS)
+    events = EventRecorder(h.kube, "test")
+    sync = JobSync(h.kube, h.state, events, retry_seconds=0)
+    h.state.signals.take_jobs()
+    await sync.reconcile_logged("Job", "ml/train")  # raises nothing
+    assert h.state.signals.take_jobs() == {("Job", "ml/train")}  # and asks to try again
+    await sync.reconcile_logged("Job", "ml/train")
+    await events.drain()
+    assert len(h.kube.objects(WORKLOADS)) == 1
