@@ -35,6 +35,7 @@ from topogate.api.hypernodes import NODE, HyperNode, parse_hypernode
 from topogate.api.jobs import workload_from_object
 from topogate.api.kinds import JOB_KINDS, job_kind, queue_name
 from topogate.api.models import ClusterQueue, PodSet, ResourceFlavor, Topology
+from topogate.api.objects import annotations_of, as_mapping, labels_of
 from topogate.api.validation import object_name, parse_model
 from topogate.cache.hypernodes import build_forest, missing_member_problem
 from topogate.cache.nodes import NodeInfo
@@ -88,6 +89,7 @@ class Review:
         obj = request.get("object") or {}
         if not isinstance(kind, dict) or not isinstance(obj, dict):
             raise ValueError("request.kind and request.object must be objects")
+        _check_metadata(obj.get("metadata"))
         return cls(
             uid=request["uid"],
             kind=str(kind.get("kind", "")),
@@ -97,6 +99,26 @@ class Review:
             obj=obj,
             dry_run=bool(request.get("dryRun")),
         )
+
+
+def _check_metadata(metadata: Any) -> None:
+    """ObjectMeta's shape, which every handler relies on: a loose CRD schema lets anything
+    through the API server, and such a review is a 400 naming the field, never a crash."""
+    if metadata is None:
+        return
+    if not isinstance(metadata, dict):
+        raise ValueError("request.object.metadata must be an object")
+    for name in ("labels", "annotations"):
+        value = metadata.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            raise ValueError(f"request.object.metadata.{name} must map strings to strings")
+    for name in ("name", "namespace", "generateName"):
+        if metadata.get(name) is not None and not isinstance(metadata.get(name), str):
+            raise ValueError(f"request.object.metadata.{name} must be a string")
 
 
 def response(
@@ -135,10 +157,9 @@ def _suspend(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _gate_pod(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
-    meta = obj.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
-    spec = obj.get("spec") or {}
+    labels = labels_of(obj)
+    annotations = annotations_of(obj)
+    spec = as_mapping(obj.get("spec"))
     patch: list[dict[str, Any]] = []
     podset = labels.get(c.PODSET_LABEL) or labels.get(JOBSET_REPLICATED_JOB) or "main"
     if not labels:
@@ -168,6 +189,8 @@ def _gate_pod(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
                 }
             )
     gates = spec.get("schedulingGates") or []
+    if not isinstance(gates, list):
+        gates = []  # not a list: the API server refuses the pod itself
     if spec.get("nodeName"):
         return patch  # already bound (a gate would be refused): nothing to hold back
     if not any(isinstance(g, dict) and g.get("name") == c.TOPOLOGY_GATE for g in gates):
@@ -321,4 +344,7 @@ def validate(review: Review, view: ClusterView | None = None) -> dict[str, Any]:
         check(review, view or NoView())
     except InputError as error:
         return response(review.uid, allowed=False, message=error.describe(), code=422)
+    except ValueError as error:  # a model refused a value the checks above let through
+        where = object_name(review.obj)
+        return response(review.uid, allowed=False, message=f"{where}: {error}", code=422)
     return response(review.uid)

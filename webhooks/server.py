@@ -16,11 +16,12 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
 from .certs import issue, make_ca
-from .review import ClusterView, NoView, Review, mutate, validate
+from .review import ClusterView, NoView, Review, mutate, response, validate
 
 log = logging.getLogger("topogate.webhooks")
 
@@ -116,6 +117,10 @@ async def _review(request: web.Request) -> Review | web.Response:
     body = b"".join(chunks)
     try:
         return Review.parse(json.loads(body))
+    except RecursionError:
+        return web.json_response(
+            {"error": "malformed AdmissionReview: nested too deeply"}, status=400
+        )
     except (ValueError, UnicodeDecodeError) as error:
         log.warning("refused a malformed AdmissionReview: %s", error)
         return web.json_response({"error": f"malformed AdmissionReview: {error}"}, status=400)
@@ -125,7 +130,7 @@ async def _mutate(request: web.Request) -> web.Response:
     review = await _review(request)
     if isinstance(review, web.Response):
         return review
-    return web.json_response(mutate(review))
+    return web.json_response(_answer(mutate, review))
 
 
 async def _validate(request: web.Request) -> web.Response:
@@ -134,10 +139,26 @@ async def _validate(request: web.Request) -> web.Response:
         return review
     view = await request.app[VIEW_KEY](review)
     if request.app[BLOCKING_KEY]:  # it asks the API server: keep that off the event loop
-        answer = await asyncio.get_running_loop().run_in_executor(None, validate, review, view)
+        loop = asyncio.get_running_loop()
+        answer = await loop.run_in_executor(None, _answer, validate, review, view)
     else:  # the controller's own state: read on the loop that owns it
-        answer = validate(review, view)
+        answer = _answer(validate, review, view)
     return web.json_response(answer)
+
+
+def _answer(handler: Callable[..., dict[str, Any]], review: Review, *args: Any) -> dict[str, Any]:
+    """The handler's answer; an object it cannot process is refused (400), never a 500: the
+    handlers are total over well-formed reviews, so this is a bug, logged with its trace."""
+    try:
+        return handler(review, *args)
+    except RecursionError:
+        return response(
+            review.uid, allowed=False, message="the object is nested too deeply", code=400
+        )
+    except Exception as error:
+        log.exception("could not process %s %s", review.kind, review.uid)
+        message = f"topogate could not process this {review.kind}: {type(error).__name__}"
+        return response(review.uid, allowed=False, message=message, code=400)
 
 
 async def _healthz(request: web.Request) -> web.Response:
