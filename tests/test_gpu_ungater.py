@@ -9,9 +9,10 @@ from typing import Any
 
 from topogate.api import constants as c
 from topogate.api.gpus import ALLOCATION_ANNOTATION, ASSIGNMENT_ANNOTATION, GpuAssignment
-from topogate.kube.resources import PODS, WORKLOADS, Resource
+from topogate.kube.resources import PODS, WORKLOADS
 from topogate.metrics import Metrics
 from topogate.state import ControllerState
+from topogate.testing.fakekube import FakeKube
 from topogate.ungater.controller import Ungater
 from topogate.ungater.gpus import gpu_allocations, visible_gpus
 from topogate.ungater.ranks import Ungate
@@ -69,22 +70,11 @@ def pod(
     }
 
 
-class FakeKube:
-    def __init__(self) -> None:
-        self.patches: dict[str, list[dict[str, Any]]] = {}
-
-    async def patch(
-        self,
-        resource: Resource,
-        name: str,
-        body: Any,
-        namespace: str | None = None,
-        subresource: str = "",
-        content_type: str = "",
-    ) -> dict[str, Any]:
-        assert resource is PODS
-        self.patches[name] = body
-        return {}
+def patches(kube: FakeKube) -> dict[str, list[dict[str, Any]]]:
+    """Each pod's JSON patch, by pod name (every write the ungater made is one)."""
+    calls = kube.calls_of("patch")
+    assert all(call.resource == "pods" for call in calls)
+    return {str(call.name): call.body for call in calls}
 
 
 def ungater_with(
@@ -107,10 +97,10 @@ def ungater_with(
         )
         workload["status"] = {"admission": ADMISSION}
     state.handler(WORKLOADS)(None, workload)
-    for p in pods:
-        state.handler(PODS)(None, p)
     kube = FakeKube()
-    ungater = Ungater(kube, state, Metrics())  # type: ignore[arg-type]
+    for p in pods:
+        state.handler(PODS)(None, kube.seed(PODS, p))
+    ungater = Ungater(kube, state, Metrics())
     return ungater, kube
 
 
@@ -127,16 +117,16 @@ def allocation_of(patch: list[dict[str, Any]]) -> dict[str, Any]:
 def test_each_pod_gets_the_next_set_of_its_node_in_the_same_patch() -> None:
     ungater, kube = ungater_with([pod(0), pod(1), pod(2)])
     asyncio.run(ungater.round([KEY]))
-    assert sorted(kube.patches) == ["wl-0", "wl-1", "wl-2"]
-    patch = kube.patches["wl-0"]
+    assert sorted(patches(kube)) == ["wl-0", "wl-1", "wl-2"]
+    patch = patches(kube)["wl-0"]
     assert patch[0]["op"] == "test" and patch[1]["path"] == "/spec/schedulingGates"
     assert {"op": "add", "path": "/spec/nodeSelector", "value": {HOST: "n1"}} in patch
     assert allocation_of(patch) == {
         "allocatedGPUs": {"0": ["0", "3"]},
         "visibleGPUs": ["0", "1", "2", "3"],
     }
-    assert allocation_of(kube.patches["wl-1"])["allocatedGPUs"] == {"0": ["1", "2"]}
-    assert allocation_of(kube.patches["wl-2"]) == {
+    assert allocation_of(patches(kube)["wl-1"])["allocatedGPUs"] == {"0": ["1", "2"]}
+    assert allocation_of(patches(kube)["wl-2"]) == {
         "allocatedGPUs": {"0": ["4", "5"]},
         "visibleGPUs": ["4", "5"],
     }
@@ -147,8 +137,8 @@ def test_sets_held_by_released_siblings_are_skipped() -> None:
     pods = [pod(0, gated=False, node="n1", allocation=held), pod(1), pod(2)]
     ungater, kube = ungater_with(pods, hold=False)  # after a restart: from the annotation
     asyncio.run(ungater.round([KEY]))
-    assert sorted(kube.patches) == ["wl-1", "wl-2"]
-    assert allocation_of(kube.patches["wl-1"])["allocatedGPUs"] == {"0": ["1", "2"]}
+    assert sorted(patches(kube)) == ["wl-1", "wl-2"]
+    assert allocation_of(patches(kube)["wl-1"])["allocatedGPUs"] == {"0": ["1", "2"]}
 
 
 def test_a_finished_sibling_gives_its_set_back() -> None:
@@ -175,8 +165,8 @@ def test_gpus_are_split_over_containers_in_order() -> None:
 def test_pods_without_sets_are_patched_as_before() -> None:
     ungater, kube = ungater_with([pod(0), pod(1), pod(2)], gpus={})
     asyncio.run(ungater.round([KEY]))
-    assert len(kube.patches) == 3  # every pod is still released
-    for patch in kube.patches.values():
+    assert len(patches(kube)) == 3  # every pod is still released
+    for patch in patches(kube).values():
         assert not [op for op in patch if "annotations" in op["path"]]
 
 
@@ -187,6 +177,6 @@ def test_a_pod_without_annotations_gets_the_map() -> None:
     bare = copy.deepcopy(plan[0][0])
     bare["metadata"].pop("annotations")  # the op must create the map, not add a key to it
     asyncio.run(ungater._patch(KEY, bare, plan[0][1]))
-    op = kube.patches["wl-0"][-1]
+    op = patches(kube)["wl-0"][-1]
     assert op["path"] == "/metadata/annotations"
     assert set(op["value"]) == {ALLOCATION_ANNOTATION}
