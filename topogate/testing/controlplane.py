@@ -68,6 +68,7 @@ class ControlPlane:
     api_port: int = 0
     pids: dict[str, int] = field(default_factory=dict)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    argv: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def kubeconfig(self) -> Path:
@@ -94,7 +95,8 @@ class ControlPlane:
         return plane
 
     def _spawn(self, name: str, argv: Sequence[str]) -> None:
-        log = open(self.directory / f"{name}.log", "wb")  # noqa: SIM115 - owned by the child
+        self.argv[name] = list(argv)
+        log = open(self.directory / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
         process = subprocess.Popen(
             list(argv), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
@@ -255,6 +257,33 @@ class ControlPlane:
             "current-context": "local",
         }
         self.kubeconfig.write_text(yaml.safe_dump(config))
+
+    # --- faults --------------------------------------------------------------------------
+
+    def restart_apiserver(self, down: float = 0.0, *, kill: bool = False) -> float:
+        """Stop kube-apiserver (SIGTERM, or SIGKILL with ``kill``), stay down ``down`` seconds,
+        start it again on the same port and etcd; returns when it is ready (the seconds it
+        was unreachable). For the resilience tests: clients see refused connections, broken
+        watches and, after it, 410s."""
+        name = "kube-apiserver"
+        started = time.monotonic()
+        pid = self.pids.pop(name)
+        stopped = [p for p in self.processes if p.pid == pid]
+        self.processes = [p for p in self.processes if p.pid != pid]
+        if kill:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        _terminate(pid, 10.0)
+        for process in stopped:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=5)
+        time.sleep(down)
+        self._spawn(name, self.argv[name])
+        d = self.directory
+        context = ssl.create_default_context(cafile=str(d / "serving-ca.crt"))
+        context.load_cert_chain(str(d / "admin.crt"), str(d / "admin.key"))
+        self._wait(name, f"{self.url}/readyz", context, 120)
+        return time.monotonic() - started
 
     # --- state and stop ------------------------------------------------------------------
 
