@@ -15,10 +15,3 @@ class InputError(ValueError):
     def describe(self) -> str:
         parts = [p for p in (self.where, self.field) if p]
         return f"{': '.join(parts)}: {self.message}" if parts else self.message
-
-    def located(self, where: str) -> InputError:
-        """The same error, placed inside ``where`` (a file or an enclosing object)."""
-        inner = f"{self.where}" if self.where else ""
-        return InputError(
-            self.message, where=f"{where}: {inner}" if inner else where, field=self.field
-        )

@@ -264,27 +264,35 @@ def test_bound_pods_count_as_usage(
             lambda job: job["spec"]["template"]["metadata"]["annotations"].update(
                 {"kueue.x-k8s.io/podset-preferred-topology": BLOCK}
             ),
-            "must not contain more than one topology annotation",
+            "Job ml/train: spec.template.metadata.annotations: Invalid value: must not contain "
+            "more than one topology annotation (required, preferred, unconstrained); found "
+            "kueue.x-k8s.io/podset-required-topology, kueue.x-k8s.io/podset-preferred-topology",
         ),
         (
             lambda job: job["spec"]["template"]["metadata"]["annotations"].update(
                 {"kueue.x-k8s.io/podset-required-topology": "no-such-level"}
             ),
-            "spec.template.metadata.annotations[kueue.x-k8s.io/podset-required-topology]: 'no-such-level' is not a level of topology 'dc'",
+            "Job ml/train: spec.template.metadata.annotations[kueue.x-k8s.io/podset-required-topology]: "
+            "'no-such-level' is not a level of topology 'dc' (levels: "
+            "cloud.example.com/topology-block (tier 2), cloud.example.com/topology-rack (tier 1), "
+            "kubernetes.io/hostname (tier 0))",
         ),
         (
             lambda job: job["spec"]["template"]["spec"]["containers"][0]["resources"][
                 "limits"
             ].update({"nvidia.com/gpu": "eight"}),
-            "spec.template.spec.containers[0].resources.limits.nvidia.com/gpu: 'eight' is not a quantity",
+            "Job ml/train: spec.template.spec.containers[0].resources.limits.nvidia.com/gpu: "
+            "'eight' is not a quantity (expected e.g. 500m, 2, 1.5Gi, 4e3)",
         ),
         (
             lambda job: job["spec"].update({"parallelism": -1}),
-            "spec.parallelism: -1 must be a non-negative integer",
+            "Job ml/train: spec.parallelism: -1 must be a non-negative integer",
         ),
         (
             lambda job: job.update({"kind": "Deployment", "apiVersion": "apps/v1"}),
-            "is not a workload",
+            "Deployment ml/train: kind 'Deployment' with apiVersion 'apps/v1' is not a workload; "
+            "expected batch/v1 Job, jobset.x-k8s.io/v1alpha2 JobSet, v1 Pod or "
+            "topogate.dev/v1alpha1 Workload",
         ),
     ],
 )
@@ -299,8 +307,7 @@ def test_invalid_workload_exits_2_with_one_line(
     assert captured.out == ""
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1, lines
-    assert lines[0].startswith(f"topogate plan: error: {path}: ")
-    assert expected in lines[0]
+    assert lines[0] == f"topogate plan: error: {path}: {expected}"
 
 
 def test_invalid_node_names_file_object_and_field(
@@ -329,9 +336,9 @@ def test_invalid_topology_names_the_field(
     path = _write(tmp_path, topology, "t.yaml")
     assert main(["plan", "--cluster", str(path), "--workload", str(_write(tmp_path, _job(1)))]) == 2
     err = capsys.readouterr().err
-    assert (
-        "Topology dc: spec.levels: kubernetes.io/hostname is allowed only as the lowest (last) level"
-        in err
+    assert err == (
+        f"topogate plan: error: {path}: "
+        "Topology dc: spec.levels: kubernetes.io/hostname is allowed only as the lowest (last) level\n"
     )
 
 
@@ -450,5 +457,9 @@ def test_example_and_console_script_without_traceback(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 2
-    assert "Traceback" not in done.stderr and "invalid YAML" in done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in done.stderr
+    assert done.stderr == (
+        f"topogate plan: error: {broken}: invalid YAML: while parsing a flow sequence   "
+        "in \"<unicode string>\", line 1, column 7 did not find expected ',' or ']'   "
+        'in "<unicode string>", line 2, column 1\n'
+    )

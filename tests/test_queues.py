@@ -58,9 +58,10 @@ def test_priority_then_age_decides_who_goes_first() -> None:
     result = admission_cycle({"cq": _queue(gpus=64)}, pending, {}, _placer())
     # Two racks of two 8-GPU hosts: only two rack-sized gangs fit.
     assert [a.key for a in result.admitted] == ["ns/urgent", "ns/old"]
-    assert result.pending["ns/new"].startswith(
-        'flavor gpu: topology "dc" doesn\'t allow to fit any of 2 pod(s)'
-    )
+    assert result.pending == {
+        "ns/new": 'flavor gpu: topology "dc" doesn\'t allow to fit any of 2 pod(s). '
+        'Total nodes: 4; excluded: resource "example.com/gpu": 4'
+    }
 
 
 def test_admissions_in_one_cycle_hold_capacity_for_the_next() -> None:
@@ -83,10 +84,15 @@ def test_strict_fifo_blocks_behind_the_head_best_effort_lets_smaller_ones_by() -
     ]
     strict = admission_cycle({"cq": _queue("StrictFIFO")}, pending, {}, _placer())
     assert strict.admitted == []
-    assert strict.pending["ns/small"] == "waiting behind ns/big (StrictFIFO)"
+    assert strict.pending == {
+        "ns/big": 'flavor gpu: topology "dc" allows to fit only 2 out of 3 pod(s)',
+        "ns/small": "waiting behind ns/big (StrictFIFO)",
+    }
     best = admission_cycle({"cq": _queue("BestEffortFIFO")}, pending, {}, _placer())
     assert [a.key for a in best.admitted] == ["ns/small"]
-    assert "allows to fit only 2 out of 3 pod(s)" in best.pending["ns/big"]
+    assert best.pending == {
+        "ns/big": 'flavor gpu: topology "dc" allows to fit only 2 out of 3 pod(s)'
+    }
 
 
 def test_quota_is_per_cluster_queue_and_held_until_released() -> None:

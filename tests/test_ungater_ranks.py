@@ -138,19 +138,11 @@ def test_jobset_missing_job_index_falls_back_to_greedy() -> None:
     assert placed(plan)["a"] == ("b1", "r1")
 
 
-def test_offset() -> None:
-    # Workers of a leader+workers group: indexes 1..3, offset 1 (the leader count).
-    domains = (Domain(("b1", "r1"), 1), Domain(("b1", "r2"), 2))
-    pods = [pod("w1", 3), pod("w2", 2), pod("w3", 1)]
-    plan = plan_ungates(LEVELS, domains, pods, count=3, offset=1)
-    assert placed(plan) == {"w1": ("b1", "r2"), "w2": ("b1", "r2"), "w3": ("b1", "r1")}
-
-
-def test_offset_too_small_leaves_a_rank_out_of_range() -> None:
+def test_rank_out_of_range_falls_back_to_greedy() -> None:
     domains = (Domain(("b1", "r1"), 1), Domain(("b1", "r2"), 2))
     # Ranks 1, 2, 3 with count 3: out of range -> greedy by name.
     pods = [pod("c", 1), pod("b", 2), pod("a", 3)]
-    plan = plan_ungates(LEVELS, domains, pods, count=3, offset=0)
+    plan = plan_ungates(LEVELS, domains, pods, count=3)
     assert placed(plan) == {"a": ("b1", "r1"), "b": ("b1", "r2"), "c": ("b1", "r2")}
 
 
@@ -320,10 +312,3 @@ def test_expectations() -> None:
     exp.expect("ns/wl", {"c"})
     exp.forget("ns/wl")
     assert not exp.pending("ns/wl")
-
-
-def test_index_below_offset_falls_back_to_greedy() -> None:
-    domains = (Domain(("b1", "r1"), 1), Domain(("b1", "r2"), 1))
-    # "a" has rank 2 - 1 = 1 (b1/r2), but "b" has rank -1: greedy by name instead.
-    plan = plan_ungates(LEVELS, domains, [pod("a", 2), pod("b", 0)], count=2, offset=1)
-    assert placed(plan) == {"a": ("b1", "r1"), "b": ("b1", "r2")}

@@ -131,7 +131,7 @@ def test_kai_preferred_rack_climbs_to_the_required_zone() -> None:
 def test_kai_climbs_no_higher_than_the_required_zone() -> None:
     result = run(kai_cluster(), job(17, kai(required=ZONE, preferred=RACK)))
     assert not result.fits
-    assert 'topology "gpu-tree" allows to fit only 16 out of 17 pod(s)' in result.decision.message
+    assert result.decision.message == 'topology "gpu-tree" allows to fit only 16 out of 17 pod(s)'
 
 
 def test_kai_preferred_only_may_span_zones() -> None:
@@ -141,7 +141,9 @@ def test_kai_preferred_only_may_span_zones() -> None:
 
 
 def test_kai_required_only_is_a_hard_level() -> None:
-    assert not run(kai_cluster(), job(9, kai(required=RACK))).fits
+    refused = run(kai_cluster(), job(9, kai(required=RACK)))
+    assert not refused.fits
+    assert refused.decision.message == 'topology "gpu-tree" allows to fit only 8 out of 9 pod(s)'
     assert racks_used(run(kai_cluster(), job(6, kai(required=RACK)))) in (
         {"rack-a1"},
         {"rack-a3"},
@@ -152,28 +154,44 @@ def test_kai_required_only_is_a_hard_level() -> None:
 def test_kai_preferred_above_required_is_an_error() -> None:
     with pytest.raises(InputError) as error:
         run(kai_cluster(), job(2, kai(required=RACK, preferred=ZONE)))
-    assert "kai.scheduler/topology-preferred-placement" in error.value.describe()
-    assert "is above the required level" in error.value.describe()
+    assert error.value.describe() == (
+        "Job ml/train: spec.template.metadata.annotations"
+        "[kai.scheduler/topology-preferred-placement]: "
+        "the preferred level 'zone' is above the required level 'rack'"
+    )
 
 
 def test_kai_unknown_level_names_the_annotation() -> None:
     with pytest.raises(InputError) as error:
         run(kai_cluster(), job(2, kai(required="row")))
-    text = error.value.describe()
-    assert "kai.scheduler/topology-required-placement" in text
-    assert "'row' is not a level of topology 'gpu-tree'" in text
+    assert error.value.describe() == (
+        "Job ml/train: spec.template.metadata.annotations"
+        "[kai.scheduler/topology-required-placement]: "
+        "'row' is not a level of topology 'gpu-tree' (levels: datacenter (tier 3), "
+        "zone (tier 2), rack (tier 1), kubernetes.io/hostname (tier 0))"
+    )
 
 
 def test_kai_unknown_topology_is_an_error() -> None:
     annotations = {**kai(required=ZONE), "kai.scheduler/topology": "other"}
-    with pytest.raises(InputError, match="names topology 'other'"):
+    with pytest.raises(InputError) as error:
         run(kai_cluster(), job(2, annotations))
+    assert error.value.describe() == (
+        "the workload: topology name annotation: names topology 'other', "
+        "which is not in the cluster input (found: gpu-tree)"
+    )
 
 
 def test_two_vocabularies_at_once_are_refused() -> None:
     annotations = {**kai(required=ZONE), "kueue.x-k8s.io/podset-required-topology": RACK}
-    with pytest.raises(InputError, match="more than one vocabulary"):
+    with pytest.raises(InputError) as error:
         workload_from_object(job(2, annotations))
+    assert error.value.describe() == (
+        "Job ml/train: spec.template.metadata.annotations: Invalid value: topology requests "
+        "in more than one vocabulary: Kueue (kueue.x-k8s.io/podset-required-topology); "
+        "KAI-Scheduler (kai.scheduler/topology-required-placement/"
+        "kai.scheduler/topology-preferred-placement); use one"
+    )
 
 
 # --- Volcano tiers on a label topology (tier 1 = the level above hostname) ----------------
@@ -187,15 +205,22 @@ def test_volcano_hard_tier_on_labels() -> None:
     # tier 1 = rack, tier 2 = zone, tier 3 = datacenter.
     result = run(kai_cluster(), job(10, volcano(mode="hard", highestTierAllowed=2)))
     assert result.fits and zones_used(result) == {"zone-b"}
-    assert not run(kai_cluster(), job(17, volcano(mode="hard", highestTierAllowed=2))).fits
+    refused = run(kai_cluster(), job(17, volcano(mode="hard", highestTierAllowed=2)))
+    assert not refused.fits
+    assert refused.decision.message == 'topology "gpu-tree" allows to fit only 16 out of 17 pod(s)'
     assert run(kai_cluster(), job(17, volcano(mode="hard", highestTierAllowed=3))).fits
 
 
 def test_volcano_tier_name_is_the_label_key() -> None:
     result = run(kai_cluster(), job(8, volcano(mode="hard", highestTierName=RACK)))
     assert racks_used(result) == {"rack-b1"}
-    with pytest.raises(InputError, match="highestTierName 'spine' names no tier"):
+    with pytest.raises(InputError) as error:
         run(kai_cluster(), job(8, volcano(mode="hard", highestTierName="spine")))
+    assert error.value.describe() == (
+        "Job ml/train: spec.template.metadata.annotations[topogate.dev/network-topology]: "
+        "highestTierName 'spine' names no tier of topology 'gpu-tree' (levels: "
+        "datacenter (tier 3), zone (tier 2), rack (tier 1), kubernetes.io/hostname (tier 0))"
+    )
 
 
 def test_volcano_soft_prefers_tier_1_and_may_span() -> None:
@@ -206,18 +231,34 @@ def test_volcano_soft_prefers_tier_1_and_may_span() -> None:
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"mode": "hard"}, "hard mode needs highestTierAllowed or highestTierName"),
-        ({"mode": "firm"}, "Unsupported value: 'firm'"),
-        ({"highestTierAllowed": -1}, "must be an integer >= 0"),
-        ({"highestTierAllowed": 1, "highestTierName": "x"}, "may not both be set"),
-        ({"tier": 1}, "unknown field(s) tier"),
+        (
+            {"mode": "hard"},
+            ": Required value: hard mode needs highestTierAllowed or highestTierName",
+        ),
+        ({"mode": "firm"}, '.mode: Unsupported value: \'firm\': supported values: "hard", "soft"'),
+        (
+            {"highestTierAllowed": -1},
+            ".highestTierAllowed: Invalid value: -1: must be an integer >= 0",
+        ),
+        (
+            {"highestTierAllowed": 1, "highestTierName": "x"},
+            ": Invalid value: highestTierAllowed and highestTierName may not both be set",
+        ),
+        (
+            {"tier": 1},
+            ': Invalid value: unknown field(s) tier; expected {"mode": "hard"|"soft", '
+            '"highestTierAllowed": <tier>} or {"mode": "hard", "highestTierName": "<tier name>"}; '
+            "spec.template.metadata.annotations[topogate.dev/network-topology]: "
+            "Required value: hard mode needs highestTierAllowed or highestTierName",
+        ),
     ],
 )
 def test_volcano_annotation_errors(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(InputError) as error:
         workload_from_object(job(2, volcano(**fields)))
-    assert message in error.value.describe()
-    assert "topogate.dev/network-topology" in error.value.describe()
+    assert error.value.describe() == (
+        "Job ml/train: spec.template.metadata.annotations[topogate.dev/network-topology]" + message
+    )
 
 
 # --- HyperJob on a JobSet: one replica per domain ----------------------------------------
@@ -276,11 +317,17 @@ def test_hyperjob_with_more_replicas_than_racks_does_not_fit() -> None:
     annotations = {"topogate.dev/replica-required-topology": RACK}
     result = run(kai_cluster(), jobset(7, 1, annotations))
     assert not result.fits  # 6 racks, 7 replicas
+    assert result.decision.message == 'topology "gpu-tree" allows to fit only 6 out of 7 pod(s)'
 
 
 def test_hyperjob_annotation_on_a_job_is_refused() -> None:
-    with pytest.raises(InputError, match="only a JobSet's replicated job"):
+    with pytest.raises(InputError) as error:
         workload_from_object(job(2, {"topogate.dev/replica-required-topology": RACK}))
+    assert error.value.describe() == (
+        "Job ml/train: spec.template.metadata.annotations"
+        "[topogate.dev/replica-required-topology]: "
+        "Forbidden: only a JobSet's replicated job has replicas to place one per domain"
+    )
 
 
 # --- Volcano on the seed's s0-s6 HyperNode tree ---------------------------------------------
@@ -314,7 +361,7 @@ def test_volcano_hard_tier_2_never_spans_s6() -> None:
     assert result.choice.source.level_keys == ("tier-3", "tier-2", "tier-1", HOST)
     refused = run(cluster, job(5, volcano(mode="hard", highestTierAllowed=2)))
     assert not refused.fits
-    assert 'topology "hypernodes" allows to fit only 4 out of 5 pod(s)' in refused.decision.message
+    assert refused.decision.message == 'topology "hypernodes" allows to fit only 4 out of 5 pod(s)'
     assert run(cluster, job(5, volcano(mode="hard", highestTierAllowed=3))).fits
 
 
@@ -325,7 +372,18 @@ def test_volcano_hard_tier_1_keeps_a_pair() -> None:
 
 
 def test_volcano_soft_spans_the_whole_forest_when_needed() -> None:
-    assert run(seed_forest_cluster(), job(8, volcano(mode="soft"))).fits
+    result = run(seed_forest_cluster(), job(8, volcano(mode="soft")))
+    assert result.fits, result.decision.message
+    assert result.choice.source.name == "hypernodes"
+    [placement] = result.decision.placements
+    assert placement.levels == (HOST,)
+    # All 8 single-GPU nodes, one pod each: both tier-2 domains (s4 and s5) under s6.
+    assert placement.node_counts == {f"node{i}": 1 for i in range(8)}
+    assert tier2_of(result) == {"s4", "s5"}
+    # Only when needed: 4 pods stay inside one tier-2 domain.
+    small = run(seed_forest_cluster(), job(4, volcano(mode="soft")))
+    assert small.fits and tier2_of(small) == {"s4"}
+    assert small.decision.placements[0].node_counts == {f"node{i}": 1 for i in range(4)}
 
 
 def test_kai_words_on_hypernode_tiers() -> None:
@@ -371,10 +429,19 @@ def test_balanced_placement_needs_a_preferred_request() -> None:
         "kueue.x-k8s.io/podset-required-topology": ZONE,
         "topogate.dev/balanced-placement": "true",
     }
-    with pytest.raises(InputError, match="preferred requests only"):
+    with pytest.raises(InputError) as error:
         run(two_racks(), job(4, required))
-    with pytest.raises(InputError, match="Unsupported value: 'yes'"):
+    assert error.value.describe() == (
+        "Job ml/train: spec.template.metadata.annotations[topogate.dev/balanced-placement]: "
+        "balanced placement applies to preferred requests only (Kueue's "
+        "podset-preferred-topology, KAI's preferred placement or Volcano's tiers)"
+    )
+    with pytest.raises(InputError) as error:
         workload_from_object(job(4, {"topogate.dev/balanced-placement": "yes"}))
+    assert error.value.describe() == (
+        "Job ml/train: spec.template.metadata.annotations[topogate.dev/balanced-placement]: "
+        'Unsupported value: \'yes\': supported values: "true", "false"'
+    )
 
 
 def test_builtin_hypernode_example_plans_within_a_spine(capsys: pytest.CaptureFixture[str]) -> None:

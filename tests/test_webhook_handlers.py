@@ -141,6 +141,7 @@ def test_level_must_belong_to_the_queue_topology() -> None:
     answer = validate(Review.parse(review_for(job, "Job", "batch", namespace="ml")), Catalog())[
         "response"
     ]
+    assert answer["allowed"] is False and answer["status"]["code"] == 422
     assert answer["status"]["message"] == (
         "Job ml/j: spec.template.metadata.annotations[kueue.x-k8s.io/podset-required-topology]: "
         "'cloud.com/zone' is not a level of topology 'dc' used by queue 'q' (levels: cloud.com/block, cloud.com/rack)"
@@ -148,9 +149,12 @@ def test_level_must_belong_to_the_queue_topology() -> None:
     job["spec"]["template"]["metadata"]["annotations"][
         "kueue.x-k8s.io/podset-required-topology"
     ] = RACK
-    assert validate(Review.parse(review_for(job, "Job", "batch", namespace="ml")), Catalog())[
-        "response"
-    ]["allowed"]
+    assert (
+        validate(Review.parse(review_for(job, "Job", "batch", namespace="ml")), Catalog())[
+            "response"
+        ]["allowed"]
+        is True
+    )
 
 
 def test_topology_flavor_and_queue_objects_are_validated() -> None:
@@ -161,9 +165,13 @@ def test_topology_flavor_and_queue_objects_are_validated() -> None:
         "spec": {"levels": [{"nodeLabel": "kubernetes.io/hostname"}, {"nodeLabel": RACK}]},
     }
     answer = validate(Review.parse(review_for(topology, "Topology", "kueue.x-k8s.io")))["response"]
-    assert answer["status"]["message"] == (
-        "Topology t: spec.levels: kubernetes.io/hostname is allowed only as the lowest (last) level"
-    )
+    assert answer["allowed"] is False
+    assert answer["status"] == {
+        "code": 422,
+        "message": "Topology t: spec.levels: "
+        "kubernetes.io/hostname is allowed only as the lowest (last) level",
+        "reason": "Invalid",
+    }
     queue = {
         "apiVersion": "topogate.dev/v1alpha1",
         "kind": "ClusterQueue",
@@ -179,12 +187,14 @@ def test_topology_flavor_and_queue_objects_are_validated() -> None:
             ]
         },
     }
-    message = validate(Review.parse(review_for(queue, "ClusterQueue", "topogate.dev")))["response"][
-        "status"
-    ]["message"]
-    assert message.startswith(
-        "ClusterQueue cq: spec.resourceGroups[0].flavors[0].resources[0].nominalQuota: 'lots' is not a quantity"
-    )
+    answer = validate(Review.parse(review_for(queue, "ClusterQueue", "topogate.dev")))["response"]
+    assert answer["allowed"] is False
+    assert answer["status"] == {
+        "code": 422,
+        "message": "ClusterQueue cq: spec.resourceGroups[0].flavors[0].resources[0].nominalQuota: "
+        "'lots' is not a quantity (expected e.g. 500m, 2, 1.5Gi, 4e3)",
+        "reason": "Invalid",
+    }
 
 
 async def test_server_answers_reviews_and_refuses_bad_bodies(aiohttp_client: Any) -> None:
@@ -193,15 +203,23 @@ async def test_server_answers_reviews_and_refuses_bad_bodies(aiohttp_client: Any
         "/mutate", json=review_for(_job({"kueue.x-k8s.io/queue-name": "q"}), "Job", "batch")
     )
     assert ok.status == 200 and _patch(await ok.json())
-    for body in (
-        b"{not json",
-        b'{"kind": "Pod"}',
-        b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}',
+    for body, error in (
+        (
+            b"{not json",
+            "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
+        ),
+        (b'{"kind": "Pod"}', "body is not an AdmissionReview"),
+        (
+            b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}',
+            "request.uid is missing",
+        ),
     ):
         bad = await http.post("/validate", data=body, headers={"Content-Type": "application/json"})
         assert bad.status == 400, await bad.text()
+        assert await bad.json() == {"error": f"malformed AdmissionReview: {error}"}
     huge = await http.post("/mutate", data=io.BytesIO(b"x" * (4 * 1024 * 1024)))
     assert huge.status == 400
+    assert await huge.json() == {"error": "review body too large"}
     assert (await http.get("/healthz")).status == 200
 
 
@@ -213,8 +231,9 @@ def test_serving_certificate_is_made_and_reloaded_on_rotation(tmp_path: Path) ->
     issue(ca, "w", ip_addresses=["127.0.0.1"]).write(tmp_path / "tls.crt", tmp_path / "tls.key")
     os.utime(tmp_path / "tls.crt", (1, 1))  # a new mtime, as a rotated Secret gives
     assert certificate.reload() is True
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError) as missing:
         ServingCertificate(tmp_path / "empty")
+    assert str(missing.value) == f"no tls.crt/tls.key in {tmp_path / 'empty'}"
 
 
 # --- HyperNodes: the object alone, then the tree it would join -----------------------------
@@ -242,13 +261,17 @@ def test_hypernode_with_two_selectors_is_refused() -> None:
     obj["spec"]["members"][0]["selector"]["regexMatch"] = {"pattern": "n.*"}
     answer = _review_hypernode(obj, _Existing())
     assert answer["allowed"] is False and answer["status"]["code"] == 422
-    assert answer["status"]["message"].startswith("HyperNode s0: spec.members[0].selector")
+    assert answer["status"]["message"] == (
+        "HyperNode s0: spec.members[0].selector: Invalid value: "
+        '{"exactMatch": {"name": "n0"}, "regexMatch": {"pattern": "n.*"}}: '
+        "exactly one of exactMatch, regexMatch, labelMatch must be set"
+    )
 
 
 def test_hypernode_closing_a_cycle_is_refused() -> None:
     existing = _Existing(hypernode_object("a", 3, children=["b"]))
     answer = _review_hypernode(hypernode_object("b", 2, children=["a"]), existing)
-    assert answer["allowed"] is False
+    assert answer["allowed"] is False and answer["status"]["code"] == 422
     assert answer["status"]["message"] == (
         "HyperNode b: a: is left out of the topology: it is on a membership cycle a -> b -> a; "
         "remove one of these memberships; is left out of the topology: it is on a membership "
@@ -261,14 +284,24 @@ def test_hypernode_second_parent_and_tier_order_are_refused() -> None:
         hypernode_object("s4", 2, children=["s0"]), hypernode_object("s0", 1, ["n0"])
     )
     second = _review_hypernode(hypernode_object("s9", 2, children=["s0"]), existing)
-    assert second["allowed"] is False
-    assert 'member HyperNode "s0" already belongs to "s4"' in second["status"]["message"]
+    assert second["allowed"] is False and second["status"]["code"] == 422
+    assert second["status"]["message"] == (
+        'HyperNode s9: member HyperNode "s0" already belongs to "s4"; a HyperNode has one '
+        "parent (the one whose name sorts first keeps it), so this membership is ignored"
+    )
     low = _review_hypernode(hypernode_object("s8", 1, children=["s4"]), existing)
-    assert low["allowed"] is False
-    assert 'member HyperNode "s4" has tier 2, which is not below' in low["status"]["message"]
+    assert low["allowed"] is False and low["status"]["code"] == 422
+    assert low["status"]["message"] == (
+        'HyperNode s8: member HyperNode "s4" has tier 2, which is not below this HyperNode\'s '
+        "tier 1; a parent's tier must be higher than its members' tiers, so this membership "
+        "is ignored"
+    )
     node_twice = _review_hypernode(hypernode_object("s7", 1, ["n0"]), existing)
-    assert node_twice["allowed"] is False
-    assert 'node "n0" also belongs to "s0", which keeps it' in node_twice["status"]["message"]
+    assert node_twice["allowed"] is False and node_twice["status"]["code"] == 422
+    assert node_twice["status"]["message"] == (
+        'HyperNode s7: node "n0" also belongs to "s0", which keeps it; a node belongs to one '
+        "HyperNode (the one whose name sorts first), so here it is ignored"
+    )
 
 
 def test_hypernode_parent_before_its_children_is_allowed() -> None:
@@ -287,7 +320,7 @@ def test_hypernode_pending_child_does_not_hide_a_real_problem() -> None:
     answer = _review_hypernode(
         hypernode_object("zz", 2, ["x"], ["x"]), _Existing(hypernode_object("a", 1, ["x"]))
     )
-    assert answer["allowed"] is False
+    assert answer["allowed"] is False and answer["status"]["code"] == 422
     assert answer["status"]["message"] == (
         'HyperNode zz: node "x" also belongs to "a", which keeps it; a node belongs to one '
         "HyperNode (the one whose name sorts first), so here it is ignored"

@@ -115,7 +115,6 @@ def _ranks(
     index_label: str,
     sub_group_label: str | None,
     sub_group_count: int | None,
-    offset: int,
     size: int,
 ) -> dict[int, PodView] | None:
     """Rank -> pod for every pod, or None when ranks cannot be used."""
@@ -127,10 +126,9 @@ def _ranks(
     limit = min(count, size)
     result: dict[int, PodView] = {}
     for pod in pods:
-        index = _index(pod.labels, index_label, job_size + max(offset, 0))
-        if index is None:
+        rank = _index(pod.labels, index_label, job_size)
+        if rank is None:
             return None
-        rank = index - offset
         if sub_group_label is not None:
             job = _index(pod.labels, sub_group_label, sub_group_count or 0)
             if job is None:
@@ -151,7 +149,6 @@ def plan_ungates(
     index_label: str | None = JOB_COMPLETION_INDEX,
     sub_group_label: str | None = None,
     sub_group_count: int | None = None,
-    offset: int = 0,
     expected: Container[str] = (),
 ) -> list[Ungate]:
     """The gated pods of one PodSet to release now, sorted by pod name.
@@ -180,7 +177,6 @@ def plan_ungates(
             index_label=index_label,
             sub_group_label=sub_group_label,
             sub_group_count=sub_group_count,
-            offset=offset,
             size=len(rank_domain),
         )
         if ranks is not None and _ranks_agree(lv, doms, rank_domain, ranks, expected):
