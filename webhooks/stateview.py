@@ -4,17 +4,20 @@ Queues, flavors and topologies come from the watched state, with no API call per
 HyperNode review is the exception: whether a new HyperNode closes a cycle must be judged
 against the HyperNodes that exist now, and the watch may lag a create made a moment ago (a
 stale list could let a cycle through), so those reviews list HyperNodes fresh, asynchronously.
+Concurrent reviews share one list that started after they arrived (:class:`FreshList`), so a
+flood of HyperNode reviews costs one LIST per round trip, not one per review.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from topogate.admission.podsets import Catalog
 from topogate.kube.errors import API_ERRORS
 from topogate.kube.protocol import KubeApi
-from topogate.kube.resources import HYPERNODES
+from topogate.kube.resources import HYPERNODES, Obj, Resource
 from topogate.state import ControllerState
 
 from .review import ClusterView, Review
@@ -36,16 +39,59 @@ class _WithHyperNodes:
         return None if self._hypernodes is None else list(self._hypernodes)
 
 
+class FreshList:
+    """Single-flight LISTs: every caller gets the result of a LIST that started after it
+    called; callers that arrive while one is running share the next one. None: the API
+    server could not be asked (the caller then knows nothing)."""
+
+    def __init__(self, kube: KubeApi, resource: Resource) -> None:
+        self._kube, self._resource = kube, resource
+        self._next: asyncio.Future[list[Obj] | None] | None = None
+        self._running = False
+        self.lists = 0  # LISTs made, for tests and metrics
+
+    async def get(self) -> list[Obj] | None:
+        if self._next is None:
+            self._next = asyncio.get_running_loop().create_future()
+        waiting = self._next
+        if not self._running:
+            self._running = True
+            asyncio.get_running_loop().create_task(self._run())
+        return await asyncio.shield(waiting)
+
+    async def _run(self) -> None:
+        try:
+            while self._next is not None:
+                serving, self._next = self._next, None
+                self.lists += 1
+                try:
+                    listed = await self._kube.list(self._resource)
+                    serving.set_result(_with_kind(listed, self._resource))
+                except API_ERRORS:
+                    serving.set_result(None)
+        finally:
+            self._running = False
+
+
+def _with_kind(listed: Obj, resource: Resource) -> list[Obj]:
+    """The items of a list answer; items of built-in kinds come without kind and apiVersion,
+    which the object checks want (as the reflectors add them)."""
+    kind = str(listed.get("kind") or "").removesuffix("List")
+    items = [dict(item) for item in listed.get("items") or []]
+    for item in items:
+        item.setdefault("kind", kind)
+        item.setdefault("apiVersion", listed.get("apiVersion") or resource.api_version)
+    return items
+
+
 def state_view(state: ControllerState, kube: KubeApi) -> ViewFor:
     """A per-review view provider for the webhook server (see ``server.ViewFor``)."""
+    fresh = FreshList(kube, HYPERNODES)
 
     async def view_for(review: Review) -> ClusterView:
         if review.group != HYPERNODE_GROUP:
             return state
-        try:
-            listed = await kube.list(HYPERNODES)
-        except API_ERRORS:
-            return _WithHyperNodes(state, None)  # unknown: the object alone is checked
-        return _WithHyperNodes(state, listed.get("items") or [])
+        # None (unknown): the object alone is checked.
+        return _WithHyperNodes(state, await fresh.get())
 
     return view_for
