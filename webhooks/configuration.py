@@ -13,6 +13,7 @@ import base64
 from typing import Any
 
 from topogate.api import constants as c
+from topogate.api.kinds import JOB_KINDS
 
 PROTECTED_NAMESPACES = ["kube-system", "topogate-system"]
 NAME = "topogate"
@@ -41,6 +42,11 @@ def _namespaces() -> dict[str, Any]:
             }
         ]
     }
+
+
+def _job_rules(operations: list[str]) -> list[dict[str, Any]]:
+    """One rule per registered job kind (api/kinds.py)."""
+    return [_rule([kind.group], [kind.plural], list(operations)) for kind in JOB_KINDS]
 
 
 def _rule(groups: list[str], resources: list[str], operations: list[str]) -> dict[str, Any]:
@@ -95,10 +101,7 @@ def _mutating_hooks(
     queued: list[tuple[str, dict[str, Any]]], where: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """Queued jobs on creation, then the pods topogate marked."""
-    jobs = [
-        _rule(["batch"], ["jobs"], ["CREATE"]),
-        _rule(["jobset.x-k8s.io"], ["jobsets"], ["CREATE"]),
-    ]
+    jobs = _job_rules(["CREATE"])
     hooks = [
         _webhook(
             f"{owner}-queued-jobs.mutate.topogate.dev", "/mutate", jobs, sel, True, "Fail", **where
@@ -124,8 +127,7 @@ def _validating_hooks(
 ) -> list[dict[str, Any]]:
     """Queued jobs on creation and update, then the topology objects topogate reads."""
     job_updates = [
-        _rule(["batch"], ["jobs"], ["CREATE", "UPDATE"]),
-        _rule(["jobset.x-k8s.io"], ["jobsets"], ["CREATE", "UPDATE"]),
+        *_job_rules(["CREATE", "UPDATE"]),
     ]
     hooks = [
         _webhook(

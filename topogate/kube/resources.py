@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from topogate.api.constants import API_VERSION
-from topogate.api.kinds import JOB_KINDS, JobKind
+from topogate.api.kinds import JOB, JOB_KINDS, JOBSET, JobKind
 from topogate.api.objects import Obj, key_of
 
 __all__ = ["JSON_PATCH", "MERGE_PATCH", "Obj", "Resource", "key_of"]
@@ -55,5 +55,5 @@ TOPOLOGIES = Resource(API_VERSION, "topologies", namespaced=False)
 HYPERNODES = Resource("topology.volcano.sh/v1alpha1", "hypernodes", namespaced=False)
 # One resource per registered job kind (api/kinds.py), by kind name.
 JOB_RESOURCES: dict[str, Resource] = {k.kind: Resource.of(k) for k in JOB_KINDS}
-JOBS = JOB_RESOURCES["Job"]
-JOBSETS = JOB_RESOURCES["JobSet"]
+JOBS = JOB_RESOURCES[JOB.kind]
+JOBSETS = JOB_RESOURCES[JOBSET.kind]

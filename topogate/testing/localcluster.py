@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from topogate.api.crds import all_crds
+from topogate.api.kinds import JOBSET
 from topogate.kube.client import Kube
 from topogate.kube.errors import KubeError
 from topogate.kube.resources import Resource
@@ -30,19 +31,19 @@ JOBSET_CRD: Obj = {
     # against a real API server (the tests create the child Jobs as JobSet's controller would).
     "apiVersion": "apiextensions.k8s.io/v1",
     "kind": "CustomResourceDefinition",
-    "metadata": {"name": "jobsets.jobset.x-k8s.io"},
+    "metadata": {"name": f"{JOBSET.plural}.{JOBSET.group}"},
     "spec": {
-        "group": "jobset.x-k8s.io",
+        "group": JOBSET.group,
         "names": {
-            "kind": "JobSet",
-            "plural": "jobsets",
-            "singular": "jobset",
-            "listKind": "JobSetList",
+            "kind": JOBSET.kind,
+            "plural": JOBSET.plural,
+            "singular": JOBSET.kind.lower(),
+            "listKind": f"{JOBSET.kind}List",
         },
         "scope": "Namespaced",
         "versions": [
             {
-                "name": "v1alpha2",
+                "name": JOBSET.version,
                 "served": True,
                 "storage": True,
                 "subresources": {"status": {}},
