@@ -327,3 +327,42 @@ async def test_job_sync_retries_after_a_broken_transport() -> None:
     await sync.reconcile_logged("Job", "ml/train")
     await events.drain()
     assert len(h.kube.objects(WORKLOADS)) == 1
+
+
+async def test_the_ungater_plans_a_pod_again_after_a_broken_transport() -> None:
+    from topogate.kube.resources import PODS
+    from topogate.ungater.controller import Ungater
+
+    h = Harness()
+    h.kube.seed(WORKLOADS, workload("w", count=1))
+    h.deliver()
+    admitter, events = h.admitter()
+    await admitter.cycle()
+    await events.drain()
+    h.deliver()
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "w-0",
+            "namespace": "ml",
+            "labels": {c.PODSET_LABEL: "main", c.JOB_COMPLETION_INDEX: "0"},
+            "annotations": {c.WORKLOAD_ANNOTATION: "w"},
+        },
+        "spec": {
+            "schedulingGates": [{"name": c.TOPOLOGY_GATE}],
+            **pod_template(4)["spec"],
+        },
+    }
+    h.kube.seed(PODS, pod)
+    h.deliver()
+    ungater = Ungater(h.kube, h.state, h.metrics)
+    h.kube.fail_next("patch", aiohttp.ServerDisconnectedError(), resource=PODS)
+    h.state.signals.take_ungates()
+    assert await ungater.round(["ml/w"]) == set()  # raises nothing
+    assert h.state.signals.take_ungates() == {"ml/w"}  # and asks for another round
+    assert not ungater.expectations.pending("ml/w")
+    await ungater.round(["ml/w"])
+    released = h.kube.stored(PODS, "w-0", "ml")
+    assert released is not None and released["spec"]["schedulingGates"] == []
+    assert released["spec"]["nodeSelector"][HOST] in {"n1", "n2", "n3"}
