@@ -4,15 +4,25 @@ Certificates: files in ``--cert-dir`` (tls.crt, tls.key, ca.crt) are used when p
 instance mounted from a Secret; otherwise a CA and a serving certificate with the given DNS
 and IP SANs are made. Either way the files are watched and reloaded when they rotate, so new
 connections get the new certificate without a restart.
+
+Clients: the server owns its accept loop (:class:`GuardedSite`) so that no client can hold a
+connection for free. A connection must complete its TLS handshake and send its first request's
+headers within ``Limits.header_timeout`` of being accepted, a body must arrive within
+``body_timeout``, an idle keep-alive connection is closed after ``idle_timeout``, and beyond
+``max_connections`` new connections are closed at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
+import math
+import socket
 import ssl
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +41,26 @@ ViewFor = Callable[[Review], Awaitable[ClusterView]]
 VIEW_KEY: web.AppKey[ViewFor] = web.AppKey("view")
 # True when the view makes blocking API calls (the standalone webhook): run it in a thread.
 BLOCKING_KEY = web.AppKey("blocking", bool)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """How long a client may take and how many connections all clients may hold: without
+    them 249 idle connections exhausted a 256-fd limit and valid reviews timed out."""
+
+    header_timeout: float = 5.0  # accept -> TLS handshake -> first request's headers read
+    body_timeout: float = 10.0  # headers read -> whole body read (then 408)
+    # Between requests on a keep-alive connection. Below client-go's 90 s idle timeout would
+    # race its reuse of a connection; the cap, not this, is what protects the fds.
+    idle_timeout: float = 60.0
+    max_connections: int = 128  # open and handshaking; more are closed at once
+    log_interval: float = 60.0  # refusals are logged once per interval, with their count
+
+
+LIMITS_KEY = web.AppKey("limits", Limits)
+# Errors of accept(2) that mean "out of resources": the connection waits in the backlog.
+_EXHAUSTED = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+_TLS_SHUTDOWN_TIMEOUT = 2.0  # a peer that never answers close_notify holds no fd for long
 
 
 def fixed_view(view: ClusterView | None) -> ViewFor:
@@ -109,11 +139,16 @@ async def _review(request: web.Request) -> Review | web.Response:
     # read(n) returns what has arrived so far, not n bytes: gather the whole body.
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.content.iter_chunked(64 * 1024):
-        size += len(chunk)
-        if size > MAX_BODY:
-            return web.json_response({"error": "review body too large"}, status=400)
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(request.app[LIMITS_KEY].body_timeout):
+            async for chunk in request.content.iter_chunked(64 * 1024):
+                size += len(chunk)
+                if size > MAX_BODY:
+                    return web.json_response({"error": "review body too large"}, status=400)
+                chunks.append(chunk)
+    except TimeoutError:
+        # The rest of the body is not drained (lingering_time=0): the connection closes.
+        return web.json_response({"error": "review body not received in time"}, status=408)
     body = b"".join(chunks)
     try:
         return Review.parse(json.loads(body))
@@ -166,15 +201,169 @@ async def _healthz(request: web.Request) -> web.Response:
 
 
 def make_app(
-    view: ClusterView | ViewFor | None = None, *, blocking: bool = False
+    view: ClusterView | ViewFor | None = None,
+    *,
+    blocking: bool = False,
+    limits: Limits | None = None,
+    guard: ConnectionGuard | None = None,
 ) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY + 1024)
+    middlewares = [guard.middleware] if guard is not None else []
+    app = web.Application(client_max_size=MAX_BODY + 1024, middlewares=middlewares)
     app[VIEW_KEY] = view if callable(view) else fixed_view(view)
     app[BLOCKING_KEY] = blocking
+    app[LIMITS_KEY] = limits or Limits()
     app.router.add_post("/mutate", _mutate)
     app.router.add_post("/validate", _validate)
     app.router.add_get("/healthz", _healthz)
     return app
+
+
+class Throttled:
+    """Warnings logged at most once per ``interval`` per key, with how often they happened: a
+    flood of refused connections must not become a flood of log lines."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._last: dict[str, float] = {}
+        self._counts: dict[str, int] = {}
+
+    def warn(self, key: str, message: str) -> None:
+        self._counts[key] = self._counts.get(key, 0) + 1
+        now = time.monotonic()
+        if now - self._last.get(key, -math.inf) >= self.interval:
+            count = self._counts.pop(key)
+            self._last[key] = now
+            log.warning("%s (%d time(s) in the last %.0f s)", message, count, self.interval)
+
+
+class ConnectionGuard:
+    """The first-request deadline of each connection. A middleware sees a request only once
+    its headers were read, which is exactly the moment the deadline is met; aiohttp has no
+    header-read timeout of its own (its keep-alive timer is the only bound, and is long)."""
+
+    def __init__(self) -> None:
+        self._deadlines: dict[asyncio.BaseProtocol, asyncio.TimerHandle] = {}
+
+    def watch(
+        self, protocol: asyncio.BaseProtocol, transport: asyncio.BaseTransport, at: float
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        self._deadlines[protocol] = loop.call_at(at, self._expire, protocol, transport)
+
+    def _expire(self, protocol: asyncio.BaseProtocol, transport: asyncio.BaseTransport) -> None:
+        if self._deadlines.pop(protocol, None) is not None and isinstance(
+            transport, asyncio.Transport
+        ):
+            transport.abort()  # not close(): a TLS goodbye would wait for this slow peer
+
+    @web.middleware
+    async def middleware(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        deadline = self._deadlines.pop(request.protocol, None)
+        if deadline is not None:
+            deadline.cancel()
+        return await handler(request)
+
+
+class GuardedSite(web.BaseSite):
+    """A TLS site that owns its accept loop, in place of aiohttp's TCPSite over asyncio's server:
+    that server cannot refuse a connection before its TLS handshake, has no cap, and logs
+    "Too many open files" in accept with a traceback every second. Here, beyond the cap a
+    socket is closed as accepted (no TLS work, no queue), each connection gets one deadline from
+    accept to its first request's headers (the handshake included), and refusals and accept
+    errors go through :class:`Throttled`."""
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        *,
+        ssl_context: ssl.SSLContext,
+        limits: Limits,
+        guard: ConnectionGuard,
+        backlog: int = 128,
+    ) -> None:
+        super().__init__(runner, ssl_context=ssl_context, backlog=backlog)
+        self.host, self.limits, self.guard = host, limits, guard
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.listener = socket.create_server((host, port), family=family, backlog=backlog)
+        self.listener.setblocking(False)
+        self.port: int = self.listener.getsockname()[1]
+        self._throttled = Throttled(limits.log_interval)
+        self._handshaking = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def name(self) -> str:
+        return f"https://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        await super().start()
+        self._spawn(self._accept())
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.listener.close()
+        await super().stop()
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def open_connections(self) -> int:
+        server = self._runner.server
+        return self._handshaking + (len(server.connections) if server is not None else 0)
+
+    async def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(self.listener)
+            except OSError as error:
+                if error.errno in _EXHAUSTED:
+                    self._throttled.warn("accept", f"cannot accept connections: {error.strerror}")
+                    await asyncio.sleep(0.1)  # the peer waits in the backlog; do not spin
+                continue  # ECONNABORTED and the like: that peer is gone
+            if self.open_connections() >= self.limits.max_connections:
+                sock.close()
+                self._throttled.warn(
+                    "cap", f"closed new connections: {self.limits.max_connections} already open"
+                )
+                continue
+            self._handshaking += 1
+            self._spawn(self._connect(sock, loop.time() + self.limits.header_timeout))
+
+    async def _connect(self, sock: socket.socket, deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._runner.server is not None
+        try:
+            transport, protocol = await loop.connect_accepted_socket(
+                self._runner.server,
+                sock,
+                ssl=self._ssl_context,
+                ssl_handshake_timeout=self.limits.header_timeout,
+                ssl_shutdown_timeout=_TLS_SHUTDOWN_TIMEOUT,
+            )
+        except Exception as error:  # a client's failed or slow handshake: not our bug
+            log.debug("TLS handshake failed: %r", error)
+            sock.close()
+            return
+        finally:
+            self._handshaking -= 1
+        self.guard.watch(protocol, transport, deadline)
+
+
+@dataclass
+class Running:
+    """What :func:`running` yields: the runner and the site (its port, when 0 was asked)."""
+
+    runner: web.AppRunner
+    site: GuardedSite
 
 
 @contextlib.asynccontextmanager
@@ -186,15 +375,24 @@ async def running(
     reload_interval: float = 5.0,
     *,
     blocking: bool = False,
-) -> AsyncIterator[web.AppRunner]:
+    limits: Limits | None = None,
+) -> AsyncIterator[Running]:
     """Serve until the context exits; the certificate is re-read every ``reload_interval``."""
-    runner = web.AppRunner(make_app(view, blocking=blocking), access_log=None)
+    limits = limits or Limits()
+    guard = ConnectionGuard()
+    app = make_app(view, blocking=blocking, limits=limits, guard=guard)
+    # lingering_time=0: after a 408 the unread rest of a slow body is not waited for.
+    runner = web.AppRunner(
+        app, access_log=None, keepalive_timeout=limits.idle_timeout, lingering_time=0
+    )
     await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=certificate.context)
+    site = GuardedSite(
+        runner, host, port, ssl_context=certificate.context, limits=limits, guard=guard
+    )
     await site.start()
     watcher = asyncio.create_task(_watch(certificate, reload_interval))
     try:
-        yield runner
+        yield Running(runner, site)
     finally:
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -1,0 +1,170 @@
+"""The webhook server bounds what a client may hold: slow headers, slow bodies, idle keep-alive
+connections and too many connections. Loopback only, with deadlines of a second or less."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.kit import review_for
+from topogate.webhooks.server import Limits, Running, ServingCertificate, Throttled, running
+
+LIMITS = Limits(
+    header_timeout=1.0, body_timeout=1.0, idle_timeout=1.0, max_connections=4, log_interval=60
+)
+POD = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+REVIEW = json.dumps(review_for(POD, "Pod")).encode()
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[Running]:
+    certificate = ServingCertificate.prepare(tmp_path, ["localhost"], ["127.0.0.1"])
+    async with running("127.0.0.1", 0, certificate, limits=LIMITS) as served:
+        served.site.ca = tmp_path / "ca.crt"  # type: ignore[attr-defined]
+        yield served
+
+
+def _tls(served: Running) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(served.site.ca))  # type: ignore[attr-defined]
+
+
+async def _connect(served: Running) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection(
+        "127.0.0.1", served.site.port, ssl=_tls(served), server_hostname="127.0.0.1"
+    )
+
+
+async def _closed_after(reader: asyncio.StreamReader, limit: float = 5.0) -> float:
+    """Seconds until the server closes the connection (EOF or reset)."""
+    start = time.monotonic()
+    try:
+        while await asyncio.wait_for(reader.read(4096), limit):
+            pass
+    except (ConnectionError, ssl.SSLError):
+        pass
+    return time.monotonic() - start
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    try:
+        await asyncio.wait_for(writer.wait_closed(), 2)
+    except (ConnectionError, ssl.SSLError, TimeoutError):
+        pass
+
+
+def _head(length: int) -> bytes:
+    return (
+        f"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+async def test_half_a_header_line_is_disconnected_at_the_deadline(server: Running) -> None:
+    reader, writer = await _connect(server)
+    writer.write(b"POST /mutate HTT")
+    await writer.drain()
+    elapsed = await _closed_after(reader)
+    await _close(writer)
+    assert 0.5 < elapsed < 2.0
+
+
+async def test_a_silent_tcp_client_is_disconnected_at_the_deadline(server: Running) -> None:
+    """No TLS handshake at all: the same deadline, from accept."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.site.port)
+    elapsed = await _closed_after(reader)
+    await _close(writer)
+    assert 0.5 < elapsed < 2.0
+
+
+async def test_a_trickled_body_is_answered_408_and_closed(server: Running) -> None:
+    reader, writer = await _connect(server)
+    writer.write(_head(len(REVIEW)))
+    start = time.monotonic()
+
+    async def trickle() -> None:
+        for byte in REVIEW[:50]:
+            writer.write(bytes([byte]))
+            await writer.drain()
+            await asyncio.sleep(0.1)
+
+    sender = asyncio.create_task(trickle())
+    answer = await asyncio.wait_for(reader.read(4096), 5)
+    elapsed = time.monotonic() - start
+    rest = await _closed_after(reader)
+    sender.cancel()
+    await asyncio.gather(sender, return_exceptions=True)
+    await _close(writer)
+    assert answer.startswith(b"HTTP/1.1 408"), answer
+    assert b"review body not received in time" in answer
+    assert 0.8 < elapsed < 2.0 and rest < 1.0
+
+
+async def test_connections_beyond_the_cap_are_closed_and_reviews_still_answered(
+    server: Running, caplog: pytest.LogCaptureFixture
+) -> None:
+    idle = [await _connect(server) for _ in range(LIMITS.max_connections)]
+    start = time.monotonic()
+    beyond = [await asyncio.open_connection("127.0.0.1", server.site.port) for _ in range(20)]
+    # Closed at once, not queued behind the idle ones.
+    waits = await asyncio.gather(*(_closed_after(reader, 1.0) for reader, _ in beyond))
+    assert max(waits) < 0.5
+    # A valid review gets through once the idle connections have met their deadline.
+    answered = None
+    async with aiohttp.ClientSession() as session:
+        while answered is None and time.monotonic() - start < 5:
+            try:
+                async with session.post(
+                    f"https://127.0.0.1:{server.site.port}/mutate",
+                    data=REVIEW,
+                    ssl=_tls(server),
+                ) as response:
+                    answered = (response.status, (await response.json())["response"]["allowed"])
+            except aiohttp.ClientError:
+                await asyncio.sleep(0.1)
+    assert answered == (200, True)
+    assert time.monotonic() - start < LIMITS.header_timeout + 1.5
+    for _, writer in idle + beyond:
+        await _close(writer)
+    refusals = [r for r in caplog.records if "closed new connections" in r.getMessage()]
+    assert [r.getMessage() for r in refusals] == [
+        "closed new connections: 4 already open (1 time(s) in the last 60 s)"
+    ]
+
+
+async def test_an_idle_keep_alive_connection_is_closed_after_the_idle_timeout(
+    server: Running,
+) -> None:
+    reader, writer = await _connect(server)
+    writer.write(_head(len(REVIEW)) + REVIEW)
+    await writer.drain()
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length")
+    )
+    await reader.readexactly(length)
+    elapsed = await _closed_after(reader)
+    await _close(writer)
+    assert 0.8 < elapsed < 2.5
+
+
+def test_refusals_are_logged_once_per_interval(caplog: pytest.LogCaptureFixture) -> None:
+    """EMFILE in accept or a flood beyond the cap: one line per interval, no traceback."""
+    throttled = Throttled(60)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(1000):
+            throttled.warn("accept", "cannot accept connections: Too many open files")
+    assert [(r.getMessage(), r.exc_info) for r in caplog.records] == [
+        ("cannot accept connections: Too many open files (1 time(s) in the last 60 s)", None)
+    ]
