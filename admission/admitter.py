@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 from topogate.api.models import Admission
 from topogate.api.objects import condition, is_finished, key_of, meta, owner_job
-from topogate.api.quantity import to_units
 from topogate.api.times import parse_time
 from topogate.cache.snapshot import ClusterSnapshot
 from topogate.kube.errors import API_ERRORS
@@ -41,6 +40,7 @@ from .queues import (
     SnapshotPlacer,
     Usage,
     admission_cycle,
+    usage_of,
 )
 from .request import PlacementRequest
 from .writes import new_condition, write_gpu_assignment, write_status
@@ -85,21 +85,12 @@ class Admitter:
         return cached.translation
 
     def _usage(self) -> Usage:
-        """Quota in use, from every admitted, unfinished workload's status (or our writes)."""
-        usage: Usage = {}
-        for key, workload in self.state.store(WORKLOADS).items():
-            if is_finished(workload):
-                continue
-            admission = self.state.reserved(key)
-            if not admission:
-                continue
-            cq = str(admission.get("clusterQueue") or "")
-            for assignment in admission.get("podSetAssignments") or []:
-                flavors = assignment.get("flavors") or {}
-                for resource, amount in (assignment.get("resourceUsage") or {}).items():
-                    slot = usage.setdefault((cq, str(flavors.get(resource, ""))), {})
-                    slot[resource] = slot.get(resource, 0) + to_units(resource, str(amount))
-        return usage
+        """Quota in use: every admitted (or being admitted), unfinished workload's admission."""
+        return usage_of(
+            admission
+            for key, workload in self.state.store(WORKLOADS).items()
+            if not is_finished(workload) and (admission := self.state.reserved(key))
+        )
 
     @staticmethod
     def _flavor_topologies(

@@ -9,9 +9,9 @@ admitted; BestEffortFIFO lets later, smaller ones go by.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from topogate.api.models import ClusterQueue
 from topogate.api.podspec import Toleration
@@ -35,6 +35,9 @@ Held = list[tuple[PlacementRequest, PlacementDecision]]
 class FlavorQuota:
     flavor: str
     nominal: Mapping[str, int]  # covered resource -> quota (cache units)
+    # In a cohort: resource -> limit; a resource not listed has no limit.
+    borrowing: Mapping[str, int] = field(default_factory=dict)
+    lending: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,7 @@ class QueueSpec:
     name: str
     strategy: str
     flavors: tuple[FlavorQuota, ...]  # in the order they are tried
+    cohort: str | None = None
 
     @classmethod
     def from_model(cls, queue: ClusterQueue) -> QueueSpec:
@@ -49,11 +53,89 @@ class QueueSpec:
             FlavorQuota(
                 flavor.name,
                 {r.name: to_units(r.name, r.nominal_quota) for r in flavor.resources},
+                {
+                    r.name: to_units(r.name, r.borrowing_limit)
+                    for r in flavor.resources
+                    if r.borrowing_limit is not None
+                },
+                {
+                    r.name: to_units(r.name, r.lending_limit)
+                    for r in flavor.resources
+                    if r.lending_limit is not None
+                },
             )
             for group in queue.spec.resource_groups
             for flavor in group.flavors
         )
-        return cls(queue.metadata.name, queue.spec.queueing_strategy, flavors)
+        return cls(queue.metadata.name, queue.spec.queueing_strategy, flavors, queue.spec.cohort_of)
+
+
+class QuotaBook:
+    """Quota in use and available per (ClusterQueue, flavor, resource), cohorts included, by
+    Kueue's rules (its pkg/cache/scheduler resource nodes, for cohorts without a parent):
+
+    - a queue keeps ``nominal - lendingLimit`` to itself (its local quota; none without a
+      lending limit) and puts the rest into its cohort's pool;
+    - the pool is the sum of what the members put in; it is used by each member's usage
+      beyond its local quota;
+    - a queue may use its unused local quota plus what the pool has left, but no more than its
+      nominal quota plus its borrowing limit;
+    - usage above nominal quota is borrowed.
+    """
+
+    def __init__(self, queues: Mapping[str, QueueSpec], usage: Usage) -> None:
+        self.queues = queues
+        self.usage = usage  # updated in place by :meth:`add`
+        self._members: dict[str, list[QueueSpec]] = {}
+        for queue in queues.values():
+            if queue.cohort:
+                self._members.setdefault(queue.cohort, []).append(queue)
+
+    def _quota(self, queue: QueueSpec, flavor: str) -> FlavorQuota | None:
+        return next((f for f in queue.flavors if f.flavor == flavor), None)
+
+    def _local(self, quota: FlavorQuota, resource: str) -> int:
+        if resource not in quota.lending:
+            return 0
+        return max(0, quota.nominal.get(resource, 0) - quota.lending[resource])
+
+    def used(self, queue: str, flavor: str, resource: str) -> int:
+        return self.usage.get((queue, flavor), {}).get(resource, 0)
+
+    def _pool_left(self, cohort: str, flavor: str, resource: str) -> int:
+        size = used = 0
+        for member in self._members.get(cohort, ()):
+            quota = self._quota(member, flavor)
+            if quota is None or resource not in quota.nominal:
+                continue
+            local = self._local(quota, resource)
+            size += quota.nominal[resource] - local
+            used += max(0, self.used(member.name, flavor, resource) - local)
+        return size - used
+
+    def available(self, queue: QueueSpec, quota: FlavorQuota, resource: str) -> int:
+        """How much more of ``resource`` the queue may use in this flavor now."""
+        nominal = quota.nominal.get(resource, 0)
+        used = self.used(queue.name, quota.flavor, resource)
+        if not queue.cohort:
+            return nominal - used
+        local = self._local(quota, resource)
+        from_pool = self._pool_left(queue.cohort, quota.flavor, resource)
+        if resource in quota.borrowing:
+            in_pool = nominal - local
+            used_in_pool = max(0, used - local)
+            from_pool = min(from_pool, in_pool - used_in_pool + quota.borrowing[resource])
+        return max(0, local - used) + from_pool
+
+    def borrowed(self, queue: QueueSpec, quota: FlavorQuota, resource: str) -> int:
+        return max(
+            0, self.used(queue.name, quota.flavor, resource) - quota.nominal.get(resource, 0)
+        )
+
+    def add(self, queue: str, flavor: str, amounts: Mapping[str, int]) -> None:
+        slot = self.usage.setdefault((queue, flavor), {})
+        for resource, amount in amounts.items():
+            slot[resource] = slot.get(resource, 0) + amount
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,9 +185,11 @@ def order(workloads: Sequence[PendingWorkload]) -> list[PendingWorkload]:
     return sorted(workloads, key=lambda w: (-w.priority, w.created, w.key))
 
 
-def _quota_problem(flavor: FlavorQuota, demand: Mapping[str, int], used: Mapping[str, int]) -> str:
+def _quota_problem(
+    book: QuotaBook, queue: QueueSpec, flavor: FlavorQuota, demand: Mapping[str, int]
+) -> str:
     for name in sorted(demand):
-        free = flavor.nominal[name] - used.get(name, 0)
+        free = book.available(queue, flavor, name)
         if demand[name] > free:
             return (
                 f"insufficient quota for {name} in flavor {flavor.flavor}: needs "
@@ -117,7 +201,7 @@ def _quota_problem(flavor: FlavorQuota, demand: Mapping[str, int], used: Mapping
 def _try(
     workload: PendingWorkload,
     queue: QueueSpec,
-    usage: Usage,
+    book: QuotaBook,
     placer: Placer,
     held: Held,
 ) -> Admitted | str:
@@ -128,7 +212,7 @@ def _try(
         if uncovered:
             reasons.append(f"flavor {flavor.flavor} does not cover {', '.join(uncovered)}")
             continue
-        problem = _quota_problem(flavor, demand, usage.get((queue.name, flavor.flavor), {}))
+        problem = _quota_problem(book, queue, flavor, demand)
         if problem:
             reasons.append(problem)
             continue
@@ -149,9 +233,12 @@ def admission_cycle(
     """Admit what fits, in queue order; ``usage`` is updated with the admissions.
 
     Queues are visited in name order and share physical capacity: every admission's placement
-    is passed to later placements of the same cycle as held capacity.
+    is passed to later placements of the same cycle as held capacity. Quota is the queue's own,
+    or its cohort's where it has one (:class:`QuotaBook`): an admission in one queue leaves
+    less for the others of its cohort.
     """
     result = CycleResult()
+    book = QuotaBook(queues, usage)
     held: Held = []
     by_queue: dict[str, list[PendingWorkload]] = {}
     for workload in pending:
@@ -167,16 +254,14 @@ def admission_cycle(
             if blocked_by is not None:
                 result.pending[workload.key] = f"waiting behind {blocked_by} (StrictFIFO)"
                 continue
-            outcome = _try(workload, queue, usage, placer, held)
+            outcome = _try(workload, queue, book, placer, held)
             if isinstance(outcome, str):
                 result.pending[workload.key] = outcome
                 if queue.strategy == STRICT_FIFO:
                     blocked_by = workload.key
                 continue
             result.admitted.append(outcome)
-            flavor_usage = usage.setdefault((name, outcome.flavor), {})
-            for resource, amount in outcome.usage.items():
-                flavor_usage[resource] = flavor_usage.get(resource, 0) + amount
+            book.add(name, outcome.flavor, outcome.usage)
             if outcome.decision is not None:
                 held.append((workload.request, outcome.decision))
     return result
@@ -231,3 +316,53 @@ class SnapshotPlacer:
             topology_name=topology.topology_name,
             flavor_tolerations=topology.tolerations,
         )
+
+
+def usage_of(admissions: Iterable[Mapping[str, Any]]) -> Usage:
+    """Quota in use, from admissions as written on Workloads (``status.admission``)."""
+    usage: Usage = {}
+    for admission in admissions:
+        cq = str(admission.get("clusterQueue") or "")
+        for assignment in admission.get("podSetAssignments") or []:
+            flavors = assignment.get("flavors") or {}
+            for resource, amount in (assignment.get("resourceUsage") or {}).items():
+                slot = usage.setdefault((cq, str(flavors.get(resource, ""))), {})
+                slot[resource] = slot.get(resource, 0) + to_units(resource, str(amount))
+    return usage
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaRow:
+    """One (ClusterQueue, flavor, resource) as `topogate status --queues` shows it."""
+
+    queue: str
+    cohort: str
+    flavor: str
+    resource: str
+    nominal: int
+    used: int
+    borrowed: int
+    available: int
+    pending: int  # workloads of the queue waiting for admission
+
+
+def quota_rows(
+    queues: Mapping[str, QueueSpec], usage: Usage, pending: Mapping[str, int]
+) -> list[QuotaRow]:
+    book = QuotaBook(queues, usage)
+    return [
+        QuotaRow(
+            queue.name,
+            queue.cohort or "",
+            quota.flavor,
+            resource,
+            quota.nominal[resource],
+            book.used(queue.name, quota.flavor, resource),
+            book.borrowed(queue, quota, resource),
+            max(0, book.available(queue, quota, resource)),
+            pending.get(queue.name, 0),
+        )
+        for queue in sorted(queues.values(), key=lambda q: q.name)
+        for quota in queue.flavors
+        for resource in sorted(quota.nominal)
+    ]

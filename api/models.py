@@ -189,18 +189,42 @@ class ResourceFlavor(ApiModel):
 
 
 class ResourceQuota(ApiModel):
+    """Quota of one resource in one flavor. In a cohort, ``borrowing_limit`` caps what the queue
+    may take beyond its nominal quota from the others, and ``lending_limit`` caps how much of
+    its nominal quota the others may use (Kueue's fields; unset: no limit). That a lending
+    limit stays within the nominal quota is checked by the validating webhook: as a CEL rule on
+    quantities it would exceed the API server's cost budget for this schema."""
+
     name: str = Field(min_length=1)
     nominal_quota: str | int = Field(json_schema_extra={"x-kubernetes-int-or-string": True})
+    borrowing_limit: str | int | None = Field(
+        default=None, json_schema_extra={"x-kubernetes-int-or-string": True}
+    )
+    lending_limit: str | int | None = Field(
+        default=None, json_schema_extra={"x-kubernetes-int-or-string": True}
+    )
 
-    @field_validator("nominal_quota")
+    @field_validator("nominal_quota", "borrowing_limit", "lending_limit")
     @classmethod
-    def _quantity(cls, value: str | int) -> str | int:
+    def _quantity(cls, value: str | int | None) -> str | int | None:
+        if value is None:
+            return None
         try:
             if parse_quantity(value) < 0:
                 raise ValueError(f"{value!r} must not be negative")
         except QuantityError as error:
             raise ValueError(str(error)) from None
         return value
+
+    @model_validator(mode="after")
+    def _lending_within_nominal(self) -> ResourceQuota:
+        lending = self.lending_limit
+        if lending is not None and parse_quantity(lending) > parse_quantity(self.nominal_quota):
+            raise ValueError(
+                f"lendingLimit {lending!r} of {self.name} must not exceed its nominalQuota "
+                f"{self.nominal_quota!r}"
+            )
+        return self
 
 
 class FlavorQuotas(ApiModel):
@@ -236,9 +260,51 @@ class ResourceGroup(ApiModel):
 
 
 class ClusterQueueSpec(ApiModel):
+    """``cohort`` (Kueue v1beta1) or ``cohortName`` (v1beta2): queues of one cohort lend
+    unused quota to each other."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            (
+                "has(self.cohort) || has(self.cohortName) || self.resourceGroups.all(g, "
+                "g.flavors.all(f, f.resources.all(r, !has(r.borrowingLimit) && "
+                "!has(r.lendingLimit))))",
+                "borrowingLimit and lendingLimit need a cohort",
+            ),
+            (
+                "!has(self.cohort) || !has(self.cohortName) || self.cohort == self.cohortName",
+                "cohort and cohortName must agree",
+            ),
+        )
+    )
+
     queueing_strategy: Literal["StrictFIFO", "BestEffortFIFO"] = "BestEffortFIFO"
     resource_groups: list[ResourceGroup] = Field(default_factory=list, max_length=16)
     namespace_selector: dict[str, Any] | None = None
+    cohort: str | None = Field(default=None, min_length=1, max_length=63)
+    cohort_name: str | None = Field(default=None, min_length=1, max_length=63)
+
+    @property
+    def cohort_of(self) -> str | None:
+        """The cohort, whichever of Kueue's two field names gives it."""
+        return self.cohort_name or self.cohort
+
+    @model_validator(mode="after")
+    def _limits_need_a_cohort(self) -> ClusterQueueSpec:
+        if self.cohort and self.cohort_name and self.cohort != self.cohort_name:
+            raise ValueError(
+                f"cohort {self.cohort!r} and cohortName {self.cohort_name!r} must agree"
+            )
+        if self.cohort_of is None:
+            for group in self.resource_groups:
+                for flavor in group.flavors:
+                    for quota in flavor.resources:
+                        if quota.borrowing_limit is not None or quota.lending_limit is not None:
+                            raise ValueError(
+                                f"flavor {flavor.name!r}, resource {quota.name!r}: "
+                                "borrowingLimit and lendingLimit need a cohort"
+                            )
+        return self
 
     @field_validator("resource_groups")
     @classmethod

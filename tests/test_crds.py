@@ -155,3 +155,41 @@ def test_workload_status_subresource_and_short_names(crds: client.ApiClient) -> 
     extensions = client.ApiextensionsV1Api(crds)
     names = extensions.read_custom_resource_definition("workloads.topogate.dev").spec.names
     assert names.short_names == ["wl"]
+
+
+def test_cohort_fields_are_stored_and_limits_need_a_cohort(crds: client.ApiClient) -> None:
+    def queue(name: str, **spec: Any) -> dict[str, Any]:
+        limits = spec.pop("limits", {})
+        return {
+            "apiVersion": "topogate.dev/v1alpha1",
+            "kind": "ClusterQueue",
+            "metadata": {"name": name},
+            "spec": {
+                **spec,
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["nvidia.com/gpu"],
+                        "flavors": [
+                            {
+                                "name": "h100",
+                                "resources": [
+                                    {"name": "nvidia.com/gpu", "nominalQuota": 8, **limits}
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+        }
+
+    limits = {"borrowingLimit": 4, "lendingLimit": "2"}
+    stored = _create(crds, "clusterqueues", queue("crd-cohort", cohortName="team", limits=limits))
+    quota = stored["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
+    assert stored["spec"]["cohortName"] == "team"
+    assert (quota["borrowingLimit"], quota["lendingLimit"]) == (4, "2")
+    assert "borrowingLimit and lendingLimit need a cohort" in _refused(
+        crds, "clusterqueues", queue("crd-cohort2", limits=limits)
+    )
+    assert "cohort and cohortName must agree" in _refused(
+        crds, "clusterqueues", queue("crd-cohort3", cohort="a", cohortName="b")
+    )

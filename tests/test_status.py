@@ -805,3 +805,81 @@ def test_forbidden_names_the_server_and_status(
         f"topogate status: error: the API server at {scenario.plane.url} answered 403 Forbidden "
         'listing workloads: workloads.topogate.dev is forbidden: User "status-nobody" cannot list'
     ), line
+
+
+def _queue(name: str, nominal: int, cohort: str | None = "team") -> dict[str, Any]:
+    quota = {"name": "nvidia.com/gpu", "nominalQuota": nominal}
+    spec: dict[str, Any] = {
+        "resourceGroups": [
+            {
+                "coveredResources": ["nvidia.com/gpu"],
+                "flavors": [{"name": "h100", "resources": [quota]}],
+            }
+        ]
+    }
+    if cohort:
+        spec["cohort"] = cohort
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def _usage_workload(name: str, cq: str | None, gpus: int, finished: bool = False) -> dict[str, Any]:
+    status: dict[str, Any] = {}
+    if cq is not None:
+        status["admission"] = {
+            "clusterQueue": cq,
+            "podSetAssignments": [
+                {
+                    "name": "main",
+                    "count": 1,
+                    "flavors": {"nvidia.com/gpu": "h100"},
+                    "resourceUsage": {"nvidia.com/gpu": str(gpus)},
+                }
+            ],
+        }
+    if finished:
+        status["conditions"] = [_condition("Finished", "True", "Succeeded", "done")]
+    return {
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"queueName": "q"},
+        "status": status,
+    }
+
+
+def test_queue_report_shows_usage_borrowing_and_pending_per_queue() -> None:
+    from topogate.commands.status import queue_report, render_queues
+
+    rows = queue_report(
+        [_queue("a", 8), _queue("b", 8), _queue("solo", 4, cohort=None)],
+        [{"metadata": {"name": "q", "namespace": "ml"}, "spec": {"clusterQueue": "a"}}],
+        [
+            _usage_workload("big", "a", 12),
+            _usage_workload("waiting", None, 0),
+            _usage_workload("done", "b", 8, finished=True),
+        ],
+    )
+    assert render_queues(rows, "table") == (
+        "CLUSTERQUEUE  COHORT  FLAVOR  RESOURCE        NOMINAL  USED  BORROWED  AVAILABLE  PENDING\n"
+        "a             team    h100    nvidia.com/gpu  8        12    4         4          1\n"
+        "b             team    h100    nvidia.com/gpu  8        0     0         4          0\n"
+        "solo          -       h100    nvidia.com/gpu  4        0     0         4          0\n"
+    )
+    document = json.loads(render_queues(rows, "json"))
+    assert document["clusterQueues"][0] == {
+        "clusterQueue": "a",
+        "cohort": "team",
+        "flavor": "h100",
+        "resource": "nvidia.com/gpu",
+        "nominal": "8",
+        "used": "12",
+        "borrowed": "4",
+        "available": "4",
+        "pendingWorkloads": 1,
+    }
+
+
+def test_queues_take_no_workload_name(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "--queues", "train"]) == 2
+    assert capsys.readouterr().err == (
+        "topogate status: error: --queues shows every ClusterQueue; it takes no NAME, "
+        "--namespace or --all-namespaces\n"
+    )

@@ -19,8 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from topogate.admission.podsets import build_catalog
+from topogate.admission.queues import QuotaRow, quota_rows, usage_of
 from topogate.api.constants import GROUP, PODSET_LABEL, TOPOLOGY_GATE, VERSION, WORKLOAD_ANNOTATION
 from topogate.api.kinds import JOB_KINDS
+from topogate.api.quantity import format_units
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -379,6 +382,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-o", "--output", choices=("table", "json", "yaml"), default="table", help="default: table"
     )
+    parser.add_argument(
+        "--queues",
+        action="store_true",
+        help="per ClusterQueue, flavor and resource: cohort, nominal quota, used, borrowed, "
+        "available and pending workloads (instead of Workloads)",
+    )
 
 
 def _kubeconfig_paths(explicit: str | None) -> str | None:
@@ -504,8 +513,90 @@ def fetch(api: ApiClient, namespace: str | None, name: str | None) -> list[Workl
     return summarize(workloads, pods)
 
 
+def queue_report(
+    cluster_queues: Iterable[Obj], local_queues: Iterable[Obj], workloads: Iterable[Obj]
+) -> list[QuotaRow]:
+    """The quota rows of every ClusterQueue that parses (a bad one is left out)."""
+    catalog, _ = build_catalog(list(cluster_queues), list(local_queues), [], [], None)
+    waiting: dict[str, int] = {}
+    admitted = []
+    for workload in workloads:
+        if admission_state(workload)[0] == "Finished":
+            continue
+        admission = _dict(workload.get("status")).get("admission")
+        if admission:
+            admitted.append(_dict(admission))
+            continue
+        queue = _dict(workload.get("spec")).get("queueName")
+        cq, _ = catalog.cluster_queue(_namespace(workload), queue)
+        if cq is not None:
+            waiting[cq] = waiting.get(cq, 0) + 1
+    return quota_rows(catalog.queues, usage_of(admitted), waiting)
+
+
+def render_queues(rows: Sequence[QuotaRow], output: str) -> str:
+    records = [
+        {
+            "clusterQueue": r.queue,
+            "cohort": r.cohort,
+            "flavor": r.flavor,
+            "resource": r.resource,
+            "nominal": format_units(r.resource, r.nominal),
+            "used": format_units(r.resource, r.used),
+            "borrowed": format_units(r.resource, r.borrowed),
+            "available": format_units(r.resource, r.available),
+            "pendingWorkloads": r.pending,
+        }
+        for r in rows
+    ]
+    if output == "json":
+        return json.dumps({"clusterQueues": records}, indent=2) + "\n"
+    if output == "yaml":
+        return yaml.safe_dump({"clusterQueues": records}, sort_keys=False)
+    if not rows:
+        return "No ClusterQueues.\n"
+    header = ["CLUSTERQUEUE", "COHORT", "FLAVOR", "RESOURCE", "NOMINAL", "USED", "BORROWED"]
+    header += ["AVAILABLE", "PENDING"]
+    table = [header] + [[str(v) or "-" for v in record.values()] for record in records]
+    return "\n".join(_table(table, "")) + "\n"
+
+
+def fetch_queues(api: ApiClient) -> list[QuotaRow]:
+    import urllib3
+    from kubernetes import client, config
+
+    custom = client.CustomObjectsApi(api)
+    server = str(api.configuration.host)
+    try:
+        queues = _list_all(custom.list_cluster_custom_object, GROUP, VERSION, "clusterqueues")
+        local = _list_all(custom.list_cluster_custom_object, GROUP, VERSION, "localqueues")
+        workloads = _list_all(custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
+    except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as error:
+        raise _api_error(server, error, "clusterqueues") from None
+    except config.ConfigException as error:
+        raise StatusError(f"cannot authenticate to {server}: {_one_line(str(error))}") from None
+    return queue_report(queues, local, workloads)
+
+
 def run(args: argparse.Namespace) -> int:
     """``topogate status``: exit 0 with the report, 1 with one error line on stderr."""
+    if args.queues and (args.name or args.namespace or args.all_namespaces):
+        print(
+            "topogate status: error: --queues shows every ClusterQueue; it takes no NAME, "
+            "--namespace or --all-namespaces",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if args.queues:
+        try:
+            api, _ = connect(args.kubeconfig)
+            with api:
+                rows = fetch_queues(api)
+        except StatusError as error:
+            print(f"topogate status: error: {error}", file=sys.stderr)
+            return EXIT_ERROR
+        sys.stdout.write(render_queues(rows, args.output))
+        return EXIT_OK
     if args.name and args.all_namespaces:
         print(
             "topogate status: error: NAME cannot be combined with --all-namespaces", file=sys.stderr
