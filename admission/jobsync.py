@@ -154,7 +154,13 @@ class JobSync:
             selector: dict[str, str] = {}
             for name in sorted(set((assignment.get("flavors") or {}).values())):
                 flavor = flavors.get(str(name))
-                if flavor is None:
+                if flavor is None:  # deleted, or not valid: the job runs without its labels
+                    log.warning(
+                        "%s: ResourceFlavor %s of its admission is missing or invalid; "
+                        "starting without its node labels and tolerations",
+                        workload,
+                        name,
+                    )
                     continue
                 selector.update(flavor.spec.node_labels)
                 tolerations.setdefault(podset, []).extend(

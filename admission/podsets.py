@@ -480,10 +480,12 @@ def build_catalog(
             out[item.metadata.name] = item
         return out
 
-    queues = {
-        name: QueueSpec.from_model(model)
-        for name, model in parsed(ClusterQueue, cluster_queues).items()
-    }
+    queues: dict[str, QueueSpec] = {}
+    for name, model in parsed(ClusterQueue, cluster_queues).items():
+        try:  # a quota the cache cannot count (1e400, 10P of cpu) leaves the queue out
+            queues[name] = QueueSpec.from_model(model)
+        except ValueError as error:
+            warnings.append(f"ignoring ClusterQueue {name}: {error}")
     local: dict[str, str | None] = {}
     for obj in local_queues:
         m = meta(obj)

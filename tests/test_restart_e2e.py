@@ -69,12 +69,10 @@ def test_admission_resumes_within_seconds_after_each_api_server_restart(
         annotations = {"kueue.x-k8s.io/podset-required-topology": RACK}
         submit(pool, job("before", 2, annotations=annotations))
         admitted_within(pool, "before", 30)
-        took = []
         for round_, (down, kill) in enumerate([(0.0, False), (3.0, True), (0.0, False)]):
             time.sleep(2)  # the watches are healthy and idle, as in a quiet cluster
             plane.restart_apiserver(down, kill=kill)
             submit(pool, job(f"after-{round_}", 1, annotations=annotations))
-            took.append(admitted_within(pool, f"after-{round_}", RECOVERY_SECONDS))
+            admitted_within(pool, f"after-{round_}", RECOVERY_SECONDS)  # fails past it
             assert process.poll() is None, serve.log()
-        assert max(took) < RECOVERY_SECONDS
         assert "Traceback" not in serve.log()

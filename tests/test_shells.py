@@ -366,3 +366,64 @@ async def test_the_ungater_plans_a_pod_again_after_a_broken_transport() -> None:
     released = h.kube.stored(PODS, "w-0", "ml")
     assert released is not None and released["spec"]["schedulingGates"] == []
     assert released["spec"]["nodeSelector"][HOST] in {"n1", "n2", "n3"}
+
+
+async def test_an_admission_whose_answer_was_lost_keeps_its_capacity() -> None:
+    """The status write applies, the watch shows the workload admitted, then the answer is
+    lost (a timeout): the capacity stays held, or another gang could be given those nodes."""
+    h = Harness()
+    h.kube.seed(WORKLOADS, workload("w"))
+    h.deliver()
+    real_patch = h.kube.patch
+
+    async def patch_then_deliver(*args: Any, **kwargs: Any) -> Obj:
+        try:
+            return await real_patch(*args, **kwargs)
+        finally:
+            h.deliver()  # the watch is faster than the lost answer
+
+    h.kube.patch = patch_then_deliver  # type: ignore[method-assign]
+    h.kube.fail_next("patch", TimeoutError(), resource="workloads/status", after_write=True)
+    admitter, events = h.admitter()
+    await admitter.cycle()
+    await events.drain()
+    stored = h.kube.stored(WORKLOADS, "w", "ml")
+    assert stored is not None and stored["status"]["admission"]
+    assert h.held_gpus() == 8
+    assert "ml/w" in h.state.held()
+
+
+async def test_an_admission_lost_before_the_watch_is_held_again_when_the_watch_shows_it() -> None:
+    h = Harness()
+    h.kube.seed(WORKLOADS, workload("w"))
+    h.deliver()
+    h.kube.fail_next("patch", TimeoutError(), resource="workloads/status", after_write=True)
+    admitter, events = h.admitter()
+    await admitter.cycle()
+    await events.drain()
+    assert h.held_gpus() == 0  # not known to be admitted yet
+    h.deliver()
+    assert h.held_gpus() == 8  # the watch shows it: held from its status
+
+
+def test_a_queue_whose_quota_cannot_be_counted_is_left_out_not_fatal() -> None:
+    h = Harness()
+    bad = copy.deepcopy(h.kube.stored(CLUSTER_QUEUES, "cq"))
+    assert bad is not None
+    bad["metadata"]["name"] = "huge"
+    bad["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = "1e400"
+    h.kube.seed(CLUSTER_QUEUES, bad)
+    h.deliver()
+    catalog = h.state.catalog()
+    assert "huge" not in catalog.queues and "cq" in catalog.queues
+
+
+def test_node_changes_reparse_the_catalog_only_when_hypernodes_follow_them() -> None:
+    h = Harness()
+    generation = h.state.catalog_generation
+    node = copy.deepcopy(h.kube.stored(NODES, "n1"))
+    assert node is not None
+    node["metadata"]["labels"]["extra"] = "x"
+    h.kube.seed(NODES, node)
+    h.deliver()
+    assert h.state.catalog_generation == generation

@@ -117,7 +117,7 @@ class ControllerState:
         self._subscribers: dict[str, list[Listener]] = {}
         self._held: set[str] = set()  # workloads whose usage the capacity cache holds
         # Admissions decided but whose write is still in flight: they hold capacity and quota
-        # for the next cycles, but nothing acts on them yet.
+        # (so nothing else is admitted onto them meanwhile), but nothing acts on them yet.
         self._assumed: dict[str, Obj] = {}
         # Admissions written by this process, until the watch shows them (so the job sync
         # and the ungater never wait for the watch to act on an admission).
@@ -226,9 +226,14 @@ class ControllerState:
             self._written[key] = admission
 
     def forget_admission(self, key: str) -> None:
-        """The write failed: the workload is not admitted after all; give the capacity back."""
+        """The write failed: give the capacity back, unless the watch already shows the
+        workload admitted (the write applied and only its answer was lost). Should the watch
+        show it admitted later, the handler holds its usage again from its status."""
         self._assumed.pop(key, None)
         self._written.pop(key, None)
+        stored = self._stores[WORKLOADS.plural].get(key)
+        if is_admitted(stored) and not is_finished(stored):
+            return
         self._release(key)
 
     def _hold(
@@ -250,8 +255,9 @@ class ControllerState:
         if index is None:
             index = {}
             for node in sorted(self._capacity.nodes(), key=lambda n: n.name):
-                path = tuple(node.labels.get(level, "") for level in depth)
-                index.setdefault(path, []).append(node.name)
+                if all(level in node.labels for level in depth):  # unlabelled: in no domain
+                    path = tuple(node.labels[level] for level in depth)
+                    index.setdefault(path, []).append(node.name)
             self._domains[depth] = index
         return index.get(tuple(values[: len(depth)]), [])
 
@@ -311,7 +317,8 @@ class ControllerState:
         if labels_changed(old, new):
             self._forest_stale = True
             self._domains.clear()
-            self._catalog_changed()  # HyperNode tiers follow node labels
+            if self._hypernodes:
+                self._catalog_changed()  # HyperNode tiers follow node labels
         if new is None:
             if old is not None:
                 self._capacity.remove_node(meta(old).get("name", ""))

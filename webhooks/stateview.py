@@ -11,6 +11,7 @@ flood of HyperNode reviews costs one LIST per round trip, not one per review.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,6 +25,8 @@ from .review import ClusterView, Review
 from .server import ViewFor
 
 HYPERNODE_GROUP = HYPERNODES.api_version.split("/")[0]
+
+log = logging.getLogger("topogate.webhooks")
 
 
 class _WithHyperNodes:
@@ -68,6 +71,9 @@ class FreshList:
                     listed = await self._kube.list(self._resource)
                     serving.set_result(_with_kind(listed, self._resource))
                 except API_ERRORS:
+                    serving.set_result(None)
+                except Exception:  # a garbled answer: unknown, and never a hung review
+                    log.exception("listing %s failed", self._resource.plural)
                     serving.set_result(None)
         finally:
             self._running = False

@@ -1,8 +1,8 @@
 """What went wrong talking to the API server, and whether trying again can help.
 
-Every writer asks :func:`retryable` instead of catching its own list of exceptions: an
-answer from the server (``KubeError``) and a broken transport (connection reset, timeout)
-are both ordinary events for a controller, never a reason to crash.
+Every writer catches :data:`API_ERRORS` instead of its own list of exceptions: an answer
+from the server (``KubeError``) and a broken transport (connection reset, timeout) are both
+ordinary events for a controller, never a reason to crash.
 """
 
 from __future__ import annotations
@@ -40,11 +40,3 @@ TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
 )
 # Everything a call to the API can fail with that is not a bug in the caller.
 API_ERRORS: tuple[type[BaseException], ...] = (KubeError, *TRANSPORT_ERRORS)
-
-
-def retryable(error: BaseException) -> bool:
-    """True when the same request may succeed later: transport failures, throttling and
-    server-side errors. Conflicts and 404s are not: the caller must read again first."""
-    if isinstance(error, KubeError):
-        return error.status == 429 or error.status >= 500
-    return isinstance(error, TRANSPORT_ERRORS)
