@@ -52,6 +52,17 @@ class GpuState:
         taken = self.taken.get(row, frozenset())
         return [g for g in range(len(pair)) if g not in taken]
 
+    def without_taken(self, rows: Mapping[int, Iterable[int]]) -> GpuState:
+        """A copy in which these GPUs (per row) are free again (what-if: their holder gone)."""
+        taken = dict(self.taken)
+        for row, gpus in rows.items():
+            left = taken.get(row, frozenset()) - frozenset(gpus)
+            if left:
+                taken[row] = left
+            else:
+                taken.pop(row, None)
+        return GpuState(self.code, self.pairs, taken, self.memo)
+
     def with_taken(self, rows: Mapping[int, Iterable[int]]) -> GpuState:
         taken = dict(self.taken)
         for row, gpus in rows.items():
@@ -216,6 +227,31 @@ class ClusterSnapshot:
             self.taints,
             self.taint_sets,
             gpu,
+        )
+
+    def without_usage(
+        self,
+        per_node: Mapping[str, Mapping[str, int]],
+        gpus: Mapping[str, Iterable[int]] | None = None,
+    ) -> ClusterSnapshot:
+        """A copy with this usage (and these GPUs) given back: what the cluster would look
+        like without some workloads, for preemption's simulation; same rows."""
+        negated = {node: {k: -v for k, v in amounts.items()} for node, amounts in per_node.items()}
+        copy = self.with_usage(negated)
+        if not gpus:
+            return copy
+        rows = {self.node_index[n]: g for n, g in gpus.items() if n in self.node_index}
+        return ClusterSnapshot(
+            copy.node_names,
+            copy.resources,
+            copy.allocatable,
+            copy.used,
+            copy.ready,
+            copy.unschedulable,
+            copy.labels,
+            copy.taints,
+            copy.taint_sets,
+            copy.gpu.without_taken(rows),
         )
 
     def with_gpus(self, rows: Mapping[int, Iterable[int]]) -> ClusterSnapshot:
