@@ -64,6 +64,7 @@ class Running:
     usage: Mapping[str, int]  # quota it holds in ``flavor``
     created: str = ""  # for LowerOrNewerEqualPriority
     evicted: bool = False
+    nodes: frozenset[str] = frozenset()  # where its pods run (empty: unknown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +95,7 @@ class _Search:
     usage: Usage
     simulate: Simulate
     placements: int = 0
-    decisions: dict[tuple[str, ...], PlacementDecision | None] = field(default_factory=dict)
+    decisions: dict[frozenset[str], PlacementDecision | None] = field(default_factory=dict)
 
     def book_without(self, removed: Sequence[Running]) -> QuotaBook:
         usage = {k: dict(v) for k, v in self.usage.items()}
@@ -105,7 +106,9 @@ class _Search:
         return QuotaBook(self.queues, usage)
 
     def quota_fits(self, quota: FlavorQuota, removed: Sequence[Running], borrow: bool) -> bool:
-        book = self.book_without(removed)
+        return self._quota_fits_in(quota, self.book_without(removed), borrow)
+
+    def _quota_fits_in(self, quota: FlavorQuota, book: QuotaBook, borrow: bool) -> bool:
         for resource, amount in self.preemptor.demand().items():
             if amount > book.available(self.queue, quota, resource):
                 return False
@@ -114,10 +117,24 @@ class _Search:
                 return False
         return True
 
+    def quota_fits_back(
+        self, quota: FlavorQuota, book: QuotaBook, candidate: Running, borrow: bool
+    ) -> bool:
+        """:meth:`quota_fits` with ``candidate`` put back into ``book`` (left unchanged)."""
+        book.add(candidate.cluster_queue, candidate.flavor, candidate.usage)
+        try:
+            return self._quota_fits_in(quota, book, borrow)
+        finally:
+            book.add(
+                candidate.cluster_queue,
+                candidate.flavor,
+                {k: -v for k, v in candidate.usage.items()},
+            )
+
     def fits(self, quota: FlavorQuota, removed: Sequence[Running], borrow: bool) -> bool:
         if not self.quota_fits(quota, removed, borrow):
             return False
-        key = tuple(sorted(r.key for r in removed))
+        key = _key(removed)
         if key not in self.decisions:
             self.placements += 1
             self.decisions[key] = self.simulate(quota.flavor, removed)
@@ -269,13 +286,44 @@ def _fill_back(
     search: _Search, quota: FlavorQuota, victims: list[tuple[Running, str]], borrow: bool
 ) -> list[tuple[Running, str]]:
     """Put back each victim but the last, newest first, when the preemptor fits without
-    evicting it (Kueue's fillBackWorkloads)."""
+    evicting it (Kueue's fillBackWorkloads). A victim whose nodes the preemptor's current
+    placement does not touch is put back without a simulation when quota allows: that
+    placement stays valid with it (the reason a victim outside the preemptor's domain is
+    never evicted)."""
     kept = list(victims)
+    book = search.book_without([c for c, _ in kept])
     for index in range(len(kept) - 2, -1, -1):
         trial = kept[:index] + kept[index + 1 :]
-        if search.fits(quota, [c for c, _ in trial], borrow):
+        removed = [c for c, _ in trial]
+        candidate = kept[index][0]
+        current = search.decisions.get(_key([c for c, _ in kept]))
+        used = _nodes(current)
+        if (
+            used is not None
+            and candidate.nodes
+            and not candidate.nodes & used
+            and search.quota_fits_back(quota, book, candidate, borrow)
+        ):
+            book.add(candidate.cluster_queue, candidate.flavor, candidate.usage)
+            search.decisions[_key(removed)] = current
+            kept = trial
+        elif search.fits(quota, removed, borrow):
+            book.add(candidate.cluster_queue, candidate.flavor, candidate.usage)
             kept = trial
     return kept
+
+
+def _key(removed: Sequence[Running]) -> frozenset[str]:
+    return frozenset(r.key for r in removed)
+
+
+def _nodes(decision: PlacementDecision | None) -> set[str] | None:
+    """The nodes a fitting placement uses, or None when it names none (quota only, or a
+    topology whose lowest level is above the node)."""
+    if decision is None or not decision.fits:
+        return None
+    nodes = {n for p in decision.placements for n in p.node_counts}
+    return nodes or None
 
 
 def plan_preemption(
@@ -301,7 +349,7 @@ def plan_preemption(
                 continue
             victims = _fill_back(search, quota, victims, borrow)
             # Every set kept was simulated on the way (the search only keeps fitting ones).
-            decision = search.decisions[tuple(sorted(c.key for c, _ in victims))]
+            decision = search.decisions[_key([c for c, _ in victims])]
             reasons = tuple(
                 Victim(c.key, IN_COHORT_RECLAMATION if r == "reclaim-without-borrowing" else r)
                 for c, r in victims

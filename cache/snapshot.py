@@ -206,12 +206,15 @@ class ClusterSnapshot:
         """A copy with more usage (e.g. workloads admitted earlier in this cycle); same rows.
         ``gpus``: GPU indices they hold, per node."""
         used = self.used.copy()
+        columns = self.resource_index
         for node, amounts in per_node.items():
             row = self.node_index.get(node)
             if row is None:
                 continue
-            vec, _ = self.vector(amounts)
-            used[row] += vec
+            for name, amount in amounts.items():  # resources no node has are not counted
+                column = columns.get(name)
+                if column is not None:
+                    used[row, column] += amount
         gpu = self.gpu
         if gpus:
             rows = {self.node_index[n]: g for n, g in gpus.items() if n in self.node_index}

@@ -3,6 +3,7 @@ fewest victims, and the fit simulated on the capacity snapshot without the victi
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 from hypothesis import assume, given, settings
@@ -37,6 +38,12 @@ class Cluster:
     def __init__(self, nodes: Sequence[NodeInfo], held: Mapping[str, Mapping[str, int]]) -> None:
         self.nodes = list(nodes)
         self.held = {k: dict(v) for k, v in held.items()}  # workload -> node -> GPUs
+
+    def located(self, workloads: Sequence[Running]) -> list[Running]:
+        """The workloads with the nodes they run on, as serve knows them."""
+        return [
+            dataclasses.replace(w, nodes=frozenset(self.held.get(w.key, {}))) for w in workloads
+        ]
 
     def simulate(self, request: PlacementRequest) -> Simulate:
         def run(flavor: str, removed: Sequence[Running]) -> PlacementDecision | None:
@@ -104,7 +111,7 @@ def test_within_the_queue_the_newest_lower_priority_workload_goes_first() -> Non
         PreemptionPolicy(within_cluster_queue=LOWER_PRIORITY),
         {"q": queue("q", 24)},
         usage_of(victims),
-        victims,
+        cluster.located(victims),
         cluster.simulate(preemptor.request),
     )
     assert plan is not None
@@ -128,7 +135,7 @@ def test_a_victim_that_frees_nothing_in_the_preemptor_rack_is_put_back() -> None
         PreemptionPolicy(within_cluster_queue=LOWER_PRIORITY),
         {"q": queue("q", 64)},
         usage_of(victims),
-        victims,
+        cluster.located(victims),
         cluster.simulate(preemptor.request),
     )
     assert plan is not None
@@ -146,7 +153,7 @@ def test_nothing_is_preempted_when_nothing_would_fit() -> None:
         PreemptionPolicy(within_cluster_queue=LOWER_PRIORITY),
         {"q": queue("q", 64)},
         usage_of(victims),
-        victims,
+        Cluster(two_racks(), held).located(victims),
         Cluster(two_racks(), held).simulate(preemptor.request),
     )
     assert plan is None
@@ -164,7 +171,7 @@ def test_policies_never_and_lower_priority_protect_equal_priorities() -> None:
                 policy,
                 {"q": queue("q", 8)},
                 usage_of(victims),
-                victims,
+                cluster.located(victims),
                 cluster.simulate(preemptor.request),
             )
             is None
@@ -203,7 +210,7 @@ def test_a_lender_reclaims_from_a_borrower_but_not_from_one_within_nominal() -> 
         PreemptionPolicy(reclaim_within_cohort=ANY),
         queues,
         usage_of(victims),
-        victims,
+        Cluster(two_racks(), held).located(victims),
         Cluster(two_racks(), held).simulate(preemptor.request),
     )
     assert plan is not None
@@ -225,12 +232,20 @@ def test_borrowing_to_fit_needs_borrow_within_cohort() -> None:
     ]
     held = {"ml/b1": {"a": 8}, "ml/b2": {"b": 8}}
     preemptor = gang("ml/a", "a", 2, priority=10)
-    simulate = Cluster(two_racks(), held).simulate(preemptor.request)
+    cluster = Cluster(two_racks(), held)
+    simulate = cluster.simulate(preemptor.request)
     never = PreemptionPolicy(reclaim_within_cohort=ANY)
     usage = usage_of(victims)
-    assert plan_preemption(preemptor, queues["a"], never, queues, usage, victims, simulate) is None
+    assert (
+        plan_preemption(
+            preemptor, queues["a"], never, queues, usage, cluster.located(victims), simulate
+        )
+        is None
+    )
     allowed = PreemptionPolicy(reclaim_within_cohort=ANY, borrow_within_cohort=LOWER_PRIORITY)
-    plan = plan_preemption(preemptor, queues["a"], allowed, queues, usage, victims, simulate)
+    plan = plan_preemption(
+        preemptor, queues["a"], allowed, queues, usage, cluster.located(victims), simulate
+    )
     assert plan is not None
     assert [(v.key, v.reason) for v in plan.victims] == [
         ("ml/b2", IN_COHORT_RECLAIM_WHILE_BORROWING)
@@ -272,7 +287,7 @@ def test_victims_are_minimal_and_the_fit_is_real(
         PreemptionPolicy(within_cluster_queue=LOWER_PRIORITY),
         {"q": queue("q", 1000)},
         usage_of(victims),
-        victims,
+        cluster.located(victims),
         simulate,
     )
     by_key = {v.key: v for v in victims}
