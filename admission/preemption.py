@@ -292,24 +292,23 @@ def _fill_back(
     never evicted)."""
     kept = list(victims)
     book = search.book_without([c for c, _ in kept])
+    current = search.decisions.get(_key([c for c, _ in kept]))
     for index in range(len(kept) - 2, -1, -1):
+        candidate = kept[index][0]
+        used = _nodes(current)
+        if used is not None and candidate.nodes and not candidate.nodes & used:
+            if search.quota_fits_back(quota, book, candidate, borrow):
+                book.add(candidate.cluster_queue, candidate.flavor, candidate.usage)
+                del kept[index]
+            continue
         trial = kept[:index] + kept[index + 1 :]
         removed = [c for c, _ in trial]
-        candidate = kept[index][0]
-        current = search.decisions.get(_key([c for c, _ in kept]))
-        used = _nodes(current)
-        if (
-            used is not None
-            and candidate.nodes
-            and not candidate.nodes & used
-            and search.quota_fits_back(quota, book, candidate, borrow)
-        ):
+        if search.fits(quota, removed, borrow):
             book.add(candidate.cluster_queue, candidate.flavor, candidate.usage)
-            search.decisions[_key(removed)] = current
+            current = search.decisions.get(_key(removed))
             kept = trial
-        elif search.fits(quota, removed, borrow):
-            book.add(candidate.cluster_queue, candidate.flavor, candidate.usage)
-            kept = trial
+    # The kept set's placement, for the caller (a put-back without simulation keeps it).
+    search.decisions[_key([c for c, _ in kept])] = current
     return kept
 
 
