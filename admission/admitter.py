@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from topogate.api.models import Admission
-from topogate.api.objects import condition, is_finished, key_of, meta, owner_job
+from topogate.api.objects import condition, is_evicted, is_finished, key_of, meta, owner_job
 from topogate.api.times import parse_time
 from topogate.cache.snapshot import ClusterSnapshot
 from topogate.kube.errors import API_ERRORS
@@ -30,8 +30,10 @@ from topogate.metrics import Metrics
 from topogate.state import ControllerState
 
 from .assignments import node_usage, pod_set_assignments
+from .evictions import evict, preemptor
 from .gpuplace import assignment_of
 from .podsets import Catalog, Translation, flavor_tolerations, translate
+from .preemption import Preemption
 from .queues import (
     Admitted,
     FlavorTopology,
@@ -146,12 +148,14 @@ class Admitter:
         snapshot = self.state.snapshot()
         named = {p.request.topology for p in pending if p.request.topology is not None}
         placer = self._flavor_topologies(snapshot, catalog, named)
-        result = admission_cycle(catalog.queues, pending, self._usage(), placer)
+        preempt = preemptor(self.state, catalog.queues, placer)
+        result = admission_cycle(catalog.queues, pending, self._usage(), placer, preempt)
         self.metrics.admission_cycle_seconds.observe(time.perf_counter() - started)
         self.cycles += 1
         requests = {p.key: p.request for p in pending}
         jobs = [self._admit(waiting[a.key], a, requests[a.key]) for a in result.admitted]
         jobs += [self._wait(waiting[k], m) for k, m in {**problems, **result.pending}.items()]
+        jobs += [self._preempt(key, plan) for key, plan in result.preemptions]
         await asyncio.gather(*jobs)
         admitted = {a.key for a in result.admitted}
         self._gauges(catalog.queues, [p for p in pending if p.key not in admitted])
@@ -220,6 +224,27 @@ class Admitter:
         if owner is not None:
             self.state.signals.job(*owner)
         self.state.signals.ungate_workload(key)
+
+    async def _preempt(self, preemptor_key: str, plan: Preemption) -> None:
+        """Evict the victims not evicted yet; their capacity stays held until their pods are
+        gone (the job sync takes their admission back then)."""
+        for victim in plan.victims:
+            obj = self.state.store(WORKLOADS).get(victim.key)
+            if obj is None or is_evicted(obj):
+                continue
+            try:
+                async with self._writes:
+                    await evict(self.kube, obj, preemptor_key, victim)
+            except API_ERRORS as error:
+                log.info("evicting %s for %s failed: %s", victim.key, preemptor_key, error)
+                self.state.signals.admit()
+                continue
+            log.info("evicted %s for %s (%s)", victim.key, preemptor_key, victim.reason)
+            self.metrics.admission_attempts.labels("preempted").inc()
+            self.events.emit(obj, "Preempted", f"preempted to make room for {preemptor_key}")
+            owner = owner_job(obj)
+            if owner is not None:
+                self.state.signals.job(*owner)
 
     async def _wait(self, workload: Obj, message: str) -> None:
         self.metrics.admission_attempts.labels("pending").inc()

@@ -17,7 +17,7 @@ import logging
 
 from topogate.api.errors import InputError
 from topogate.api.kinds import queue_name
-from topogate.api.objects import is_finished, meta
+from topogate.api.objects import is_evicted, is_finished, key_of, meta
 from topogate.kube.errors import API_ERRORS, KubeError
 from topogate.kube.events import EventRecorder
 from topogate.kube.protocol import KubeApi
@@ -35,6 +35,10 @@ from .integration import (
 from .writes import new_condition, write_status
 
 log = logging.getLogger("topogate.jobs")
+
+
+def _terminated(pod: Obj) -> bool:
+    return ((pod.get("status") or {}).get("phase")) in ("Succeeded", "Failed")
 
 
 class JobSync:
@@ -103,7 +107,9 @@ class JobSync:
             if workload is not None and not is_finished(workload):
                 await self._finish(workload, done)
             return
-        if admission is not None:
+        if admission is not None and workload is not None and is_evicted(workload):
+            await self._stop_evicted(resource, job, workload)
+        elif admission is not None:
             if is_suspended(job) or not is_marked(job):
                 await self._start(resource, job, workload_key.split("/", 1)[1], admission)
         elif not is_suspended(job):
@@ -177,6 +183,26 @@ class JobSync:
             f"admitted as Workload {workload}; pods are gated "
             "until the ungater gives each its domain",
         )
+
+    async def _stop_evicted(self, resource: Resource, job: Obj, workload: Obj) -> None:
+        """An evicted workload's job is suspended (its controller deletes the pods); once no
+        pod of it runs, its admission is taken back and it waits in its queue again."""
+        if not is_suspended(job):
+            await self._suspend(resource, job, "its Workload was evicted")
+            return
+        running = [p for p in self.state.pods_of(key_of(workload)) if not _terminated(p)]
+        if running:
+            return  # the pods' deletion events bring it back here
+        conditions = [
+            c
+            for c in (workload.get("status") or {}).get("conditions") or []
+            if c.get("type") not in ("QuotaReserved", "Admitted")
+        ]
+        message = "evicted; its pods are gone and it waits for admission again"
+        conditions.append(new_condition("QuotaReserved", "False", "Evicted", message))
+        conditions.append(new_condition("Admitted", "False", "Evicted", message))
+        await write_status(self.kube, workload, {"admission": None, "conditions": conditions})
+        log.info("workload %s requeued after eviction", key_of(workload))
 
     async def _finish(self, workload: Obj, outcome: str) -> None:
         m = meta(workload)

@@ -31,25 +31,35 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .queues import FlavorQuota, PendingWorkload, QueueSpec, QuotaBook, Usage
-from .request import PlacementDecision
+from .queues import (
+    ANY,
+    LOWER_OR_NEWER_EQUAL,
+    LOWER_PRIORITY,
+    NEVER,
+    FlavorQuota,
+    PendingWorkload,
+    PreemptionPolicy,
+    QueueSpec,
+    QuotaBook,
+    Usage,
+)
 
-NEVER = "Never"
-LOWER_PRIORITY = "LowerPriority"
-LOWER_OR_NEWER_EQUAL = "LowerOrNewerEqualPriority"
-ANY = "Any"
+__all__ = [
+    "ANY",
+    "LOWER_OR_NEWER_EQUAL",
+    "LOWER_PRIORITY",
+    "NEVER",
+    "Preemption",
+    "PreemptionPolicy",
+    "Running",
+    "Victim",
+    "plan_preemption",
+]
+from .request import PlacementDecision
 
 IN_CLUSTER_QUEUE = "InClusterQueue"
 IN_COHORT_RECLAMATION = "InCohortReclamation"
 IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
-
-
-@dataclass(frozen=True, slots=True)
-class PreemptionPolicy:
-    within_cluster_queue: str = NEVER
-    reclaim_within_cohort: str = NEVER
-    borrow_within_cohort: str = NEVER
-    borrow_max_priority: int | None = None  # borrowWithinCohort.maxPriorityThreshold
 
 
 @dataclass(frozen=True, slots=True)

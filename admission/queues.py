@@ -9,9 +9,9 @@ admitted; BestEffortFIFO lets later, smaller ones go by.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from topogate.api.models import ClusterQueue
 from topogate.api.podspec import Toleration
@@ -24,11 +24,34 @@ from .gpuplace import taken_by
 from .placement import place
 from .request import PlacementDecision, PlacementRequest
 
+if TYPE_CHECKING:
+    from .preemption import Preemption
+
 STRICT_FIFO = "StrictFIFO"
 
 # (cluster queue, flavor) -> resource -> amount: quota is per ClusterQueue and flavor.
 Usage = dict[tuple[str, str], dict[str, int]]
 Held = list[tuple[PlacementRequest, PlacementDecision]]
+
+
+NEVER = "Never"
+LOWER_PRIORITY = "LowerPriority"
+LOWER_OR_NEWER_EQUAL = "LowerOrNewerEqualPriority"
+ANY = "Any"
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionPolicy:
+    """A ClusterQueue's ``spec.preemption`` (Kueue's fields and values)."""
+
+    within_cluster_queue: str = NEVER
+    reclaim_within_cohort: str = NEVER
+    borrow_within_cohort: str = NEVER
+    borrow_max_priority: int | None = None  # borrowWithinCohort.maxPriorityThreshold
+
+    @property
+    def enabled(self) -> bool:
+        return self.within_cluster_queue != NEVER or self.reclaim_within_cohort != NEVER
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +69,7 @@ class QueueSpec:
     strategy: str
     flavors: tuple[FlavorQuota, ...]  # in the order they are tried
     cohort: str | None = None
+    preemption: PreemptionPolicy = PreemptionPolicy()
 
     @classmethod
     def from_model(cls, queue: ClusterQueue) -> QueueSpec:
@@ -67,7 +91,17 @@ class QueueSpec:
             for group in queue.spec.resource_groups
             for flavor in group.flavors
         )
-        return cls(queue.metadata.name, queue.spec.queueing_strategy, flavors, queue.spec.cohort_of)
+        spec = queue.spec
+        policy = PreemptionPolicy()
+        if spec.preemption is not None:
+            borrow = spec.preemption.borrow_within_cohort
+            policy = PreemptionPolicy(
+                spec.preemption.within_cluster_queue,
+                spec.preemption.reclaim_within_cohort,
+                borrow.policy if borrow is not None else NEVER,
+                borrow.max_priority_threshold if borrow is not None else None,
+            )
+        return cls(queue.metadata.name, spec.queueing_strategy, flavors, spec.cohort_of, policy)
 
 
 class QuotaBook:
@@ -178,6 +212,13 @@ class Admitted:
 class CycleResult:
     admitted: list[Admitted] = field(default_factory=list)
     pending: dict[str, str] = field(default_factory=dict)  # key -> why it waits
+    # (preemptor key, the victims to evict so it can fit once they are gone)
+    preemptions: list[tuple[str, Preemption]] = field(default_factory=list)
+
+
+# Plans a preemption for a workload that does not fit (admission/preemption.py); the shell
+# provides it with the running workloads and a simulation on its snapshot.
+Preempt = Callable[["PendingWorkload", "QueueSpec", "Usage", "Held"], "Preemption | None"]
 
 
 def order(workloads: Sequence[PendingWorkload]) -> list[PendingWorkload]:
@@ -229,6 +270,7 @@ def admission_cycle(
     pending: Sequence[PendingWorkload],
     usage: Usage,
     placer: Placer,
+    preempt: Preempt | None = None,
 ) -> CycleResult:
     """Admit what fits, in queue order; ``usage`` is updated with the admissions.
 
@@ -257,6 +299,16 @@ def admission_cycle(
             outcome = _try(workload, queue, book, placer, held)
             if isinstance(outcome, str):
                 result.pending[workload.key] = outcome
+                plan = None
+                if preempt is not None and queue.preemption.enabled:
+                    plan = preempt(workload, queue, usage, held)
+                if plan is not None:
+                    result.preemptions.append((workload.key, plan))
+                    victims = ", ".join(v.key for v in plan.victims)
+                    result.pending[workload.key] = (
+                        f"{outcome}; preempting {len(plan.victims)} workload(s) to make room "
+                        f"({victims}): admitted once their pods are gone"
+                    )
                 if queue.strategy == STRICT_FIFO:
                     blocked_by = workload.key
                 continue
@@ -295,6 +347,12 @@ class SnapshotPlacer:
             snapshot = snapshot.with_usage(node_usage(earlier, decision), taken_by([decision]))
         self._held[:] = [(held, len(held), snapshot)]
         return snapshot
+
+    def without(
+        self, per_node: Mapping[str, Mapping[str, int]], gpus: Mapping[str, Iterable[int]]
+    ) -> SnapshotPlacer:
+        """The same trees on the snapshot with this usage given back (preemption's what-if)."""
+        return SnapshotPlacer(self.snapshot.without_usage(per_node, gpus), self.flavors, self.named)
 
     def __call__(
         self, flavor: str, request: PlacementRequest, held: Held

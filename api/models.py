@@ -259,6 +259,19 @@ class ResourceGroup(ApiModel):
         return self
 
 
+class BorrowWithinCohort(ApiModel):
+    policy: Literal["Never", "LowerPriority"] = "Never"
+    max_priority_threshold: int | None = None
+
+
+class ClusterQueuePreemption(ApiModel):
+    """Kueue's ``spec.preemption``: which admitted workloads a pending one may evict."""
+
+    within_cluster_queue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = "Never"
+    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] = "Never"
+    borrow_within_cohort: BorrowWithinCohort | None = None
+
+
 class ClusterQueueSpec(ApiModel):
     """``cohort`` (Kueue v1beta1) or ``cohortName`` (v1beta2): queues of one cohort lend
     unused quota to each other."""
@@ -283,6 +296,7 @@ class ClusterQueueSpec(ApiModel):
     namespace_selector: dict[str, Any] | None = None
     cohort: str | None = Field(default=None, min_length=1, max_length=63)
     cohort_name: str | None = Field(default=None, min_length=1, max_length=63)
+    preemption: ClusterQueuePreemption | None = None
 
     @property
     def cohort_of(self) -> str | None:

@@ -73,6 +73,11 @@ def is_finished(workload: Mapping[str, Any] | None) -> bool:
     return is_true(workload, "Finished")
 
 
+def is_evicted(workload: Mapping[str, Any] | None) -> bool:
+    """Evicted (preempted): its pods are going and its admission is taken back after them."""
+    return is_true(workload, "Evicted")
+
+
 def workload_of_pod(pod: Mapping[str, Any]) -> str | None:
     """namespace/name of the Workload a marked pod belongs to."""
     name = annotations_of(pod).get(c.WORKLOAD_ANNOTATION)

@@ -428,6 +428,10 @@ class CapacityCache:
     def workload_gpus(self, key: str) -> GpuAssignment | None:
         return self._gpu_assignments.get(key)
 
+    def workload_usage(self, key: str) -> Mapping[str, Mapping[str, int]]:
+        """What an admitted workload holds per node (empty when nothing is held)."""
+        return self._workloads.get(key, {})
+
     def snapshot(self) -> ClusterSnapshot:
         if self._snapshot is None:
             extra: dict[str, dict[str, int]] = {}

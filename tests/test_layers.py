@@ -32,6 +32,7 @@ FOLDERS = {
 # Each shell is its own group: it may not import another shell.
 SHELLS = {
     "topogate.admission.admitter": "admitter",
+    "topogate.admission.evictions": "admitter",
     "topogate.admission.jobsync": "job sync",
     "topogate.ungater.controller": "ungater",
     "topogate.webhooks.server": "webhook server",

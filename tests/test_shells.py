@@ -23,6 +23,7 @@ from topogate.kube.resources import (
     JOBS,
     LOCAL_QUEUES,
     NODES,
+    PODS,
     RESOURCE_FLAVORS,
     TOPOLOGIES,
     WORKLOADS,
@@ -330,7 +331,6 @@ async def test_job_sync_retries_after_a_broken_transport() -> None:
 
 
 async def test_the_ungater_plans_a_pod_again_after_a_broken_transport() -> None:
-    from topogate.kube.resources import PODS
     from topogate.ungater.controller import Ungater
 
     h = Harness()
@@ -427,3 +427,87 @@ def test_node_changes_reparse_the_catalog_only_when_hypernodes_follow_them() -> 
     h.kube.seed(NODES, node)
     h.deliver()
     assert h.state.catalog_generation == generation
+
+
+async def test_a_high_priority_gang_preempts_and_runs_once_the_victim_pods_are_gone() -> None:
+    """Evict the lower-priority workload, suspend its job, take its admission back when its
+    pods are gone, then admit the preemptor on the capacity it freed; never before."""
+    h = Harness()
+    queue = h.kube.stored(CLUSTER_QUEUES, "cq")
+    assert queue is not None
+    queue["spec"]["preemption"] = {"withinClusterQueue": "LowerPriority"}
+    h.kube.seed(CLUSTER_QUEUES, queue)
+    h.kube.seed(JOBS, queued_job("low"))
+    h.deliver()
+    events = EventRecorder(h.kube, "test")
+    sync = JobSync(h.kube, h.state, events)
+    admitter, _ = h.admitter()
+    await sync.reconcile("Job", "ml/low")
+    h.deliver()
+    [low] = h.kube.objects(WORKLOADS)
+    low_key = f"ml/{low['metadata']['name']}"
+    # The low-priority job takes 3 pods x 6 GPUs, one per node: no rack has room for more.
+    low["spec"]["podSets"][0]["count"] = 3
+    low["spec"]["podSets"][0].pop("topologyRequest", None)
+    low["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]["requests"][
+        "nvidia.com/gpu"
+    ] = "6"
+    low["spec"]["podSets"][0]["template"]["metadata"]["annotations"] = {}
+    h.kube.seed(WORKLOADS, low)
+    h.deliver()
+    await admitter.cycle()
+    h.deliver()
+    assert h.state.admission_of(low_key) is not None
+    await sync.reconcile("Job", "ml/low")  # started
+    h.deliver()
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "low-0",
+            "namespace": "ml",
+            "labels": {c.PODSET_LABEL: "main"},
+            "annotations": {c.WORKLOAD_ANNOTATION: low["metadata"]["name"]},
+        },
+        "spec": {"nodeName": "n1", **pod_template(6)["spec"]},
+        "status": {"phase": "Running"},
+    }
+    h.kube.seed(PODS, pod)
+    h.deliver()
+    high = workload("high", count=2, gpus=4)
+    high["spec"]["priority"] = 100
+    h.kube.seed(WORKLOADS, high)
+    h.deliver()
+    await admitter.cycle()
+    h.deliver()
+    evicted = h.kube.stored(WORKLOADS, low["metadata"]["name"], "ml")
+    assert condition(evicted, "Evicted")["reason"] == "Preempted"  # type: ignore[index]
+    assert condition(evicted, "Preempted")["reason"] == "InClusterQueue"  # type: ignore[index]
+    assert "ml/high" in condition(evicted, "Evicted")["message"]  # type: ignore[index]
+    pending = condition(h.kube.stored(WORKLOADS, "high", "ml"), "QuotaReserved")
+    assert pending is not None and "preempting 1 workload(s)" in pending["message"]
+    assert h.state.admission_of("ml/high") is None  # not while the victim still holds nodes
+    # The job sync suspends the victim's job; its pod still runs, so it keeps its hold.
+    await sync.reconcile("Job", "ml/low")
+    h.deliver()
+    job = h.kube.stored(JOBS, "low", "ml")
+    assert job is not None and job["spec"]["suspend"] is True
+    await sync.reconcile("Job", "ml/low")
+    h.deliver()
+    assert h.state.admission_of(low_key) is not None
+    await admitter.cycle()
+    h.deliver()
+    assert h.state.admission_of("ml/high") is None  # never onto nodes a victim still uses
+    # The Job controller deletes the pod: the admission is taken back.
+    await h.kube.delete(PODS, "low-0", "ml")
+    h.deliver()
+    await sync.reconcile("Job", "ml/low")
+    h.deliver()
+    requeued = h.kube.stored(WORKLOADS, low["metadata"]["name"], "ml")
+    assert requeued is not None and not requeued["status"].get("admission")
+    assert condition(requeued, "QuotaReserved")["reason"] == "Evicted"  # type: ignore[index]
+    assert low_key not in h.state.held()
+    await admitter.cycle()
+    await events.drain()
+    h.deliver()
+    assert h.state.admission_of("ml/high") is not None

@@ -168,6 +168,9 @@ class ControllerState:
     def workload_gpus(self, key: str) -> GpuAssignment | None:
         return self._capacity.workload_gpus(key)
 
+    def workload_usage(self, key: str) -> Mapping[str, Mapping[str, int]]:
+        return self._capacity.workload_usage(key)
+
     def priority_of(self, name: str) -> int | None:
         obj = self._stores[PRIORITY_CLASSES.plural].get(name)
         value = (obj or {}).get("value")
@@ -377,6 +380,8 @@ class ControllerState:
                 self._rehold(key, new)
             self.signals.ungate_workload(key)
         else:
+            if key in self._held and key not in self._assumed and key not in self._written:
+                self._release(key)  # its admission was taken back (evicted, pods gone)
             self.signals.admit()
 
     def _rehold(self, key: str, workload: Obj) -> None:

@@ -21,7 +21,14 @@ from typing import Any
 from topogate.api import constants as c
 from topogate.api.gpus import ALLOCATION_ANNOTATION, GpuAssignment
 from topogate.api.models import TopologyAssignment
-from topogate.api.objects import gpu_assignment_of, is_finished, key_of, meta, workload_of_pod
+from topogate.api.objects import (
+    gpu_assignment_of,
+    is_evicted,
+    is_finished,
+    key_of,
+    meta,
+    workload_of_pod,
+)
 from topogate.api.times import parse_time
 from topogate.kube.errors import API_ERRORS, KubeError
 from topogate.kube.protocol import KubeApi
@@ -112,6 +119,8 @@ class Ungater:
         workload = self.state.store(WORKLOADS).get(key)
         if admission is None or (workload is not None and is_finished(workload)):
             return []
+        if workload is not None and is_evicted(workload):
+            return []  # its pods are going: none is released
         members = self.state.pods_of(key)
         requests = _topology_requests(workload)
         gpus = self._gpus(key, workload)

@@ -1,0 +1,118 @@
+"""The admitter's side of preemption: the admitted workloads as candidates, the what-if on the
+capacity snapshot, and the eviction written the way Kueue writes it.
+
+An evicted workload keeps its capacity until its pods are gone (the job sync suspends its job
+and takes its admission back only then), so a node is never given twice while a victim's pods
+still run on it (Kueue #15337).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from topogate.api.objects import condition, is_evicted, is_finished, meta
+from topogate.kube.protocol import KubeApi
+from topogate.kube.resources import WORKLOADS, Obj
+from topogate.state import ControllerState
+
+from .preemption import Preemption, Running, Victim, plan_preemption
+from .queues import Held, PendingWorkload, Preempt, QueueSpec, SnapshotPlacer, Usage, usage_of
+from .request import PlacementDecision
+from .writes import new_condition
+
+EVICTED = "Evicted"
+PREEMPTED = "Preempted"
+
+
+def running_workloads(state: ControllerState) -> list[Running]:
+    """Every admitted, unfinished workload (as stored), with the nodes it holds."""
+    out = []
+    for key, workload in state.store(WORKLOADS).items():
+        admission = state.admission_of(key)
+        if admission is None or is_finished(workload):
+            continue
+        usage = usage_of([admission])
+        if not usage:
+            continue
+        (cq, flavor), amounts = next(iter(usage.items()))
+        reserved = condition(workload, "QuotaReserved") or {}
+        spec = workload.get("spec") if isinstance(workload.get("spec"), dict) else {}
+        priority = spec.get("priority") if isinstance(spec, dict) else None
+        out.append(
+            Running(
+                key,
+                cq,
+                flavor,
+                priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
+                str(reserved.get("lastTransitionTime") or ""),
+                amounts,
+                created=str(meta(workload).get("creationTimestamp") or ""),
+                evicted=is_evicted(workload),
+                nodes=frozenset(state.workload_usage(key)),
+            )
+        )
+    return out
+
+
+def preemptor(
+    state: ControllerState, queues: Mapping[str, QueueSpec], placer: SnapshotPlacer
+) -> Preempt:
+    """The cycle's preemption planner: candidates read once, fits simulated on the placer's
+    snapshot without the victims' usage and GPU sets."""
+    running: list[Running] | None = None
+
+    def plan(
+        workload: PendingWorkload, queue: QueueSpec, usage: Usage, held: Held
+    ) -> Preemption | None:
+        nonlocal running
+        if running is None:
+            running = running_workloads(state)
+
+        def simulate(flavor: str, removed: Sequence[Running]) -> PlacementDecision | None:
+            per_node: dict[str, dict[str, int]] = {}
+            gpus: dict[str, set[int]] = {}
+            for victim in removed:
+                for node, amounts in state.workload_usage(victim.key).items():
+                    slot = per_node.setdefault(node, {})
+                    for name, amount in amounts.items():
+                        slot[name] = slot.get(name, 0) + amount
+                for placed in (state.workload_gpus(victim.key) or {}).values():
+                    for node, sets in placed.items():
+                        gpus.setdefault(node, set()).update(g for one in sets for g in one)
+            return placer.without(per_node, gpus)(flavor, workload.request, held)
+
+        return plan_preemption(workload, queue, queue.preemption, queues, usage, running, simulate)
+
+    return plan
+
+
+def eviction_status(victim: Obj, preemptor_key: str, reason: str) -> Obj:
+    """The victim's conditions with Evicted (reason Preempted) and Preempted, as Kueue writes
+    them; the message names the preemptor."""
+    message = f"Preempted to accommodate workload {preemptor_key} due to {_why(reason)}"
+    kept = [
+        c
+        for c in ((victim.get("status") or {}).get("conditions") or [])
+        if c.get("type") not in (EVICTED, PREEMPTED)
+    ]
+    kept.append(new_condition(EVICTED, "True", PREEMPTED, message))
+    kept.append(new_condition(PREEMPTED, "True", reason, message))
+    return {"conditions": kept}
+
+
+def _why(reason: str) -> str:
+    return {
+        "InClusterQueue": "prioritization in the ClusterQueue",
+        "InCohortReclamation": "reclamation within the cohort",
+        "InCohortReclaimWhileBorrowing": "reclamation within the cohort while borrowing",
+    }.get(reason, reason)
+
+
+async def evict(kube: KubeApi, victim: Obj, preemptor_key: str, chosen: Victim) -> None:
+    """Write the eviction, guarded by the version read (a changed victim is planned again)."""
+    m = meta(victim)
+    body: Obj = {
+        "metadata": {"resourceVersion": m.get("resourceVersion")},
+        "status": eviction_status(victim, preemptor_key, chosen.reason),
+    }
+    await kube.patch(WORKLOADS, m["name"], body, m.get("namespace"), subresource="status")
