@@ -1,0 +1,455 @@
+"""The exact second pass: joint packing of a gang's parts where the greedy pass gave up.
+
+The greedy pass (``placement.py``, Kueue's algorithm) places PodSets one after another, so an
+earlier one can take the node a later one needed. This module answers the joint question for
+the few domains that matter, exactly, as a small integer program solved by HiGHS
+(``scipy.optimize.milp``):
+
+- variables: pods of each part's workers (and its leader) per node of the part's region;
+- per node and resource, the parts' pods together stay within the free capacity (and the
+  pod slots, which are a resource column of the snapshot);
+- each part's count, its slice layers (a multiple of the layer size per domain of the
+  layer's level; at most one slice per domain for exclusive slices);
+- optionally, fewest domains of each part's counted level (the objective).
+
+Per-node upper bounds reuse the greedy pass's eligibility masks and its per-node count, so
+taints, selectors and missing resources are judged exactly as there.
+
+Why an ILP rather than a hand-written branch and bound: the joint per-node packing is a
+multi-dimensional integer packing with side constraints (slices, leaders); HiGHS solves the
+sizes met here (a rack or a few, tens to hundreds of nodes) in a few milliseconds and proves
+infeasibility, which is what makes the answer exact. Which domain each part takes is chosen
+by a depth-first search above the ILP (``fit_jointly``): a part alone in its domain needs no
+ILP at all (the greedy counts are exact for one part), so the ILP only runs for domains that
+several parts share.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from topogate.cache.snapshot import BoolArray, IntArray
+from topogate.cache.topology import DomainTree
+
+log = logging.getLogger("topogate.placement")
+
+EXACT_BUDGET = 0.05  # seconds per gang for the second pass
+# Past this many integer variables the ILP is not attempted (the greedy answer stands): the
+# model would take longer to build than any budget allows.
+MAX_COLUMNS = 20_000
+
+WHOLE_TREE = -1  # a region's level meaning "every node of the tree"
+
+Region = tuple[int, int]  # (level, domain); (WHOLE_TREE, 0) is the whole tree
+
+
+def per_node_count(free: IntArray, request: IntArray) -> IntArray:
+    """How many pods of ``request`` fit on each row of ``free`` (min over requested resources)."""
+    used = np.flatnonzero(request > 0)
+    if used.size == 0:
+        return np.full(free.shape[0], np.iinfo(np.int32).max, dtype=np.int64)
+    counts: IntArray = np.min(free[:, used] // request[used], axis=1)
+    return counts
+
+
+class OutOfTime(Exception):
+    """The second pass's budget ran out; the greedy answer stands."""
+
+
+class TooLarge(Exception):
+    """The joint problem is bigger than the ILP is allowed; the greedy answer stands."""
+
+
+@dataclass(slots=True)
+class Budget:
+    deadline: float
+
+    @classmethod
+    def start(cls, seconds: float) -> Budget:
+        return cls(time.perf_counter() + seconds)
+
+    def remaining(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def check(self) -> None:
+        if self.remaining() <= 0:
+            raise OutOfTime
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One group of the gang (a PodSet, or a leader and its workers) as the ILP sees it."""
+
+    shape: str  # equal for groups with identical requests: their choices are interchangeable
+    count: int  # worker pods
+    worker_vec: IntArray
+    worker_mask: BoolArray  # eligible node positions (the greedy pass's, GPU rules included)
+    leader_vec: IntArray | None = None
+    leader_mask: BoolArray | None = None
+    # (level, unit): every domain of ``level`` holds a multiple of ``unit`` workers.
+    units: tuple[tuple[int, int], ...] = ()
+    exclusive_level: int | None = None  # at most one slice per domain of this level
+    count_level: int | None = None  # domains of this level are minimised (preferred)
+
+    @property
+    def leaders(self) -> int:
+        return 0 if self.leader_vec is None else 1
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """The regions one part may take, in the greedy pass's order (Kueue's tie-breaks)."""
+
+    regions: tuple[Region, ...]
+    alone: bool  # a region holding only this part is known to fit without an ILP
+
+
+class Regions:
+    """Node positions of the tree's domains, and which domains overlap."""
+
+    def __init__(self, tree: DomainTree) -> None:
+        self.tree = tree
+        self._sorted: dict[int, tuple[IntArray, IntArray]] = {}
+
+    def nodes(self, region: Region) -> IntArray:
+        level, domain = region
+        if level == WHOLE_TREE:
+            return np.arange(len(self.tree.nodes), dtype=np.int64)
+        if level not in self._sorted:
+            member = self.tree.member_domain[level]
+            order = np.argsort(member, kind="stable").astype(np.int64)
+            starts = np.searchsorted(member[order], np.arange(self.tree.size(level) + 1))
+            self._sorted[level] = (order, starts.astype(np.int64))
+        order, starts = self._sorted[level]
+        return order[starts[domain] : starts[domain + 1]]
+
+    def overlap(self, a: Region, b: Region) -> bool:
+        if a[0] == WHOLE_TREE or b[0] == WHOLE_TREE:
+            return True
+        high, low = (a, b) if a[0] <= b[0] else (b, a)
+        inside = self.nodes(low)
+        # Domains nest: the lower one lies inside the higher one or not at all.
+        return bool(inside.size) and int(self.tree.member_domain[high[0]][inside[0]]) == high[1]
+
+
+Plan = list[tuple[IntArray, IntArray | None]]  # per part: workers per node, leader per node
+
+
+@dataclass(slots=True)
+class _Model:
+    """The ILP being built: columns, sparse rows, and per-node resource terms."""
+
+    lower: list[float] = field(default_factory=list)
+    upper: list[float] = field(default_factory=list)
+    cost: list[float] = field(default_factory=list)
+    row_cols: list[IntArray] = field(default_factory=list)
+    row_coefs: list[IntArray] = field(default_factory=list)
+    row_lo: list[float] = field(default_factory=list)
+    row_hi: list[float] = field(default_factory=list)
+    # node position -> [(column, per-pod vector)], for the shared-capacity rows
+    on_node: dict[int, list[tuple[int, IntArray]]] = field(default_factory=dict)
+
+    def columns(self, upper: npt.NDArray[Any], cost: float = 0.0) -> IntArray:
+        start = len(self.upper)
+        self.lower.extend([0.0] * len(upper))
+        self.upper.extend(float(u) for u in upper)
+        self.cost.extend([cost] * len(upper))
+        return np.arange(start, start + len(upper), dtype=np.int64)
+
+    def row(self, cols: IntArray, coefs: IntArray, lo: float, hi: float) -> None:
+        self.row_cols.append(cols)
+        self.row_coefs.append(coefs)
+        self.row_lo.append(lo)
+        self.row_hi.append(hi)
+
+
+def _group_rows(
+    model: _Model,
+    member: npt.NDArray[np.integer[Any]],
+    cols: IntArray,
+    unit: int,
+    at_most: int | None,
+) -> None:
+    """Per domain (``member`` codes of the columns' nodes): sum(cols) == unit * k, k integer."""
+    domains, inverse = np.unique(member, return_inverse=True)
+    bound = np.full(len(domains), np.inf if at_most is None else at_most)
+    ks = model.columns(bound)
+    for i in range(len(domains)):
+        mine = cols[inverse == i]
+        model.row(
+            np.concatenate((mine, ks[i : i + 1])),
+            np.concatenate((np.ones(len(mine), np.int64), np.array([-unit]))),
+            0.0,
+            0.0,
+        )
+
+
+def _add_part(
+    model: _Model, tree: DomainTree, free: IntArray, part: Part, nodes: IntArray
+) -> tuple[IntArray, IntArray, IntArray, IntArray]:
+    """The part's columns (workers, then leader) and the node each stands for."""
+    cap = np.where(part.worker_mask[nodes], per_node_count(free[nodes], part.worker_vec), 0)
+    w_nodes = nodes[cap > 0]
+    w_cols = model.columns(np.minimum(cap[cap > 0], part.count))
+    model.row(w_cols, np.ones(len(w_cols), np.int64), part.count, part.count)
+    for node, col in zip(w_nodes.tolist(), w_cols.tolist(), strict=True):
+        model.on_node.setdefault(node, []).append((col, part.worker_vec))
+    for level, unit in part.units:
+        at_most = 1 if level == part.exclusive_level else None
+        if unit > 1 or at_most is not None:
+            _group_rows(model, tree.member_domain[level][w_nodes], w_cols, unit, at_most)
+    l_nodes = np.empty(0, np.int64)
+    l_cols = np.empty(0, np.int64)
+    if part.leader_vec is not None and part.leader_mask is not None:
+        fits = part.leader_mask[nodes] & (per_node_count(free[nodes], part.leader_vec) > 0)
+        l_nodes = nodes[fits]
+        l_cols = model.columns(np.ones(len(l_nodes), np.int64))
+        model.row(l_cols, np.ones(len(l_cols), np.int64), 1, 1)
+        for node, col in zip(l_nodes.tolist(), l_cols.tolist(), strict=True):
+            model.on_node.setdefault(node, []).append((col, part.leader_vec))
+    if part.count_level is not None:
+        _domain_indicators(model, tree, part, w_nodes, w_cols, l_nodes, l_cols)
+    return w_nodes, w_cols, l_nodes, l_cols
+
+
+def _domain_indicators(
+    model: _Model,
+    tree: DomainTree,
+    part: Part,
+    w_nodes: IntArray,
+    w_cols: IntArray,
+    l_nodes: IntArray,
+    l_cols: IntArray,
+) -> None:
+    """One 0/1 column per domain of the counted level, at cost 1, on whenever it holds a pod."""
+    assert part.count_level is not None
+    member = tree.member_domain[part.count_level]
+    nodes = np.concatenate((w_nodes, l_nodes))
+    cols = np.concatenate((w_cols, l_cols))
+    domains, inverse = np.unique(member[nodes], return_inverse=True)
+    used = model.columns(np.ones(len(domains), np.int64), cost=1.0)
+    big = part.count + part.leaders
+    for i in range(len(domains)):
+        mine = cols[inverse == i]
+        model.row(
+            np.concatenate((mine, used[i : i + 1])),
+            np.concatenate((np.ones(len(mine), np.int64), np.array([-big]))),
+            -np.inf,
+            0.0,
+        )
+
+
+def _capacity_rows(model: _Model, free: IntArray) -> None:
+    """Shared nodes: the parts' pods together within every resource of the node."""
+    for node, terms in model.on_node.items():
+        if len(terms) < 2:
+            continue  # one column: its upper bound already is the node's count
+        cols = np.array([c for c, _ in terms], dtype=np.int64)
+        vectors = np.stack([v for _, v in terms])
+        for resource in np.flatnonzero(vectors.any(axis=0)).tolist():
+            model.row(cols, vectors[:, resource], -np.inf, float(free[node, resource]))
+
+
+def solve(
+    tree: DomainTree,
+    free: IntArray,
+    items: Sequence[tuple[Part, IntArray]],
+    budget: Budget,
+) -> Plan | None:
+    """Pods per node for every (part, nodes it may use), jointly; None: provably none.
+
+    With parts that count domains, the plan uses the fewest such domains in total.
+    """
+    budget.check()
+    model = _Model()
+    added = [_add_part(model, tree, free, part, nodes) for part, nodes in items]
+    if len(model.upper) > MAX_COLUMNS:
+        raise TooLarge
+    _capacity_rows(model, free)
+    x = _milp(model, budget)
+    if x is None:
+        return None
+    plan: Plan = []
+    for (part, _), (w_nodes, w_cols, l_nodes, l_cols) in zip(items, added, strict=True):
+        workers = np.zeros(len(tree.nodes), np.int64)
+        workers[w_nodes] = x[w_cols]
+        leader: IntArray | None = None
+        if part.leader_vec is not None:
+            leader = np.zeros(len(tree.nodes), np.int64)
+            leader[l_nodes] = x[l_cols]
+        plan.append((workers, leader))
+    return plan
+
+
+def _milp(model: _Model, budget: Budget) -> IntArray | None:
+    # Imported here: scipy costs most of a second to import, and only this pass needs it.
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import coo_array
+
+    n = len(model.upper)
+    if n == 0:
+        return np.zeros(0, np.int64) if not model.row_lo or max(model.row_lo) <= 0 else None
+    rows = np.concatenate(
+        [np.full(len(c), i, np.int64) for i, c in enumerate(model.row_cols)]
+        or [np.empty(0, np.int64)]
+    )
+    cols = np.concatenate(model.row_cols or [np.empty(0, np.int64)])
+    coefs = np.concatenate(model.row_coefs or [np.empty(0, np.int64)]).astype(np.float64)
+    matrix = coo_array((coefs, (rows, cols)), shape=(len(model.row_lo), n)).tocsr()
+    budget.check()
+    result: Any = milp(
+        np.array(model.cost),
+        constraints=[LinearConstraint(matrix, np.array(model.row_lo), np.array(model.row_hi))],
+        integrality=np.ones(n),
+        bounds=Bounds(np.array(model.lower), np.array(model.upper)),
+        options={"time_limit": max(budget.remaining(), 0.001), "presolve": True},
+    )
+    if result.status == 0:
+        solution: IntArray = np.rint(result.x).astype(np.int64)
+        return solution
+    if result.status == 2:
+        return None  # infeasible: proved
+    raise OutOfTime  # time limit (or HiGHS gave up): no proof either way
+
+
+# --- which region each part takes --------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Search:
+    tree: DomainTree
+    free: IntArray
+    parts: Sequence[Part]
+    candidates: Sequence[Candidates]
+    budget: Budget
+    regions: Regions
+    memo: dict[tuple[tuple[str, Region], ...], Plan | None] = field(default_factory=dict)
+    chosen: list[Region] = field(default_factory=list)
+    index: list[int] = field(default_factory=list)  # candidate index of each choice
+    plans: dict[tuple[int, ...], Plan | None] = field(default_factory=dict)
+
+    def component(self, members: list[int]) -> list[int]:
+        """The chosen parts whose regions overlap, transitively, those of ``members``."""
+        found = list(members)
+        grew = True
+        while grew:
+            grew = False
+            for j in range(len(self.chosen)):
+                if j not in found and any(
+                    self.regions.overlap(self.chosen[j], self.chosen[i]) for i in found
+                ):
+                    found.append(j)
+                    grew = True
+        return sorted(found)
+
+    def feasible(self, members: list[int]) -> bool:
+        """Whether the parts ``members`` (one component) fit their chosen regions together."""
+        if len(members) == 1 and self.candidates[members[0]].alone:
+            self.plans[tuple(members)] = None
+            return True
+        # Memoised by shape: identical parts in the same regions are the same question.
+        ordered = sorted(members, key=lambda i: (self.parts[i].shape, self.chosen[i]))
+        key = tuple((self.parts[i].shape, self.chosen[i]) for i in ordered)
+        if key not in self.memo:
+            self.budget.check()
+            items = [(self.parts[i], self.regions.nodes(self.chosen[i])) for i in ordered]
+            self.memo[key] = solve(self.tree, self.free, items, self.budget)
+        plan = self.memo[key]
+        if plan is None:
+            return False
+        by_part = {i: plan[k] for k, i in enumerate(ordered)}
+        self.plans[tuple(members)] = [by_part[i] for i in members]
+        return True
+
+    def start(self, part: int) -> int:
+        """Symmetry: a part takes a candidate no earlier than its last identical part did."""
+        for j in range(part - 1, -1, -1):
+            if self.parts[j].shape == self.parts[part].shape:
+                return self.index[j]
+        return 0
+
+    def dfs(self, part: int) -> bool:
+        if part == len(self.parts):
+            return True
+        self.budget.check()
+        regions = self.candidates[part].regions
+        begin = self.start(part)
+        taken = set(self.chosen)
+        # Fresh regions first (no ILP needed), then sharing; each group in Kueue's order.
+        order = [k for k in range(begin, len(regions)) if regions[k] not in taken]
+        order += [k for k in range(begin, len(regions)) if regions[k] in taken]
+        for k in order:
+            self.chosen.append(regions[k])
+            self.index.append(k)
+            if self.feasible(self.component([part])) and self.dfs(part + 1):
+                return True
+            self.chosen.pop()
+            self.index.pop()
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class JointFit:
+    regions: tuple[Region, ...]  # per part
+    # Per component (sorted part indices): the ILP's plan, or None where a part is alone and
+    # its region holds it by the greedy pass's own counts (the caller places it Kueue's way).
+    components: Mapping[tuple[int, ...], Plan | None]
+
+
+def fit_jointly(
+    tree: DomainTree,
+    free: IntArray,
+    parts: Sequence[Part],
+    candidates: Sequence[Candidates],
+    budget: Budget,
+) -> JointFit | None:
+    """A region per part such that all fit together, or None when provably none does."""
+    search = _Search(tree, free, parts, candidates, budget, Regions(tree))
+    if not search.dfs(0):
+        return None
+    components: dict[tuple[int, ...], Plan | None] = {}
+    seen: set[int] = set()
+    for i in range(len(parts)):
+        if i in seen:
+            continue
+        members = search.component([i])
+        seen.update(members)
+        key = tuple(members)
+        if key not in search.plans:
+            search.feasible(members)  # a component grown after its last check
+        components[key] = search.plans[key]
+    return JointFit(tuple(search.chosen), components)
+
+
+def fewest_domains(
+    tree: DomainTree,
+    free: IntArray,
+    items: Sequence[tuple[Part, IntArray]],
+    budget: Budget,
+    used: int,
+) -> Plan | None:
+    """A joint plan using fewer counted domains than ``used``, or None when none does."""
+    plan = solve(tree, free, items, budget)
+    if plan is None:
+        return None
+    total = 0
+    for (part, _), (workers, leader) in zip(items, plan, strict=True):
+        assert part.count_level is not None
+        held = workers if leader is None else workers + leader
+        total += len(np.unique(tree.member_domain[part.count_level][np.flatnonzero(held)]))
+    return plan if total < used else None
+
+
+def lower_bound(capacity: IntArray, need: int) -> int:
+    """The fewest domains whose capacities could add up to ``need`` (largest first)."""
+    if need <= 0:
+        return 0
+    cumulative = np.cumsum(np.sort(capacity)[::-1])
+    return int(np.searchsorted(cumulative, need, side="left")) + 1
