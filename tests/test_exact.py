@@ -137,20 +137,24 @@ def test_budget_ran_out_keeps_the_greedy_answer_and_logs(
 
 
 def test_leader_and_workers_fit_jointly_with_another_job() -> None:
-    # The leader+workers group and a second job share one rack; the greedy pass puts the
-    # second job's pod where the group's leader must go.
+    # "other" takes the tightest node, h2, the only one with the leader's memory; the
+    # group then has no room for its leader. With "other" on h1 everything fits.
     nodes = [
-        node("h1", "b1", "r1", "h1", cpu=2000, memory="1Gi"),
+        node("h1", "b1", "r1", "h1", cpu=3000, memory="1Gi"),
         node("h2", "b1", "r1", "h2", cpu=1000, memory="8Gi"),
     ]
     other = podset(1, "other", cpu=1000, required=RACK)
     leader = podset(1, "leader", cpu=500, memory=4 * 2**30, required=RACK, group="g")
     workers = podset(2, "workers", cpu=1000, required=RACK, group="g")
-    decision = run(nodes, L3, other, leader, workers)
-    greedy = run(nodes, L3, other, leader, workers, exact_budget=0)
-    assert decision.fits or not greedy.fits
-    if decision.fits:
-        check_plan(nodes, [other, leader, workers], decision)
+    assert not run(nodes, L3, other, leader, workers, exact_budget=0).fits
+    decision = run(nodes, L3, other, leader, workers, exact_budget=EXACT)
+    assert decision.fits, decision.message
+    assert node_counts(decision) == {
+        "other": {"h1": 1},
+        "leader": {"h2": 1},
+        "workers": {"h1": 2},
+    }
+    check_plan(nodes, [other, leader, workers], decision)
 
 
 def test_balanced_requests_stay_greedy() -> None:
@@ -165,20 +169,29 @@ def test_balanced_requests_stay_greedy() -> None:
 # --- fewest domains for preferred requests -----------------------------------------------
 
 
-def test_preferred_gang_uses_no_more_racks_than_greedy() -> None:
+def test_preferred_gang_gets_the_fewest_racks() -> None:
+    # Greedily, p0 takes r1 (its tightest fit) in a way that leaves p1 one rack short of r1;
+    # jointly both fit in r1: two racks in all instead of three.
+    def host(rack: str, h: int, cpu: int, gib: int, pods: int, gpu: int) -> NodeInfo:
+        name = f"{rack}-h{h}"
+        return node(name, "b1", rack, name, cpu=cpu, memory=gib * 2**30, pods=pods, gpu=gpu)
+
     nodes = [
-        node("x1", "b1", "r1", "x1", cpu=4000, memory="1Gi"),
-        node("x2", "b1", "r1", "x2", cpu=1000, memory="4Gi"),
-        node("y1", "b1", "r2", "y1", cpu=3000, memory="3Gi"),
-        node("z1", "b1", "r3", "z1", cpu=1000, memory="2Gi"),
+        host("r0", 0, 3000, 1, 4, 2),
+        host("r0", 1, 2000, 1, 10, 2),
+        host("r1", 0, 3000, 2, 10, 2),
+        host("r1", 1, 2000, 4, 4, 2),
+        host("r1", 2, 1000, 4, 10, 2),
+        host("r1", 3, 3000, 4, 2, 8),
     ]
-    a = podset(3, "a", cpu=1000, preferred=RACK)
-    b = podset(4, "b", memory=2**30, preferred=RACK)
-    greedy = run(nodes, L3, a, b, exact_budget=0)
-    decision = run(nodes, L3, a, b)
+    p0 = podset(3, "p0", cpu=500, memory=2**30, gpu=2, preferred=RACK)
+    p1 = podset(3, "p1", cpu=2000, preferred=RACK)
+    greedy = run(nodes, L3, p0, p1, exact_budget=0)
+    decision = run(nodes, L3, p0, p1, exact_budget=EXACT)
     assert greedy.fits and decision.fits
-    assert racks(nodes, decision) <= racks(nodes, greedy)
-    check_plan(nodes, [a, b], decision)
+    assert (racks(nodes, greedy), racks(nodes, decision)) == (3, 2)
+    assert decision.produced_by == "exact" and decision.exact is ExactOutcome.FOUND
+    check_plan(nodes, [p0, p1], decision)
 
 
 def racks(nodes: Sequence[NodeInfo], decision: PlacementDecision) -> int:
