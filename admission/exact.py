@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -288,6 +289,38 @@ def solve(
     return plan
 
 
+def _over_capacity(free: IntArray, items: Sequence[tuple[Part, IntArray]]) -> bool:
+    """Whether the parts need more of some resource than all their regions hold."""
+    nodes = np.unique(np.concatenate([n for _, n in items]))
+    need = sum(
+        (part.count * part.worker_vec + (0 if part.leader_vec is None else part.leader_vec))
+        for part, _ in items
+    )
+    return bool((need > free[nodes].sum(axis=0)).any())
+
+
+def pack(free: IntArray, items: Sequence[tuple[Part, IntArray]]) -> Plan | None:
+    """Parts one after another, each on the roomiest nodes first: a plan when that works,
+    None when it proves nothing (then the ILP decides). Plain parts only (no slices, no
+    leader): theirs is the only rule this packing states."""
+    if any(part.units or part.leader_vec is not None for part, _ in items):
+        return None
+    left = free.copy()
+    plan: Plan = []
+    for part, nodes in items:
+        cap = np.where(part.worker_mask[nodes], per_node_count(left[nodes], part.worker_vec), 0)
+        order = np.argsort(-cap, kind="stable")
+        before = np.cumsum(cap[order]) - cap[order]
+        take = np.clip(part.count - before, 0, cap[order])
+        if int(take.sum()) < part.count:
+            return None
+        workers = np.zeros(len(free), np.int64)
+        workers[nodes[order]] = take
+        left -= workers[:, None] * part.worker_vec
+        plan.append((workers, None))
+    return plan
+
+
 def _milp(model: _Model, budget: Budget) -> IntArray | None:
     # Imported here: scipy costs most of a second to import, and only this pass needs it.
     from scipy.optimize import Bounds, LinearConstraint, milp
@@ -334,6 +367,7 @@ class _Search:
     chosen: list[Region] = field(default_factory=list)
     index: list[int] = field(default_factory=list)  # candidate index of each choice
     plans: dict[tuple[int, ...], Plan | None] = field(default_factory=dict)
+    refuted: list[Counter[tuple[str, Region]]] = field(default_factory=list)
 
     def component(self, members: list[int]) -> list[int]:
         """The chosen parts whose regions overlap, transitively, those of ``members``."""
@@ -349,8 +383,14 @@ class _Search:
                     grew = True
         return sorted(found)
 
-    def feasible(self, members: list[int]) -> bool:
-        """Whether the parts ``members`` (one component) fit their chosen regions together."""
+    def feasible(self, members: list[int], final: bool) -> bool:
+        """Whether the parts ``members`` (one component) fit their chosen regions together.
+
+        Not ``final`` (inside the search): a cheap packing proves it, a capacity sum or a
+        known infeasible subset refutes it, and otherwise the question waits for the
+        complete choice (``final``), where the ILP answers it once rather than once per part
+        added to the domain.
+        """
         if len(members) == 1 and self.candidates[members[0]].alone:
             self.plans[tuple(members)] = None
             return True
@@ -359,13 +399,37 @@ class _Search:
         key = tuple((self.parts[i].shape, self.chosen[i]) for i in ordered)
         if key not in self.memo:
             self.budget.check()
+            counted = Counter(key)
+            if any(not (bad - counted) for bad in self.refuted):
+                return False  # fewer parts in the same regions already did not fit
             items = [(self.parts[i], self.regions.nodes(self.chosen[i])) for i in ordered]
-            self.memo[key] = solve(self.tree, self.free, items, self.budget)
+            plan = pack(self.free, items)
+            if plan is None and not final:
+                if _over_capacity(self.free, items):
+                    self.refuted.append(counted)
+                    return False
+                return True  # undecided: the complete choice will ask the ILP
+            if plan is None:
+                plan = solve(self.tree, self.free, items, self.budget)
+                if plan is None:
+                    self.refuted.append(counted)
+            self.memo[key] = plan
         plan = self.memo[key]
         if plan is None:
             return False
         by_part = {i: plan[k] for k, i in enumerate(ordered)}
         self.plans[tuple(members)] = [by_part[i] for i in members]
+        return True
+
+    def complete(self) -> bool:
+        """Every component of the complete choice, proved."""
+        seen: set[int] = set()
+        for i in range(len(self.parts)):
+            if i not in seen:
+                members = self.component([i])
+                seen.update(members)
+                if not self.feasible(members, final=True):
+                    return False
         return True
 
     def start(self, part: int) -> int:
@@ -377,7 +441,7 @@ class _Search:
 
     def dfs(self, part: int) -> bool:
         if part == len(self.parts):
-            return True
+            return self.complete()
         self.budget.check()
         regions = self.candidates[part].regions
         begin = self.start(part)
@@ -388,7 +452,7 @@ class _Search:
         for k in order:
             self.chosen.append(regions[k])
             self.index.append(k)
-            if self.feasible(self.component([part])) and self.dfs(part + 1):
+            if self.feasible(self.component([part]), final=False) and self.dfs(part + 1):
                 return True
             self.chosen.pop()
             self.index.pop()
@@ -414,17 +478,14 @@ def fit_jointly(
     search = _Search(tree, free, parts, candidates, budget, Regions(tree))
     if not search.dfs(0):
         return None
+    # The last complete() proved every component of this choice and left its plan.
     components: dict[tuple[int, ...], Plan | None] = {}
     seen: set[int] = set()
     for i in range(len(parts)):
-        if i in seen:
-            continue
-        members = search.component([i])
-        seen.update(members)
-        key = tuple(members)
-        if key not in search.plans:
-            search.feasible(members)  # a component grown after its last check
-        components[key] = search.plans[key]
+        if i not in seen:
+            members = search.component([i])
+            seen.update(members)
+            components[tuple(members)] = search.plans[tuple(members)]
     return JointFit(tuple(search.chosen), components)
 
 
