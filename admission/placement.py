@@ -724,6 +724,20 @@ def place(
     return second.run(exact_budget)
 
 
+def joint_fit(
+    tree: DomainTree,
+    snapshot: ClusterSnapshot,
+    request: PlacementRequest,
+    *,
+    topology_name: str,
+    exact_budget: float = EXACT_BUDGET,
+) -> PlacementDecision:
+    """The second pass's joint fit whatever the greedy answer (to time and test it)."""
+    first = _first_pass(tree, snapshot, request, topology_name, ())
+    second = _SecondPass(tree, snapshot, request, first, topology_name, ())
+    return second.run(exact_budget, joint=True)
+
+
 def _first_pass(
     tree: DomainTree,
     snapshot: ClusterSnapshot,
@@ -805,17 +819,19 @@ class _SecondPass:
         self.regions = Regions(tree)
         self._fresh: dict[str, _GroupPlacer] = {}
 
-    def run(self, seconds: float) -> PlacementDecision:
+    def run(self, seconds: float, joint: bool = False) -> PlacementDecision:
+        """``joint``: search the joint fit even when the greedy answer fits (benchmarks)."""
         decision = self.first.decision
-        if decision.fits:
+        preferred: list[int] = []
+        if decision.fits and not joint:
             preferred = self._more_domains()
             if not preferred:
                 return decision  # fits and already (provably) uses the fewest domains
-        elif len(self._all_groups()) < 2:
+        elif len(self._all_groups()) < 2 and not joint:
             return decision  # one group alone: the greedy counts are exact
         budget = Budget.start(seconds)
         try:
-            results = self._fewer(preferred, budget) if decision.fits else self._fit(budget)
+            results = self._fewer(preferred, budget) if preferred else self._fit(budget)
         except OutOfTime:
             log.info(
                 "placement of %s: the exact second pass ran out of its %.0f ms budget; the "
