@@ -44,7 +44,7 @@ log = logging.getLogger("topogate.placement")
 EXACT_BUDGET = 0.05  # seconds per gang for the second pass
 # Past this many integer variables the ILP is not attempted (the greedy answer stands): the
 # model would take longer to build than any budget allows.
-MAX_COLUMNS = 20_000
+MAX_COLUMNS = 5_000
 
 WHOLE_TREE = -1  # a region's level meaning "every node of the tree"
 
@@ -269,10 +269,10 @@ def solve(
     With parts that count domains, the plan uses the fewest such domains in total.
     """
     budget.check()
+    if sum(int(part.worker_mask[nodes].sum()) for part, nodes in items) > MAX_COLUMNS:
+        raise TooLarge  # before building: the model alone would eat the budget
     model = _Model()
     added = [_add_part(model, tree, free, part, nodes) for part, nodes in items]
-    if len(model.upper) > MAX_COLUMNS:
-        raise TooLarge
     _capacity_rows(model, free)
     x = _milp(model, budget)
     if x is None:

@@ -909,9 +909,18 @@ class _SecondPass:
         member = self.tree.member_domain[group.placer.level]
         return len(np.unique(member[np.flatnonzero(held)]))
 
+    def _area(self, group: _Group) -> IntArray:
+        """The nodes of the domains the greedy pass settled the group in (find_level)."""
+        assert group.placer is not None and group.placer.found is not None
+        level, domains = group.placer.found
+        return np.sort(np.concatenate([self.regions.nodes((level, d)) for d in domains]))
+
     def _more_domains(self) -> list[int]:
         """The preferred groups, when together they span more domains than a lower bound
-        (largest domains first, on the capacity before the gang) says they need; else []."""
+        says they need; else []. The bound: per group, its level's domains inside the area
+        the greedy pass settled in, largest first, counted on the capacity before the gang
+        (the second pass searches that area only, so a bound over the whole tree would
+        send it after savings it cannot find)."""
         groups = self.first.groups
         preferred = [
             i
@@ -935,8 +944,10 @@ class _SecondPass:
                     placer = self.fresh(groups[i])
                 except (_NoFit, _Unsupported):
                     return []
+            level = placer.level
+            inside = np.unique(self.tree.member_domain[level][self._area(groups[i])])
             need = placer.count // placer.slice_size
-            bound += max(lower_bound(placer.slc[placer.level], need), 1)
+            bound += max(lower_bound(placer.slc[level][inside], need), 1)
         return preferred if sum(used.values()) > bound else []
 
     def _fewer(
@@ -955,10 +966,8 @@ class _SecondPass:
         items = []
         for i in preferred:
             placer = groups[i].placer
-            assert placer is not None and placer.found is not None
-            level, domains = placer.found
-            nodes = np.concatenate([self.regions.nodes((level, d)) for d in domains])
-            items.append((_part(placer, groups[i].shape, placer.level), np.sort(nodes)))
+            assert placer is not None
+            items.append((_part(placer, groups[i].shape, placer.level), self._area(groups[i])))
         used = sum(self._used(groups[i]) for i in preferred)
         plan = fewest_domains(self.tree, free, items, budget, used)
         if plan is None:
