@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
 
 import pytest
@@ -254,7 +254,10 @@ def brute_force_fits(tiny: Tiny) -> bool:
             choices.append([()])  # anywhere: () prefixes every path
         else:
             choices.append(sorted({_level_value(n, ps.level) for n in tiny.nodes}))
+    grouped = [i for i, ps in enumerate(podsets) if ps.group is not None]
     for chosen in product(*choices):
+        if len({chosen[i] for i in grouped}) > 1:
+            continue  # a leader and its workers share one domain
         states = {tuple(ps.count for ps in podsets)}
         for n in tiny.nodes:
             allowed = [
@@ -285,6 +288,10 @@ def check_plan(
         assert sum(counts.values()) == ps.count
         if ps.mode is Mode.REQUIRED and ps.level is not None and counts:
             assert len({_level_value(by_name[h], ps.level) for h in counts}) == 1
+            if ps.group is not None:  # the group's domain: its PodSets share it
+                mates = [p for p in podsets if p.group == ps.group]
+                hosts = [h for p in mates for h in placed[p.name].node_counts]
+                assert len({_level_value(by_name[h], ps.level) for h in hosts}) == 1
         for host, k in counts.items():
             assert _eligible(by_name[host], ps)
             if ps.slices and ps.slices[0].level == HOST:
@@ -336,11 +343,24 @@ def tiny_gangs(draw: st.DrawFn) -> Tiny:
                 node_selector={POOL: "a"} if draw(st.booleans()) else None,
             )
         )
+    if draw(st.booleans()):
+        # A leader for the first PodSet: one pod, its own requests, the same domain.
+        workers = replace(podsets[0], group="g")
+        podsets[0] = workers
+        leader = podset(
+            1,
+            "leader",
+            cpu=draw(st.sampled_from([0, 500, 2000])) or None,
+            memory=draw(st.sampled_from([0, 2**30, 2 * 2**30])) or None,
+            required=workers.level,
+            group="g",
+        )
+        podsets.insert(1, leader)
     return Tiny(tuple(nodes), tuple(podsets))
 
 
 TINY = settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
 )
 
 
