@@ -231,7 +231,8 @@ def _per_node_options(
     ranges = []
     for ps, ok in zip(podsets, allowed, strict=True):
         step = ps.slices[0].size if ps.slices and ps.slices[0].level == HOST else 1
-        ranges.append(range(0, ps.count + 1, step) if ok else range(1))
+        top = step if ps.exclusive_slices else ps.count  # exclusive: one slice per host
+        ranges.append(range(0, top + 1, step) if ok else range(1))
     options = []
     for combo in product(*ranges):
         use = {"pods": sum(combo)}
@@ -296,6 +297,7 @@ def check_plan(
             assert _eligible(by_name[host], ps)
             if ps.slices and ps.slices[0].level == HOST:
                 assert k % ps.slices[0].size == 0
+                assert k <= ps.slices[0].size or not ps.exclusive_slices
             slot = used[host]
             slot["pods"] = slot.get("pods", 0) + k
             for resource, amount in ps.requests.items():
@@ -329,18 +331,22 @@ def tiny_gangs(draw: st.DrawFn) -> Tiny:
             )
     podsets = []
     for i in range(draw(st.integers(2, 3))):
-        count = draw(st.integers(1, 3))
+        count = draw(st.integers(1, 4))
         pair = draw(st.booleans()) and count % 2 == 0
+        exclusive = pair and draw(st.booleans())
         podsets.append(
-            podset(
-                count,
-                f"p{i}",
-                cpu=draw(st.sampled_from([0, 500, 1000, 2000])) or None,
-                memory=draw(st.sampled_from([0, 2**29, 2**30])) or None,
-                gpu=draw(st.sampled_from([0, 1, 2, 3])) or None,
-                required=draw(st.sampled_from([RACK, RACK, BLOCK])),
-                slice=(HOST, 2) if pair else None,
-                node_selector={POOL: "a"} if draw(st.booleans()) else None,
+            replace(
+                podset(
+                    count,
+                    f"p{i}",
+                    cpu=draw(st.sampled_from([0, 500, 1000, 2000])) or None,
+                    memory=draw(st.sampled_from([0, 2**29, 2**30])) or None,
+                    gpu=draw(st.sampled_from([0, 1, 2, 3])) or None,
+                    required=draw(st.sampled_from([RACK, RACK, BLOCK])),
+                    slice=(HOST, 2) if pair else None,
+                    node_selector={POOL: "a"} if draw(st.booleans()) else None,
+                ),
+                exclusive_slices=exclusive,
             )
         )
     if draw(st.booleans()):
