@@ -60,6 +60,10 @@ def per_node_count(free: IntArray, request: IntArray) -> IntArray:
     return counts
 
 
+class _GiveUp(Exception):
+    """The quick search took its number of steps without an answer."""
+
+
 class OutOfTime(Exception):
     """The second pass's budget ran out; the greedy answer stands."""
 
@@ -192,14 +196,35 @@ def _group_rows(
         )
 
 
+Gate = tuple[int, Mapping[int, int]]  # (level, domain -> its 0/1 "chosen" column)
+
+
+def _gate_rows(
+    model: _Model, tree: DomainTree, gate: Gate, nodes: IntArray, cols: IntArray, upper: IntArray
+) -> None:
+    """Pods on a node only when its domain of the gate's level is the one chosen."""
+    level, chosen = gate
+    for node, col, top in zip(nodes.tolist(), cols.tolist(), upper.tolist(), strict=True):
+        y = chosen[int(tree.member_domain[level][node])]
+        model.row(np.array([col, y]), np.array([1, -top]), -np.inf, 0.0)
+
+
 def _add_part(
-    model: _Model, tree: DomainTree, free: IntArray, part: Part, nodes: IntArray
+    model: _Model,
+    tree: DomainTree,
+    free: IntArray,
+    part: Part,
+    nodes: IntArray,
+    gate: Gate | None = None,
 ) -> tuple[IntArray, IntArray, IntArray, IntArray]:
     """The part's columns (workers, then leader) and the node each stands for."""
     cap = np.where(part.worker_mask[nodes], per_node_count(free[nodes], part.worker_vec), 0)
     w_nodes = nodes[cap > 0]
-    w_cols = model.columns(np.minimum(cap[cap > 0], part.count))
+    w_upper = np.minimum(cap[cap > 0], part.count)
+    w_cols = model.columns(w_upper)
     model.row(w_cols, np.ones(len(w_cols), np.int64), part.count, part.count)
+    if gate is not None:
+        _gate_rows(model, tree, gate, w_nodes, w_cols, w_upper)
     for node, col in zip(w_nodes.tolist(), w_cols.tolist(), strict=True):
         model.on_node.setdefault(node, []).append((col, part.worker_vec))
     for level, unit in part.units:
@@ -213,6 +238,8 @@ def _add_part(
         l_nodes = nodes[fits]
         l_cols = model.columns(np.ones(len(l_nodes), np.int64))
         model.row(l_cols, np.ones(len(l_cols), np.int64), 1, 1)
+        if gate is not None:
+            _gate_rows(model, tree, gate, l_nodes, l_cols, np.ones(len(l_nodes), np.int64))
         for node, col in zip(l_nodes.tolist(), l_cols.tolist(), strict=True):
             model.on_node.setdefault(node, []).append((col, part.leader_vec))
     if part.count_level is not None:
@@ -277,8 +304,17 @@ def solve(
     x = _milp(model, budget)
     if x is None:
         return None
+    return _plan(tree, [part for part, _ in items], added, x)
+
+
+def _plan(
+    tree: DomainTree,
+    parts: Sequence[Part],
+    added: Sequence[tuple[IntArray, IntArray, IntArray, IntArray]],
+    x: IntArray,
+) -> Plan:
     plan: Plan = []
-    for (part, _), (w_nodes, w_cols, l_nodes, l_cols) in zip(items, added, strict=True):
+    for part, (w_nodes, w_cols, l_nodes, l_cols) in zip(parts, added, strict=True):
         workers = np.zeros(len(tree.nodes), np.int64)
         workers[w_nodes] = x[w_cols]
         leader: IntArray | None = None
@@ -368,6 +404,10 @@ class _Search:
     index: list[int] = field(default_factory=list)  # candidate index of each choice
     plans: dict[tuple[int, ...], Plan | None] = field(default_factory=dict)
     refuted: list[Counter[tuple[str, Region]]] = field(default_factory=list)
+    # Without the ILP: a shared domain counts only when the plain packing proves it, and the
+    # search gives up after ``steps`` choices (a quick first try, not a proof of no fit).
+    ilp: bool = True
+    steps: int = -1
 
     def component(self, members: list[int]) -> list[int]:
         """The chosen parts whose regions overlap, transitively, those of ``members``."""
@@ -397,6 +437,12 @@ class _Search:
         # Memoised by shape: identical parts in the same regions are the same question.
         ordered = sorted(members, key=lambda i: (self.parts[i].shape, self.chosen[i]))
         key = tuple((self.parts[i].shape, self.chosen[i]) for i in ordered)
+        if not self.ilp and key not in self.memo:
+            items = [(self.parts[i], self.regions.nodes(self.chosen[i])) for i in ordered]
+            found = pack(self.free, items)
+            if found is None:
+                return False
+            self.memo[key] = found
         if key not in self.memo:
             self.budget.check()
             counted = Counter(key)
@@ -443,6 +489,9 @@ class _Search:
         if part == len(self.parts):
             return self.complete()
         self.budget.check()
+        self.steps -= 1
+        if self.steps == 0:
+            raise _GiveUp
         regions = self.candidates[part].regions
         begin = self.start(part)
         taken = set(self.chosen)
@@ -475,9 +524,27 @@ def fit_jointly(
     budget: Budget,
 ) -> JointFit | None:
     """A region per part such that all fit together, or None when provably none does."""
-    search = _Search(tree, free, parts, candidates, budget, Regions(tree))
-    if not search.dfs(0):
-        return None
+    regions = Regions(tree)
+    if any(not options.regions for options in candidates):
+        return None  # a part that fits nowhere even alone
+    size = sum(
+        int(part.worker_mask[regions.nodes(r)].sum())
+        for part, options in zip(parts, candidates, strict=True)
+        for r in options.regions
+    )
+    # A quick try first: most gangs the greedy pass misses fit by packing shared domains
+    # plainly, which costs a fraction of one ILP.
+    search = _Search(tree, free, parts, candidates, budget, regions, ilp=False, steps=QUICK)
+    try:
+        found = search.dfs(0)
+    except _GiveUp:
+        found = False
+    if not found:
+        if size <= WHOLE_MODEL:
+            return _choose_all(tree, free, parts, candidates, budget, regions)
+        search = _Search(tree, free, parts, candidates, budget, regions)
+        if not search.dfs(0):
+            return None
     # The last complete() proved every component of this choice and left its plan.
     components: dict[tuple[int, ...], Plan | None] = {}
     seen: set[int] = set()
@@ -487,6 +554,48 @@ def fit_jointly(
             seen.update(members)
             components[tuple(members)] = search.plans[tuple(members)]
     return JointFit(tuple(search.chosen), components)
+
+
+# Up to this many node columns over all candidate domains, one ILP chooses every part's
+# domain and packs them at once (one HiGHS call instead of a search of many); the search
+# takes over beyond it (a 20,000-node cluster has thousands of candidate racks).
+WHOLE_MODEL = 600
+QUICK = 64  # choices the quick search (plain packings, no ILP) may try
+
+
+def _choose_all(
+    tree: DomainTree,
+    free: IntArray,
+    parts: Sequence[Part],
+    candidates: Sequence[Candidates],
+    budget: Budget,
+    regions: Regions,
+) -> JointFit | None:
+    """Every part's domain and pods per node from one ILP; earlier candidates (Kueue's
+    order) cost less, so ties go Kueue's way."""
+    model = _Model()
+    chosen: list[dict[int, int]] = []
+    for options in candidates:
+        cols = model.columns(np.ones(len(options.regions), np.int64))
+        model.cost[cols[0] : cols[-1] + 1] = [float(k) for k in range(len(cols))]
+        model.row(cols, np.ones(len(cols), np.int64), 1, 1)
+        pairs = zip(options.regions, cols.tolist(), strict=True)
+        chosen.append({domain: int(c) for (_, domain), c in pairs})
+    added = []
+    for part, options, gates in zip(parts, candidates, chosen, strict=True):
+        level = options.regions[0][0]
+        nodes = np.sort(np.concatenate([regions.nodes(r) for r in options.regions]))
+        gate = None if level == WHOLE_TREE else (level, gates)
+        added.append(_add_part(model, tree, free, part, nodes, gate))
+    _capacity_rows(model, free)
+    x = _milp(model, budget)
+    if x is None:
+        return None
+    picked = tuple(
+        next(r for r in options.regions if x[gates[r[1]]] > 0.5)
+        for options, gates in zip(candidates, chosen, strict=True)
+    )
+    return JointFit(picked, {tuple(range(len(parts))): _plan(tree, parts, added, x)})
 
 
 def fewest_domains(

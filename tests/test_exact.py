@@ -11,12 +11,14 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import product
+from unittest.mock import patch
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.kit import BLOCK, HOST, L3, RACK, node, podset, run
+from topogate.admission import exact
 from topogate.admission.request import ExactOutcome, Mode, PlacementDecision, PodSetRequest
 from topogate.cache.nodes import NodeInfo
 
@@ -370,10 +372,14 @@ TINY = settings(
 )
 
 
+@pytest.mark.parametrize("whole_model", [exact.WHOLE_MODEL, 0], ids=["one-ilp", "search"])
 @TINY
-@given(tiny_gangs())
-def test_second_pass_fits_exactly_when_brute_force_does(tiny: Tiny) -> None:
-    decision = run(tiny.nodes, L3, *tiny.podsets, exact_budget=EXACT)
+@given(tiny=tiny_gangs())
+def test_second_pass_fits_exactly_when_brute_force_does(tiny: Tiny, whole_model: int) -> None:
+    # Both methods: one ILP choosing every domain (small clusters), and the search over
+    # domains with an ILP per shared domain (big ones).
+    with patch.object(exact, "WHOLE_MODEL", whole_model):
+        decision = run(tiny.nodes, L3, *tiny.podsets, exact_budget=EXACT)
     assert decision.exact is not ExactOutcome.BUDGET
     assert decision.fits == brute_force_fits(tiny), decision.message
     if decision.fits:
