@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import statistics
 import time
@@ -202,6 +203,46 @@ def bench_small(cases: int, seed: int = 11) -> None:
         )
 
 
+def domains_used(
+    nodes: list[NodeInfo], request: PlacementRequest, decision: PlacementDecision
+) -> int:
+    """Domains of each PodSet's own level (rack or block) it uses, summed."""
+    level = {p.name: p.level for p in request.podsets}
+    path = {n.name: n.labels for n in nodes}
+
+    def domain(host: str, key: str | None) -> tuple[str, ...]:
+        labels = path[host]
+        return (labels[BLOCK],) if key == BLOCK else (labels[BLOCK], labels[RACK])
+
+    return sum(len({domain(h, level[p.name]) for h in p.node_counts}) for p in decision.placements)
+
+
+def bench_preferred(cases: int, seed: int = 13) -> None:
+    """The same small gangs, every PodSet preferred in a rack: racks used before/after."""
+    rng = random.Random(seed)
+    fit = fewer = saved = budget_outs = 0
+    for _ in range(cases):
+        nodes, request = small_case(rng)
+        podsets = tuple(dataclasses.replace(p, mode=Mode.PREFERRED) for p in request.podsets)
+        request = PlacementRequest("gang", podsets)
+        snapshot = ClusterSnapshot.build(nodes)
+        tree = DomainTree.from_labels(snapshot, [BLOCK, RACK, HOST])
+        greedy = place(tree, snapshot, request, topology_name="s", exact_budget=0)
+        exact = place(tree, snapshot, request, topology_name="s")
+        budget_outs += exact.exact is ExactOutcome.BUDGET
+        if greedy.fits and exact.fits:
+            fit += 1
+            if exact.produced_by == "exact":
+                fewer += 1
+                saved += domains_used(nodes, request, greedy) - domains_used(nodes, request, exact)
+    print(f"{cases} of the same shapes, every PodSet preferred (in its rack or block)")
+    print(
+        f"  fit greedily: {fit}; the second pass used fewer domains in {fewer} "
+        f"({100 * fewer / max(fit, 1):.1f}%), {saved} domain(s) fewer in all; "
+        f"budget ran out {budget_outs} time(s)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cases", type=int, default=300)
@@ -211,6 +252,7 @@ def main() -> None:
 
     bench_big(args.repeats)
     bench_small(args.cases)
+    bench_preferred(args.cases)
 
 
 if __name__ == "__main__":
