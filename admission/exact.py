@@ -15,13 +15,25 @@ the few domains that matter, exactly, as a small integer program solved by HiGHS
 Per-node upper bounds reuse the greedy pass's eligibility masks and its per-node count, so
 taints, selectors and missing resources are judged exactly as there.
 
-Why an ILP rather than a hand-written branch and bound: the joint per-node packing is a
-multi-dimensional integer packing with side constraints (slices, leaders); HiGHS solves the
-sizes met here (a rack or a few, tens to hundreds of nodes) in a few milliseconds and proves
-infeasibility, which is what makes the answer exact. Which domain each part takes is chosen
-by a depth-first search above the ILP (``fit_jointly``): a part alone in its domain needs no
-ILP at all (the greedy counts are exact for one part), so the ILP only runs for domains that
-several parts share.
+Which domain each part takes (its required domain; the whole tree when it has none) is found
+in three steps, each exact about what it claims:
+
+1. a quick search (``_Search`` with ``ilp=False``): depth-first over the parts, each taking its
+   candidate domains in the greedy pass's order (Kueue's tie-breaks; identical parts in
+   non-decreasing order, since they are interchangeable), fresh domains before shared ones.
+   A part alone in its domain fits by the greedy pass's own counts (exact for one part); a
+   shared domain counts only when a plain packing (parts one after another) proves it. Most
+   misses of the greedy pass end here, in a few milliseconds;
+2. otherwise, on small problems (up to ``WHOLE_MODEL`` node columns over all candidates), one
+   ILP chooses every part's domain (0/1 columns, earlier candidates cheaper) and packs them;
+3. otherwise the search again, now asking the ILP about shared domains the packing cannot
+   prove, once per complete choice, with refuted subsets pruning the rest.
+
+Why an ILP rather than a hand-written branch and bound over nodes: the joint per-node packing
+is a multi-dimensional integer packing with side constraints (slices, exclusive slices,
+leaders); HiGHS proves infeasibility, which is what makes "does not fit" exact, and solves the
+sizes met here (a rack or a few, tens to hundreds of nodes) in 2-20 ms. Its fixed cost per
+call (a few ms) is why steps 1 and 2 avoid calling it many times.
 """
 
 from __future__ import annotations

@@ -16,7 +16,9 @@ Where we differ from Kueue, on purpose:
 - taints, nodeSelector and required affinity are honoured at any lowest level, and the leader
   of a leader+workers group is checked against its own template, not the workers';
 - not-ready and cordoned nodes are counted in the failure message instead of vanishing;
-- a count that is not a multiple of the slice size is refused up front (Kueue drops the rest).
+- a count that is not a multiple of the slice size is refused up front (Kueue drops the rest);
+- when the greedy pass misses a gang's fit, or spreads preferred PodSets over more domains
+  than needed, an exact second pass (``exact.py``) gets a time budget to do better.
 """
 
 from __future__ import annotations
