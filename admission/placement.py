@@ -829,7 +829,7 @@ class _SecondPass:
             preferred = self._more_domains()
             if not preferred:
                 return decision  # fits and already (provably) uses the fewest domains
-        elif len(self._all_groups()) < 2 and not joint:
+        elif len(_groups(self.request.podsets)) < 2 and not joint:
             return decision  # one group alone: the greedy counts are exact
         budget = Budget.start(seconds)
         try:
@@ -856,6 +856,8 @@ class _SecondPass:
         placed = {id(g.workers): g for g in self.first.groups}
         groups = []
         for group in _groups(self.request.podsets):
+            if len(group) > 2:
+                raise _NoFit("malformed group")  # refused by the greedy pass once reached
             workers, leader = _leader_and_workers(group)
             if workers.count == 0 and (leader is None or leader.count == 0):
                 continue

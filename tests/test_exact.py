@@ -128,6 +128,15 @@ def test_a_gang_that_cannot_fit_keeps_the_greedy_message() -> None:
     assert (decision.message, decision.podset) == (greedy.message, greedy.podset)
 
 
+def test_a_malformed_group_after_the_miss_is_not_placed() -> None:
+    # The greedy pass stops at "b" before it reaches the three-PodSet group; the second
+    # pass must not place a request the greedy pass would refuse once there.
+    trio = [podset(1, f"t{i}", cpu=1, required=RACK, group="trio") for i in range(3)]
+    decision = run(jobset_nodes(), L3, *jobset(), *trio)
+    assert not decision.fits
+    assert decision.exact is ExactOutcome.NO_BETTER
+
+
 def test_budget_ran_out_keeps_the_greedy_answer_and_logs(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
