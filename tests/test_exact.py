@@ -17,9 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.kit import BLOCK, HOST, L3, RACK, node, podset, run
+from tests.kit import BLOCK, GPU, HOST, L3, RACK, node, podset, run
 from topogate.admission import exact
 from topogate.admission.request import ExactOutcome, Mode, PlacementDecision, PodSetRequest
+from topogate.api.gpus import GPU_RESOURCE
 from topogate.cache.nodes import NodeInfo
 
 EXACT = 5.0  # generous: these tests are about answers, not the budget
@@ -105,6 +106,20 @@ def test_gpu_fragmentation_fits_when_jobs_share_nodes() -> None:
         for host, pods in per_node.items():
             gpus[host] -= pods * need
     assert min(gpus.values()) >= 0
+
+
+def test_gpu_sets_stay_greedy() -> None:
+    # With bandwidth matrices a pod's count on a node is a GPU-set search: no second pass.
+    def with_matrix(n: NodeInfo) -> NodeInfo:
+        size = n.allocatable[GPU]
+        matrix = tuple(tuple(0.0 if i == j else 100.0 for j in range(size)) for i in range(size))
+        allocatable = {GPU_RESOURCE: size, "pods": 10}
+        return replace(n, allocatable=allocatable, gpu_bandwidth=matrix)
+
+    jobs = [replace(p, requests={GPU_RESOURCE: p.requests[GPU]}) for p in gpu_jobs()]
+    decision = run([with_matrix(n) for n in gpu_rack()], L3, *jobs)
+    assert not decision.fits
+    assert decision.exact is ExactOutcome.UNSUPPORTED
 
 
 def test_the_same_input_gives_the_same_plan() -> None:
