@@ -16,11 +16,14 @@ Where we differ from Kueue, on purpose:
 - taints, nodeSelector and required affinity are honoured at any lowest level, and the leader
   of a leader+workers group is checked against its own template, not the workers';
 - not-ready and cordoned nodes are counted in the failure message instead of vanishing;
-- a count that is not a multiple of the slice size is refused up front (Kueue drops the rest).
+- a count that is not a multiple of the slice size is refused up front (Kueue drops the rest);
+- when the greedy pass misses a gang's fit, or spreads preferred PodSets over more domains
+  than needed, an exact second pass (``exact.py``) gets a time budget to do better.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,9 +37,25 @@ from topogate.cache.snapshot import BoolArray, ClusterSnapshot, IntArray
 from topogate.cache.topology import DomainTree
 
 from .balanced import DomainCounts, Shape, balanced_choice
+from .exact import (
+    EXACT_BUDGET,
+    WHOLE_TREE,
+    Budget,
+    Candidates,
+    OutOfTime,
+    Part,
+    Regions,
+    TooLarge,
+    fewest_domains,
+    fit_jointly,
+    log,
+    lower_bound,
+)
+from .exact import per_node_count as _per_node_count
 from .gpuplace import GpuPlacer, HostnameRequired, with_visible
 from .request import (
     DomainCount,
+    ExactOutcome,
     Mode,
     PlacementDecision,
     PlacementRequest,
@@ -66,15 +85,6 @@ class _Chosen:
     leaders: IntArray
 
 
-def _per_node_count(free: IntArray, request: IntArray) -> IntArray:
-    """How many pods of ``request`` fit on each row of ``free`` (min over requested resources)."""
-    used = np.flatnonzero(request > 0)
-    if used.size == 0:
-        return np.full(free.shape[0], np.iinfo(np.int32).max, dtype=np.int64)
-    counts: IntArray = np.min(free[:, used] // request[used], axis=1)
-    return counts
-
-
 class _GroupPlacer:
     """One placement computation: a PodSet, or a leader PodSet and its workers."""
 
@@ -99,6 +109,7 @@ class _GroupPlacer:
         self.leader_count = 1 if leader is not None else 0
         self._resolve_levels()
         self.profile = Profile.LEAST_FREE_CAPACITY if self.unconstrained else Profile.BEST_FIT
+        self.found: tuple[int, list[int]] | None = None  # find_level's answer, once run
 
     # --- setup ---------------------------------------------------------------------------
 
@@ -193,6 +204,8 @@ class _GroupPlacer:
         if worker_missing:
             raw = np.zeros_like(raw)
         self.worker_missing = worker_missing
+        # Eligibility as judged here, kept for the exact pass (it must not judge anew).
+        self.leader_eligible = np.zeros_like(mask)
         self.worker_vec = worker_vec
         pods = np.where(mask, raw, 0)
         try:
@@ -200,12 +213,14 @@ class _GroupPlacer:
         except HostnameRequired as error:
             raise _NoFit(str(error)) from None
         pods, self.worker_mask, self.exclusions = self.gpu.counts(mask, pods, self.exclusions)
+        self.worker_eligible = self.worker_mask & (not worker_missing)
         pods_with_leader = pods
         leads = np.zeros_like(pods)
         if self.leader is not None:
             leader_vec, leader_missing = self.snapshot.pod_vector(self.leader.requests)
             self.leader_vec = leader_vec
             leader_mask, _ = self._eligible(self.leader)
+            self.leader_eligible = leader_mask & (not leader_missing)
             fits = leader_mask & (_per_node_count(self.free, leader_vec) > 0)
             if leader_missing:
                 fits[:] = False
@@ -620,10 +635,16 @@ class _GroupPlacer:
         balanced = self._balanced()
         if balanced is not None:
             level, split = balanced
-            chosen = self.descend(level, [], split)
-        else:
-            level, domains = self.find_level()
-            chosen = self.descend(level, domains)
+            return self._per_node(self.descend(level, [], split))
+        level, domains = self.find_level()
+        self.found = (level, domains)  # where the exact pass may look for fewer domains
+        return self.run_in(level, domains)
+
+    def run_in(self, level: int, domains: list[int]) -> list[tuple[PodSetRequest, IntArray]]:
+        """The descent from ``domains`` of ``level`` (counts filled in), per node."""
+        return self._per_node(self.descend(level, domains))
+
+    def _per_node(self, chosen: _Chosen) -> list[tuple[PodSetRequest, IntArray]]:
         workers = np.zeros(len(self.tree.nodes), dtype=np.int64)
         np.add.at(workers, chosen.domains, chosen.pods)
         result = [(self.workers, workers)]
@@ -657,6 +678,30 @@ def _empty(podset: PodSetRequest, tree: DomainTree) -> PodSetPlacement:
     return PodSetPlacement(podset.name, levels, (), {})
 
 
+@dataclass(slots=True)
+class _Group:
+    """One group of the request as placed by the greedy pass (placer and result once run)."""
+
+    workers: PodSetRequest
+    leader: PodSetRequest | None
+    placer: _GroupPlacer | None = None
+    result: list[tuple[PodSetRequest, IntArray]] | None = None
+
+    @property
+    def shape(self) -> str:
+        """Equal for groups that differ only in their names: interchangeable in a search."""
+        leader = None if self.leader is None else dataclasses.replace(self.leader, name="")
+        return repr((dataclasses.replace(self.workers, name=""), leader))
+
+
+@dataclass(slots=True)
+class _FirstPass:
+    decision: PlacementDecision
+    groups: list[_Group]  # the groups that were placed or tried, in order
+    free: IntArray  # free capacity per tree node before any group
+    retry: bool = True  # False: the request itself is malformed; no second pass
+
+
 def place(
     tree: DomainTree,
     snapshot: ClusterSnapshot,
@@ -664,39 +709,78 @@ def place(
     *,
     topology_name: str,
     flavor_tolerations: Sequence[Toleration] = (),
+    exact_budget: float = EXACT_BUDGET,
 ) -> PlacementDecision:
     """Place every PodSet of ``request`` on ``tree``, earlier PodSets taking capacity first.
 
     All or nothing: the first PodSet (or group) that does not fit ends the computation, and
-    the decision carries its message and no placements.
+    the decision carries its message and no placements. When that greedy pass (Kueue's)
+    misses a fit of a gang of several groups, or a preferred request spans more domains than
+    needed, the exact second pass (``exact.py``) gets ``exact_budget`` seconds to do better;
+    0 turns it off.
     """
+    first = _first_pass(tree, snapshot, request, topology_name, flavor_tolerations)
+    if exact_budget <= 0 or not first.retry:
+        return first.decision
+    second = _SecondPass(tree, snapshot, request, first, topology_name, flavor_tolerations)
+    return second.run(exact_budget)
+
+
+def joint_fit(
+    tree: DomainTree,
+    snapshot: ClusterSnapshot,
+    request: PlacementRequest,
+    *,
+    topology_name: str,
+    exact_budget: float = EXACT_BUDGET,
+) -> PlacementDecision:
+    """The second pass's joint fit whatever the greedy answer (to time and test it)."""
+    first = _first_pass(tree, snapshot, request, topology_name, ())
+    second = _SecondPass(tree, snapshot, request, first, topology_name, ())
+    return second.run(exact_budget, joint=True)
+
+
+def _first_pass(
+    tree: DomainTree,
+    snapshot: ClusterSnapshot,
+    request: PlacementRequest,
+    topology_name: str,
+    flavor_tolerations: Sequence[Toleration],
+) -> _FirstPass:
     free = snapshot.free[tree.nodes].copy()
+    pass_ = _FirstPass(PlacementDecision(fits=False), [], free.copy())
     placements: dict[str, PodSetPlacement] = {}
     for group in _groups(request.podsets):
         workers, leader = _leader_and_workers(group)
         if len(group) > 2:
-            return PlacementDecision(
+            pass_.decision = PlacementDecision(
                 fits=False,
                 message=f"podset group {workers.group!r} has {len(group)} pod sets; a group "
                 "holds exactly 2 (a leader and its workers)",
                 podset=workers.name,
             )
+            pass_.retry = False
+            return pass_
         if workers.count == 0 and (leader is None or leader.count == 0):
             for podset in group:
                 placements[podset.name] = _empty(podset, tree)
             continue
+        entry = _Group(workers, leader)
+        pass_.groups.append(entry)
         try:
             placer = _GroupPlacer(
                 tree, snapshot, free, workers, leader, topology_name, flavor_tolerations
             )
             result = placer.run()
         except _NoFit as failure:
-            return PlacementDecision(
+            pass_.decision = PlacementDecision(
                 fits=False,
                 message=failure.message,
                 podset=workers.name if leader is None else f"{leader.name}+{workers.name}",
                 exclusions=failure.exclusions,
             )
+            return pass_
+        entry.placer, entry.result = placer, result
         for podset, per_node in result:
             placements[podset.name] = placer.placement(podset.name, per_node)
             # Later PodSets of the same workload see this one's usage.
@@ -705,4 +789,289 @@ def place(
             free[rows] -= per_node[rows, None] * vec
         snapshot = placer.gpu.after(snapshot)  # and its GPUs
     ordered = with_visible([placements[p.name] for p in request.podsets])
-    return PlacementDecision(fits=True, placements=ordered)
+    pass_.decision = PlacementDecision(fits=True, placements=ordered)
+    return pass_
+
+
+GroupResult = list[tuple[PodSetRequest, IntArray]]
+
+
+class _Unsupported(Exception):
+    """GPU sets or balanced placement: exactness is out of reach; the greedy answer stands."""
+
+
+class _SecondPass:
+    """The exact second pass over a greedy answer (see ``exact.py`` for the method)."""
+
+    def __init__(
+        self,
+        tree: DomainTree,
+        snapshot: ClusterSnapshot,
+        request: PlacementRequest,
+        first: _FirstPass,
+        topology_name: str,
+        flavor_tolerations: Sequence[Toleration],
+    ) -> None:
+        self.tree = tree
+        self.snapshot = snapshot
+        self.request = request
+        self.first = first
+        self.topology_name = topology_name
+        self.flavor_tolerations = flavor_tolerations
+        self.regions = Regions(tree)
+        self._fresh: dict[str, _GroupPlacer] = {}
+
+    def run(self, seconds: float, joint: bool = False) -> PlacementDecision:
+        """``joint``: search the joint fit even when the greedy answer fits (benchmarks)."""
+        decision = self.first.decision
+        preferred: list[int] = []
+        if decision.fits and not joint:
+            preferred = self._more_domains()
+            if not preferred:
+                return decision  # fits and already (provably) uses the fewest domains
+        elif len(_groups(self.request.podsets)) < 2 and not joint:
+            return decision  # one group alone: the greedy counts are exact
+        budget = Budget.start(seconds)
+        try:
+            results = self._fewer(preferred, budget) if preferred else self._fit(budget)
+        except OutOfTime:
+            log.info(
+                "placement of %s: the exact second pass ran out of its %.0f ms budget; the "
+                "greedy answer stands",
+                self.request.workload,
+                seconds * 1000,
+            )
+            return dataclasses.replace(decision, exact=ExactOutcome.BUDGET)
+        except (TooLarge, _Unsupported):
+            return dataclasses.replace(decision, exact=ExactOutcome.UNSUPPORTED)
+        except _NoFit:
+            return dataclasses.replace(decision, exact=ExactOutcome.NO_BETTER)
+        if results is None or not self._valid(results):
+            return dataclasses.replace(decision, exact=ExactOutcome.NO_BETTER)
+        return self._decision(results)
+
+    # --- the groups, counted on the free capacity before any of them --------------------
+
+    def _all_groups(self) -> list[_Group]:
+        placed = {id(g.workers): g for g in self.first.groups}
+        groups = []
+        for group in _groups(self.request.podsets):
+            if len(group) > 2:
+                raise _NoFit("malformed group")  # refused by the greedy pass once reached
+            workers, leader = _leader_and_workers(group)
+            if workers.count == 0 and (leader is None or leader.count == 0):
+                continue
+            groups.append(placed.get(id(workers)) or _Group(workers, leader))
+        return groups
+
+    def fresh(self, group: _Group) -> _GroupPlacer:
+        """The group's counts as if it came first (shared by groups of the same shape)."""
+        shape = group.shape
+        if shape not in self._fresh:
+            placer = _GroupPlacer(
+                self.tree,
+                self.snapshot,
+                self.first.free,
+                group.workers,
+                group.leader,
+                self.topology_name,
+                self.flavor_tolerations,
+            )
+            placer.fill_in_counts()
+            if _needs_greedy(placer):
+                raise _Unsupported
+            self._fresh[shape] = placer
+        return self._fresh[shape]
+
+    # --- a gang the greedy pass could not fit --------------------------------------------
+
+    def _fit(self, budget: Budget) -> list[tuple[_GroupPlacer, GroupResult]] | None:
+        groups = self._all_groups()
+        placers = [self.fresh(g) for g in groups]
+        budget.check()
+        parts = [_part(p, g.shape) for p, g in zip(placers, groups, strict=True)]
+        candidates = [_candidates(p) for p in placers]
+        joint = fit_jointly(self.tree, self.first.free, parts, candidates, budget)
+        if joint is None:
+            return None
+        results: list[GroupResult] = [[] for _ in groups]
+        for members, plan in joint.components.items():
+            if plan is None:  # alone in its domain: placed inside it the greedy way
+                (i,) = members
+                level, domain = joint.regions[i]
+                results[i] = _renamed(groups[i], placers[i].run_in(level, [domain]))
+            else:
+                for k, i in enumerate(members):
+                    results[i] = _from_plan(groups[i], plan[k])
+        return list(zip(placers, results, strict=True))
+
+    # --- a preferred request over more domains than needed -------------------------------
+
+    def _used(self, group: _Group) -> int:
+        assert group.placer is not None and group.result is not None
+        held = sum((per_node for _, per_node in group.result), np.zeros(len(self.tree.nodes)))
+        member = self.tree.member_domain[group.placer.level]
+        return len(np.unique(member[np.flatnonzero(held)]))
+
+    def _area(self, group: _Group) -> IntArray:
+        """The nodes of the domains the greedy pass settled the group in (find_level)."""
+        assert group.placer is not None and group.placer.found is not None
+        level, domains = group.placer.found
+        return np.sort(np.concatenate([self.regions.nodes((level, d)) for d in domains]))
+
+    def _more_domains(self) -> list[int]:
+        """The preferred groups, when together they span more domains than a lower bound
+        says they need; else []. The bound: per group, its level's domains inside the area
+        the greedy pass settled in, largest first, counted on the capacity before the gang
+        (the second pass searches that area only, so a bound over the whole tree would
+        send it after savings it cannot find)."""
+        groups = self.first.groups
+        preferred = [
+            i
+            for i, g in enumerate(groups)
+            if g.workers.mode is Mode.PREFERRED
+            and not g.workers.balanced
+            and g.placer is not None
+            and g.placer.found is not None
+        ]
+        used = {i: self._used(groups[i]) for i in preferred}
+        if all(n <= 1 for n in used.values()):
+            return []
+        bound = 0
+        for i in preferred:
+            if used[i] <= 1:
+                bound += used[i]
+                continue
+            placer = groups[i].placer if i == 0 else None
+            if placer is None:
+                try:
+                    placer = self.fresh(groups[i])
+                except (_NoFit, _Unsupported):
+                    return []
+            level = placer.level
+            inside = np.unique(self.tree.member_domain[level][self._area(groups[i])])
+            need = placer.count // placer.slice_size
+            bound += max(lower_bound(placer.slc[level][inside], need), 1)
+        return preferred if sum(used.values()) > bound else []
+
+    def _fewer(
+        self, preferred: list[int], budget: Budget
+    ) -> list[tuple[_GroupPlacer, GroupResult]] | None:
+        groups = self.first.groups
+        free = self.first.free.copy()
+        for i, group in enumerate(groups):
+            assert group.placer is not None and group.result is not None
+            if _needs_greedy(group.placer):
+                raise _Unsupported
+            if i not in preferred:  # kept where the greedy pass put it
+                for podset, per_node in group.result:
+                    vec, _ = self.snapshot.pod_vector(podset.requests)
+                    free -= per_node[:, None] * vec
+        items = []
+        for i in preferred:
+            placer = groups[i].placer
+            assert placer is not None
+            items.append((_part(placer, groups[i].shape, placer.level), self._area(groups[i])))
+        used = sum(self._used(groups[i]) for i in preferred)
+        plan = fewest_domains(self.tree, free, items, budget, used)
+        if plan is None:
+            return None
+        results: list[tuple[_GroupPlacer, GroupResult]] = []
+        for i, group in enumerate(groups):
+            assert group.placer is not None and group.result is not None
+            if i in preferred:
+                results.append((group.placer, _from_plan(group, plan[preferred.index(i)])))
+            else:  # kept as the greedy pass placed it
+                results.append((group.placer, group.result))
+        return results
+
+    # --- the answer ----------------------------------------------------------------------
+
+    def _valid(self, results: list[tuple[_GroupPlacer, GroupResult]]) -> bool:
+        """A last check that the plan holds (a bug here must not overcommit a node)."""
+        free = self.first.free.copy()
+        for _, result in results:
+            for podset, per_node in result:
+                vec, _ = self.snapshot.pod_vector(podset.requests)
+                free -= per_node[:, None] * vec
+                if int(per_node.sum()) != podset.count:
+                    log.error("exact pass: wrong count for %s; greedy kept", podset.name)
+                    return False
+        if (free < 0).any():
+            log.error("exact pass: a node over capacity for %s; greedy kept", self.request.workload)
+            return False
+        return True
+
+    def _decision(self, results: list[tuple[_GroupPlacer, GroupResult]]) -> PlacementDecision:
+        placements: dict[str, PodSetPlacement] = {}
+        for placer, result in results:
+            for podset, per_node in result:
+                placements[podset.name] = placer.placement(podset.name, per_node)
+        for podset in self.request.podsets:
+            if podset.name not in placements:
+                placements[podset.name] = _empty(podset, self.tree)
+        ordered = with_visible([placements[p.name] for p in self.request.podsets])
+        return PlacementDecision(
+            fits=True, placements=ordered, produced_by="exact", exact=ExactOutcome.FOUND
+        )
+
+
+def _needs_greedy(placer: _GroupPlacer) -> bool:
+    """GPU sets (bandwidth matrices, minimums) and balanced splits stay with the greedy pass:
+    their per-node counts are not plain resource arithmetic the ILP could state."""
+    requests = [placer.workers] if placer.leader is None else [placer.workers, placer.leader]
+    return (
+        placer.gpu.matrices
+        or placer.workers.balanced
+        or any(r.gpu_min_bandwidth is not None for r in requests)
+    )
+
+
+def _part(placer: _GroupPlacer, shape: str, count_level: int | None = None) -> Part:
+    units: list[tuple[int, int]] = []
+    if placer.slice_size > 1 or placer.workers.exclusive_slices:
+        units.append((placer.slice_level, placer.slice_size))
+    units.extend(sorted(placer.inner_size.items()))
+    leader = placer.leader is not None
+    return Part(
+        shape=shape,
+        count=placer.count,
+        worker_vec=placer.worker_vec,
+        worker_mask=placer.worker_eligible,
+        leader_vec=placer.leader_vec if leader else None,
+        leader_mask=placer.leader_eligible if leader else None,
+        units=tuple(units),
+        exclusive_level=placer.slice_level if placer.workers.exclusive_slices else None,
+        count_level=count_level,
+    )
+
+
+def _candidates(placer: _GroupPlacer) -> Candidates:
+    """Domains that hold the group alone, in the greedy pass's order; the whole tree when
+    the group is not held to one domain."""
+    request = placer.workers
+    if request.mode is Mode.REQUIRED:
+        level = placer.level
+    elif request.mode is Mode.PREFERRED and request.limit is not None:
+        level = placer.limit_level
+    else:
+        return Candidates(((WHOLE_TREE, 0),), alone=False)
+    need = placer.count // placer.slice_size
+    fits = (placer.slc_wl[level] >= need) & (placer.lead[level] >= placer.leader_count)
+    order = placer._sorted(level, np.flatnonzero(fits).astype(np.int64), with_leader=True)
+    # Required: the greedy counts of one group in one domain are exact, no ILP needed.
+    return Candidates(tuple((level, int(d)) for d in order), alone=request.mode is Mode.REQUIRED)
+
+
+def _from_plan(group: _Group, plan: tuple[IntArray, IntArray | None]) -> GroupResult:
+    workers, leader = plan
+    if group.leader is None or leader is None:
+        return [(group.workers, workers)]
+    return [(group.leader, leader), (group.workers, workers)]
+
+
+def _renamed(group: _Group, result: GroupResult) -> GroupResult:
+    """A result computed by a placer shared by shape, handed to this group's own PodSets."""
+    if group.leader is None:
+        return [(group.workers, result[-1][1])]
+    return [(group.leader, result[0][1]), (group.workers, result[1][1])]

@@ -21,6 +21,16 @@ class Profile(StrEnum):
     LEAST_FREE_CAPACITY = "LeastFreeCapacity"
 
 
+class ExactOutcome(StrEnum):
+    """What the exact second pass did for a decision (a metric label for the shell)."""
+
+    NOT_RUN = "not-run"  # the greedy answer fit and was already minimal, or budget 0
+    FOUND = "found"  # it found a fit the greedy pass missed, or fewer domains
+    NO_BETTER = "no-better"  # it proved the greedy answer right (no fit / fewest domains)
+    BUDGET = "budget"  # its time budget ran out: the greedy answer stands
+    UNSUPPORTED = "unsupported"  # GPU sets, balanced, or too large: the greedy answer stands
+
+
 @dataclass(frozen=True, slots=True)
 class SliceLayer:
     """Every run of ``size`` consecutive pods shares one domain of ``level``."""
@@ -87,3 +97,5 @@ class PlacementDecision:
     message: str = ""
     podset: str | None = None  # the PodSet that did not fit
     exclusions: Exclusions | None = None
+    produced_by: str = "greedy"  # "greedy" (Kueue's pass) or "exact" (the second pass)
+    exact: ExactOutcome = ExactOutcome.NOT_RUN

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from topogate.admission.exact import EXACT_BUDGET
 from topogate.admission.placement import place
 from topogate.admission.request import (
     Mode,
@@ -126,8 +127,10 @@ def run(
     node_labels: Mapping[str, str] | None = None,
     held: Mapping[str, Mapping[str, int]] | None = None,
     flavor_tolerations: Sequence[Toleration] = (),
+    exact_budget: float = EXACT_BUDGET,
 ) -> PlacementDecision:
-    """Place ``podsets`` on a snapshot of ``nodes`` under topology "default"."""
+    """Place ``podsets`` on a snapshot of ``nodes`` under topology "default"
+    (``exact_budget=0``: the greedy pass alone, Kueue's)."""
     snapshot = ClusterSnapshot.build(nodes, pods, held)
     tree = DomainTree.from_labels(snapshot, levels, node_labels)
     return place(
@@ -136,6 +139,7 @@ def run(
         PlacementRequest("wl", tuple(podsets)),
         topology_name="default",
         flavor_tolerations=flavor_tolerations,
+        exact_budget=exact_budget,
     )
 
 
