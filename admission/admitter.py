@@ -31,6 +31,7 @@ from topogate.state import ControllerState
 
 from .assignments import node_usage, pod_set_assignments
 from .evictions import evict, preemptor
+from .exact import EXACT_BUDGET
 from .gpuplace import assignment_of
 from .podsets import Catalog, Translation, flavor_tolerations, translate
 from .preemption import Preemption
@@ -69,8 +70,10 @@ class Admitter:
         metrics: Metrics,
         events: EventRecorder,
         write_concurrency: int = 16,
+        exact_budget: float = EXACT_BUDGET,
     ) -> None:
         self.kube = kube
+        self.exact_budget = exact_budget
         self.state = state
         self.metrics = metrics
         self.events = events
@@ -96,7 +99,7 @@ class Admitter:
 
     @staticmethod
     def _flavor_topologies(
-        snapshot: ClusterSnapshot, catalog: Catalog, named: set[str]
+        snapshot: ClusterSnapshot, catalog: Catalog, named: set[str], exact_budget: float
     ) -> SnapshotPlacer:
         """Trees per flavor (its own topology) and per (flavor, topology a job names)."""
         own: dict[str, FlavorTopology] = {}
@@ -113,7 +116,7 @@ class Admitter:
                 if wanted is not None:
                     tree = wanted.tree(snapshot, labels)
                     by_name[(name, topology)] = FlavorTopology(tree, wanted.name, tolerations)
-        return SnapshotPlacer(snapshot, own, by_name)
+        return SnapshotPlacer(snapshot, own, by_name, exact_budget)
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -147,9 +150,11 @@ class Admitter:
             return
         snapshot = self.state.snapshot()
         named = {p.request.topology for p in pending if p.request.topology is not None}
-        placer = self._flavor_topologies(snapshot, catalog, named)
+        placer = self._flavor_topologies(snapshot, catalog, named, self.exact_budget)
         preempt = preemptor(self.state, catalog.queues, placer)
         result = admission_cycle(catalog.queues, pending, self._usage(), placer, preempt)
+        for outcome, count in placer.exact_outcomes.items():
+            self.metrics.exact_pass.labels(outcome).inc(count)
         self.metrics.admission_cycle_seconds.observe(time.perf_counter() - started)
         self.cycles += 1
         requests = {p.key: p.request for p in pending}

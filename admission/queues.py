@@ -9,6 +9,7 @@ admitted; BestEffortFIFO lets later, smaller ones go by.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -20,9 +21,10 @@ from topogate.cache.snapshot import ClusterSnapshot
 from topogate.cache.topology import DomainTree
 
 from .assignments import node_usage
+from .exact import EXACT_BUDGET
 from .gpuplace import taken_by
 from .placement import place
-from .request import PlacementDecision, PlacementRequest
+from .request import ExactOutcome, PlacementDecision, PlacementRequest
 
 if TYPE_CHECKING:
     from .preemption import Preemption
@@ -334,6 +336,9 @@ class SnapshotPlacer:
     flavors: Mapping[str, FlavorTopology]
     # (flavor, topology) for jobs that name their topology (KAI) instead of the flavor's.
     named: Mapping[tuple[str, str], FlavorTopology] = field(default_factory=dict)
+    exact_budget: float = EXACT_BUDGET  # the exact second pass's time per gang (0: off)
+    # What the exact second pass did, per outcome, over this placer's placements (a metric).
+    exact_outcomes: Counter[str] = field(default_factory=Counter)
 
     # (the cycle's held list, admissions applied, snapshot with them): `held` only grows
     # within a cycle, so each call adds the new admissions instead of summing all again.
@@ -352,7 +357,13 @@ class SnapshotPlacer:
         self, per_node: Mapping[str, Mapping[str, int]], gpus: Mapping[str, Iterable[int]]
     ) -> SnapshotPlacer:
         """The same trees on the snapshot with this usage given back (preemption's what-if)."""
-        return SnapshotPlacer(self.snapshot.without_usage(per_node, gpus), self.flavors, self.named)
+        return SnapshotPlacer(
+            self.snapshot.without_usage(per_node, gpus),
+            self.flavors,
+            self.named,
+            self.exact_budget,
+            self.exact_outcomes,
+        )
 
     def __call__(
         self, flavor: str, request: PlacementRequest, held: Held
@@ -367,13 +378,17 @@ class SnapshotPlacer:
             topology = self.flavors.get(flavor)
         if topology is None:
             return None
-        return place(
+        decision = place(
             topology.tree,
             self._holding(held),
             request,
             topology_name=topology.topology_name,
             flavor_tolerations=topology.tolerations,
+            exact_budget=self.exact_budget,
         )
+        if decision.exact is not ExactOutcome.NOT_RUN:
+            self.exact_outcomes[decision.exact.value] += 1
+        return decision
 
 
 def usage_of(admissions: Iterable[Mapping[str, Any]]) -> Usage:

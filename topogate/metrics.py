@@ -23,6 +23,13 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.exact_pass = Counter(
+            "topogate_exact_pass_total",
+            "Placements where the exact second pass ran, by outcome (found, no-better, "
+            "budget: its time ran out and the greedy answer stood, unsupported).",
+            ["outcome"],
+            registry=r,
+        )
         self.admission_cycle_seconds = Histogram(
             "topogate_admission_cycle_seconds",
             "Time of one admission cycle (snapshot, queue order, placement).",

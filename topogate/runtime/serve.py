@@ -56,6 +56,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="pods released per round at most (spreads API load on huge gangs)",
     )
     parser.add_argument(
+        "--exact-budget",
+        type=float,
+        default=0.05,
+        metavar="SECONDS",
+        help="time per gang for the exact second pass when the greedy placement misses a "
+        "fit (0: off; the greedy answer stands when it runs out)",
+    )
+    parser.add_argument(
         "--hypernode-discovery",
         type=Path,
         metavar="FILE",
@@ -128,7 +136,9 @@ class Controller:
         self.state = ControllerState()
         self.events = EventRecorder(kube, identity)
         self.loops: list[Callable[[], Coroutine[Any, Any, None]]] = [
-            Admitter(kube, self.state, self.metrics, self.events).run,
+            Admitter(
+                kube, self.state, self.metrics, self.events, exact_budget=args.exact_budget
+            ).run,
             JobSync(kube, self.state, self.events).run,
             Ungater(
                 kube,
