@@ -261,7 +261,14 @@ class Admitter:
             and current.get("message") == message
         ):
             return
-        status = {"conditions": [new_condition("QuotaReserved", "False", PENDING, message)]}
+        # A merge patch replaces the whole list: keep the other conditions (Evicted, ...).
+        others = [
+            c
+            for c in (workload.get("status") or {}).get("conditions") or []
+            if isinstance(c, dict) and c.get("type") != "QuotaReserved"
+        ]
+        reserved = new_condition("QuotaReserved", "False", PENDING, message)
+        status = {"conditions": [*others, reserved]}
         try:
             async with self._writes:
                 await write_status(self.kube, workload, status)

@@ -163,6 +163,17 @@ class QuotaBook:
             from_pool = min(from_pool, in_pool - used_in_pool + quota.borrowing[resource])
         return max(0, local - used) + from_pool
 
+    def borrows(self, queue: QueueSpec, demand: Mapping[str, int]) -> bool:
+        """Whether ``demand`` goes beyond the queue's nominal quota in the first flavor that
+        covers it (Kueue orders such workloads after those that do not borrow)."""
+        for quota in queue.flavors:
+            if set(demand) <= set(quota.nominal):
+                return any(
+                    self.used(queue.name, quota.flavor, r) + a > quota.nominal[r]
+                    for r, a in demand.items()
+                )
+        return False
+
     def borrowed(self, queue: QueueSpec, quota: FlavorQuota, resource: str) -> int:
         return max(
             0, self.used(queue.name, quota.flavor, resource) - quota.nominal.get(resource, 0)
@@ -274,51 +285,79 @@ def admission_cycle(
     placer: Placer,
     preempt: Preempt | None = None,
 ) -> CycleResult:
-    """Admit what fits, in queue order; ``usage`` is updated with the admissions.
+    """Admit what fits; ``usage`` is updated with the admissions.
 
-    Queues are visited in name order and share physical capacity: every admission's placement
-    is passed to later placements of the same cycle as held capacity. Quota is the queue's own,
-    or its cohort's where it has one (:class:`QuotaBook`): an admission in one queue leaves
-    less for the others of its cohort.
+    Each queue is walked in its own order (:func:`order`); across queues the next workload
+    tried is the best of the queues' heads, by Kueue's rule: one that fits within its queue's
+    nominal quota before one that would borrow, then higher priority, then older (then queue
+    and key, for determinism). So a lender's job goes before a borrower's requeued one, and
+    reclaiming never ping-pongs. Queues share physical capacity: every admission's placement
+    is passed to later placements of the same cycle as held capacity, and quota is the
+    queue's own or its cohort's (:class:`QuotaBook`).
     """
     result = CycleResult()
     book = QuotaBook(queues, usage)
     held: Held = []
-    by_queue: dict[str, list[PendingWorkload]] = {}
+    lanes: dict[str, list[PendingWorkload]] = {}
     for workload in pending:
-        by_queue.setdefault(workload.cluster_queue, []).append(workload)
-    for name in sorted(by_queue):
-        queue = queues.get(name)
-        if queue is None:
-            for workload in by_queue[name]:
+        lanes.setdefault(workload.cluster_queue, []).append(workload)
+    for name in sorted(lanes):
+        if name not in queues:
+            for workload in lanes.pop(name):
                 result.pending[workload.key] = f"ClusterQueue {name} does not exist"
+        else:
+            lanes[name] = order(lanes[name])
+    blocked: dict[str, str] = {}  # StrictFIFO queue -> the workload it waits behind
+
+    def rank(name: str, workload: PendingWorkload) -> tuple[bool, int, str, str, str]:
+        borrows = book.borrows(queues[name], workload.demand())
+        return (borrows, -workload.priority, workload.created, name, workload.key)
+
+    while lanes:
+        name, workload = min(((n, lane[0]) for n, lane in lanes.items()), key=lambda h: rank(*h))
+        lanes[name].pop(0)
+        if not lanes[name]:
+            del lanes[name]
+        if name in blocked:
+            result.pending[workload.key] = f"waiting behind {blocked[name]} (StrictFIFO)"
             continue
-        blocked_by: str | None = None
-        for workload in order(by_queue[name]):
-            if blocked_by is not None:
-                result.pending[workload.key] = f"waiting behind {blocked_by} (StrictFIFO)"
-                continue
-            outcome = _try(workload, queue, book, placer, held)
-            if isinstance(outcome, str):
-                result.pending[workload.key] = outcome
-                plan = None
-                if preempt is not None and queue.preemption.enabled:
-                    plan = preempt(workload, queue, usage, held)
-                if plan is not None:
-                    result.preemptions.append((workload.key, plan))
-                    victims = ", ".join(v.key for v in plan.victims)
-                    result.pending[workload.key] = (
-                        f"{outcome}; preempting {len(plan.victims)} workload(s) to make room "
-                        f"({victims}): admitted once their pods are gone"
-                    )
-                if queue.strategy == STRICT_FIFO:
-                    blocked_by = workload.key
-                continue
-            result.admitted.append(outcome)
-            book.add(name, outcome.flavor, outcome.usage)
-            if outcome.decision is not None:
-                held.append((workload.request, outcome.decision))
+        queue = queues[name]
+        outcome = _try(workload, queue, book, placer, held)
+        if isinstance(outcome, str):
+            result.pending[workload.key] = _maybe_preempt(
+                result, workload, queue, outcome, usage, held, preempt
+            )
+            if queue.strategy == STRICT_FIFO:
+                blocked[name] = workload.key
+            continue
+        result.admitted.append(outcome)
+        book.add(name, outcome.flavor, outcome.usage)
+        if outcome.decision is not None:
+            held.append((workload.request, outcome.decision))
     return result
+
+
+def _maybe_preempt(
+    result: CycleResult,
+    workload: PendingWorkload,
+    queue: QueueSpec,
+    why: str,
+    usage: Usage,
+    held: Held,
+    preempt: Preempt | None,
+) -> str:
+    """The pending message; with a preemption plan, the plan is recorded and named in it."""
+    if preempt is None or not queue.preemption.enabled:
+        return why
+    plan = preempt(workload, queue, usage, held)
+    if plan is None:
+        return why
+    result.preemptions.append((workload.key, plan))
+    victims = ", ".join(v.key for v in plan.victims)
+    return (
+        f"{why}; preempting {len(plan.victims)} workload(s) to make room ({victims}): "
+        "admitted once their pods are gone"
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,17 +106,26 @@ def no_topology(flavor: str, request: PlacementRequest, held: Any) -> None:
     return None
 
 
-def test_the_cycle_borrows_and_later_queues_of_the_cohort_see_it() -> None:
+def test_the_cycle_admits_within_nominal_before_borrowing_and_sees_its_own_usage() -> None:
+    """Kueue's order across queues: the workload that fits its queue's nominal quota goes
+    first, even from a later queue; the borrower then finds the pool smaller."""
     queues = {q.name: q for q in (queue("a", 4), queue("b", 4))}
     usage: Usage = {}
     result = admission_cycle(
         queues, [pending("ml/big", "a", 6), pending("ml/small", "b", 3)], usage, no_topology
     )
-    assert [a.key for a in result.admitted] == ["ml/big"]
+    assert [a.key for a in result.admitted] == ["ml/small"]
     assert result.pending == {
-        "ml/small": "insufficient quota for nvidia.com/gpu in flavor f: needs 3, 2 available"
+        "ml/big": "insufficient quota for nvidia.com/gpu in flavor f: needs 6, 5 available"
     }
-    assert usage == {("a", "f"): {CPU: 6}}
+    assert usage == {("b", "f"): {CPU: 3}}
+    # With room for both, the borrower is admitted after the other, and counts against it.
+    usage = {}
+    result = admission_cycle(
+        queues, [pending("ml/big", "a", 5), pending("ml/small", "b", 3)], usage, no_topology
+    )
+    assert [a.key for a in result.admitted] == ["ml/small", "ml/big"]
+    assert usage == {("b", "f"): {CPU: 3}, ("a", "f"): {CPU: 5}}
 
 
 def test_a_queue_model_gives_its_cohort_and_limits() -> None:

@@ -153,7 +153,13 @@ HYPERNODE_CRD: Obj = {
 
 def _resource(obj: Obj) -> Resource:
     kind, version = str(obj["kind"]), str(obj["apiVersion"])
-    plural = kind.lower()[:-1] + "ies" if kind.endswith("y") else kind.lower() + "s"
+    lower = kind.lower()
+    if lower.endswith("y"):
+        plural = lower[:-1] + "ies"
+    elif lower.endswith("s"):
+        plural = lower + "es"  # PriorityClass -> priorityclasses
+    else:
+        plural = lower + "s"
     namespaced = kind not in CLUSTER_SCOPED
     return Resource(version, plural, namespaced)
 
