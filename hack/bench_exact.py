@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable
 from functools import partial
 
+from bench_placement import cluster  # run from hack/: its generator, its labels
+
 from topogate.admission.exact import EXACT_BUDGET
 from topogate.admission.placement import joint_fit, place
 from topogate.admission.request import (
@@ -44,25 +46,8 @@ BUSY = [(0, 0.05), (2, 0.10), (4, 0.20), (6, 0.35), (8, 0.30)]
 
 
 def big_cluster(seed: int = 7) -> tuple[list[NodeInfo], list[PodUsage]]:
-    rng = random.Random(seed)
-    nodes: list[NodeInfo] = []
-    pods: list[PodUsage] = []
-    choices, weights = zip(*BUSY, strict=True)
-    for b in range(10):
-        for r in range(50):
-            for h in range(40):
-                name = f"n-b{b}-r{r}-h{h}"
-                nodes.append(
-                    NodeInfo(
-                        name,
-                        {BLOCK: f"b{b}", RACK: f"r{r}", HOST: name},
-                        {"cpu": 96_000, "memory": 2**40, "pods": 110, GPU: 8},
-                    )
-                )
-                busy = rng.choices(choices, weights)[0]
-                if busy:
-                    pods.append(PodUsage(f"ns/{name}", name, {GPU: busy, "cpu": busy * 10_000}))
-    return nodes, pods
+    """bench_placement's 20,000-node cluster (10 x 50 x 40), 70% of the GPUs busy."""
+    return cluster(10, 50, 40, seed, busy=BUSY)
 
 
 def jobset(jobs: int = 8, pods: int = 64, gpus: int = 1, pairs: bool = False) -> PlacementRequest:

@@ -32,12 +32,17 @@ SHAPES = {20_000: (10, 50, 40), 100_000: (50, 50, 40)}
 
 
 def cluster(
-    blocks: int, racks: int, hosts: int, seed: int = 7
+    blocks: int,
+    racks: int,
+    hosts: int,
+    seed: int = 7,
+    busy: list[tuple[int, float]] = BUSY,
 ) -> tuple[list[NodeInfo], list[PodUsage]]:
+    """Nodes of 8 GPUs with busy GPUs drawn from ``busy`` ((GPUs, weight) pairs)."""
     rng = random.Random(seed)
     nodes: list[NodeInfo] = []
     pods: list[PodUsage] = []
-    choices, weights = zip(*BUSY, strict=True)
+    choices, weights = zip(*busy, strict=True)
     for b in range(blocks):
         for r in range(racks):
             for h in range(hosts):
@@ -49,9 +54,9 @@ def cluster(
                         {"cpu": 96_000, "memory": 2**40, "pods": 110, GPU: 8},
                     )
                 )
-                busy = rng.choices(choices, weights)[0]
-                if busy:
-                    pods.append(PodUsage(f"ns/{name}", name, {GPU: busy, "cpu": busy * 10_000}))
+                taken = rng.choices(choices, weights)[0]
+                if taken:
+                    pods.append(PodUsage(f"ns/{name}", name, {GPU: taken, "cpu": taken * 10_000}))
     return nodes, pods
 
 
