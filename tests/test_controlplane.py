@@ -40,3 +40,21 @@ def test_scheduler_binds_a_pod_to_a_fake_node(control_plane: ControlPlane) -> No
     )
     node = eventually(lambda: core.read_namespaced_pod("p", "cp-test").spec.node_name)
     assert node == "cp-node-1"
+
+
+def test_the_binaries_are_found_through_build_sh_without_the_variable(
+    control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo and `hack/controlplane/start.sh` call binaries() with no $TOPOGATE_CONTROLPLANE_BIN:
+    it must find the repository's build.sh (it printed a wrong path once the module moved)."""
+    import os
+    from pathlib import Path
+
+    from topogate.testing.controlplane import BIN_ENV, binaries
+
+    expected = os.environ.get(BIN_ENV)
+    monkeypatch.delenv(BIN_ENV, raising=False)
+    found = binaries()
+    assert (found / "kube-apiserver").is_file()
+    if expected:
+        assert found == Path(expected)

@@ -53,7 +53,8 @@ def binaries() -> Path:
     """Where the binaries are: $TOPOGATE_CONTROLPLANE_BIN, or what build.sh prints (cached)."""
     if os.environ.get(BIN_ENV):
         return Path(os.environ[BIN_ENV])
-    script = Path(__file__).resolve().parent.parent / "hack" / "controlplane" / "build.sh"
+    # topogate/testing/controlplane.py -> the repository (an editable install; a wheel has no hack/)
+    script = Path(__file__).resolve().parents[2] / "hack" / "controlplane" / "build.sh"
     if not script.exists():
         raise ControlPlaneError(f"set {BIN_ENV} to the directory of kube-apiserver, etc.")
     done = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
