@@ -305,3 +305,54 @@ def test_victims_are_minimal_and_the_fit_is_real(
         for kept in removed:
             without = simulate("f", [r for r in removed if r is not kept])
             assert without is not None and not without.fits, f"{kept.key} was not needed"
+
+
+# Kueue's TestScheduleForTASPreemption, two of its scenarios in our terms (one scalar
+# resource; what matters is who is chosen, and why).
+
+
+def test_kueue_low_priority_is_preempted_mid_priority_survives() -> None:
+    nodes = [node("x1", rack="r", host="x1", gpu=5)]
+    running_ = [
+        running("default/mid", "tas-main", 2, priority=2),
+        running("default/low", "tas-main", 2, priority=1),
+    ]
+    cluster = Cluster(nodes, {"default/mid": {"x1": 2}, "default/low": {"x1": 2}})
+    request = PlacementRequest("default/foo", (podset(1, gpu=2, preferred=HOST),))
+    preemptor = PendingWorkload("default/foo", "tas-main", 3, "2026-01-02", request)
+    plan = plan_preemption(
+        preemptor,
+        queue("tas-main", 100),
+        PreemptionPolicy(within_cluster_queue=LOWER_PRIORITY),
+        {"tas-main": queue("tas-main", 100)},
+        usage_of(running_),
+        cluster.located(running_),
+        cluster.simulate(preemptor.request),
+    )
+    assert plan is not None
+    assert [(v.key, v.reason) for v in plan.victims] == [("default/low", IN_CLUSTER_QUEUE)]
+
+
+def test_kueue_low_priority_is_preempted_though_free_capacity_is_fragmented() -> None:
+    """Two nodes 4/5 full leave 2 free units, enough for the gang's 2 pods one per node, but
+    the gang requires one node: the low-priority workload goes, its node takes both pods."""
+    nodes = [node("x1", rack="r", host="x1", gpu=5), node("x2", rack="r", host="x2", gpu=5)]
+    running_ = [
+        running("default/low", "tas-main", 4, priority=1),
+        running("default/mid", "tas-main", 4, priority=2),
+    ]
+    cluster = Cluster(nodes, {"default/low": {"x1": 4}, "default/mid": {"x2": 4}})
+    request = PlacementRequest("default/wl3", (podset(2, gpu=1, required=HOST),))
+    preemptor = PendingWorkload("default/wl3", "tas-main", 3, "2026-01-02", request)
+    assert not cluster.simulate(request)("f", []).fits  # type: ignore[union-attr]
+    plan = plan_preemption(
+        preemptor,
+        queue("tas-main", 100),
+        PreemptionPolicy(within_cluster_queue=LOWER_PRIORITY),
+        {"tas-main": queue("tas-main", 100)},
+        usage_of(running_),
+        cluster.located(running_),
+        cluster.simulate(preemptor.request),
+    )
+    assert plan is not None and [v.key for v in plan.victims] == ["default/low"]
+    assert plan.decision is not None and plan.decision.placements[0].node_counts == {"x1": 2}
