@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topogate.admission.queues import (
+    CycleResult,
     FlavorQuota,
     PendingWorkload,
     QueueSpec,
@@ -229,3 +230,64 @@ def test_admitting_within_available_never_oversubscribes(
             # A lender can always reach what it keeps for itself.
             kept = quota.nominal[CPU] - quota.lending[CPU] if CPU in quota.lending else 0
             assert used + b.available(x, quota, CPU) >= kept
+
+
+def cycle_on_four_nodes(
+    nominals: list[int], gangs: list[tuple[int, int, int]]
+) -> tuple[CycleResult, Usage, list[PendingWorkload]]:
+    """Queues of one cohort on 2 racks x 2 nodes of 8 units; gangs of 4-unit pods that each
+    require a rack: (queue index, pods, priority)."""
+    from tests.kit import HOST, RACK, node, podset
+    from topogate.admission.queues import FlavorTopology, SnapshotPlacer
+    from topogate.cache.snapshot import ClusterSnapshot
+    from topogate.cache.topology import DomainTree
+
+    nodes = [node(f"n{i}", rack=f"r{i // 2}", host=f"n{i}", extra={CPU: 8}) for i in range(4)]
+    snapshot = ClusterSnapshot.build(nodes, [])
+    tree = DomainTree.from_labels(snapshot, (RACK, HOST))
+    placer = SnapshotPlacer(snapshot, {"f": FlavorTopology(tree, "t")})
+    queues = {f"q{i}": queue(f"q{i}", n) for i, n in enumerate(nominals)}
+    pending_ = [
+        PendingWorkload(
+            f"ml/w{i}",
+            f"q{q % len(nominals)}",
+            priority,
+            f"2026-01-01T00:0{i}:00Z",
+            PlacementRequest(f"ml/w{i}", (podset(pods, requests={CPU: 4}, required=RACK),)),
+        )
+        for i, (q, pods, priority) in enumerate(gangs)
+    ]
+    usage: Usage = {}
+    return admission_cycle(queues, pending_, usage, placer), usage, pending_
+
+
+def test_the_four_node_cycle_admits_what_fits() -> None:
+    result, usage, _ = cycle_on_four_nodes([8, 8], [(0, 2, 0), (1, 2, 0), (0, 2, 0)])
+    assert [a.key for a in result.admitted] == ["ml/w0", "ml/w1"]
+    assert usage == {("q0", "f"): {CPU: 8}, ("q1", "f"): {CPU: 8}}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    nominals=st.lists(st.integers(0, 24), min_size=2, max_size=3),
+    gangs=st.lists(
+        st.tuples(st.integers(0, 2), st.integers(1, 4), st.integers(0, 3)), min_size=1, max_size=8
+    ),
+)
+def test_no_cycle_overfills_a_node_or_a_cohort(
+    nominals: list[int], gangs: list[tuple[int, int, int]]
+) -> None:
+    """Whatever queues of one cohort ask for, what a cycle admits fits every node and stays
+    within the cohort's quota."""
+    result, usage, pending_ = cycle_on_four_nodes(nominals, gangs)
+    per_node: dict[str, int] = {}
+    for admitted in result.admitted:
+        assert admitted.decision is not None and admitted.decision.fits
+        for placement in admitted.decision.placements:
+            for name, count in placement.node_counts.items():
+                per_node[name] = per_node.get(name, 0) + 4 * count
+    assert all(v <= 8 for v in per_node.values()), per_node
+    total = sum(sum(v.values()) for v in usage.values())
+    assert total <= sum(nominals)
+    pods = {p.key: sum(s.count for s in p.request.podsets) for p in pending_}
+    assert total == sum(4 * pods[a.key] for a in result.admitted)
