@@ -4,6 +4,7 @@ connections and too many connections. Loopback only, with deadlines of a second 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import ssl
@@ -55,10 +56,8 @@ async def _closed_after(reader: asyncio.StreamReader, limit: float = 5.0) -> flo
 
 async def _close(writer: asyncio.StreamWriter) -> None:
     writer.close()
-    try:
+    with contextlib.suppress(ConnectionError, ssl.SSLError, TimeoutError):
         await asyncio.wait_for(writer.wait_closed(), 2)
-    except (ConnectionError, ssl.SSLError, TimeoutError):
-        pass
 
 
 def _head(length: int) -> bytes:
