@@ -54,6 +54,7 @@ from topogate.cache.topology import DomainTree
 log = logging.getLogger("topogate.placement")
 
 EXACT_BUDGET = 0.05  # seconds per gang for the second pass
+TIE_COST = 1e-3  # the most a part's tie-breaking costs add up to (domain choices cost 1)
 # Past this many integer variables the ILP is not attempted (the greedy answer stands): the
 # model would take longer to build than any budget allows.
 MAX_COLUMNS = 5_000
@@ -90,6 +91,10 @@ class Budget:
 
     @classmethod
     def start(cls, seconds: float) -> Budget:
+        # The solver's import (most of a second, once per process) is not the gang's time:
+        # charged to the first gang it would run it out of budget, and the answer would
+        # depend on which gang came first.
+        _import_solver()
         return cls(time.perf_counter() + seconds)
 
     def remaining(self) -> float:
@@ -134,18 +139,29 @@ class Regions:
     def __init__(self, tree: DomainTree) -> None:
         self.tree = tree
         self._sorted: dict[int, tuple[IntArray, IntArray]] = {}
+        # Each node's rank in full-path order: positions are listed in it, not in the order
+        # the nodes came in, so the packing and the ILP break ties the same way whatever
+        # that order was (the plan depends on the cluster, not on how it was listed).
+        node_level = tree.node_level
+        self._rank = tree.lexrank[node_level][tree.member_domain[node_level]]
+        self._whole = np.argsort(self._rank, kind="stable").astype(np.int64)
 
     def nodes(self, region: Region) -> IntArray:
         level, domain = region
         if level == WHOLE_TREE:
-            return np.arange(len(self.tree.nodes), dtype=np.int64)
+            return self._whole
         if level not in self._sorted:
             member = self.tree.member_domain[level]
-            order = np.argsort(member, kind="stable").astype(np.int64)
+            order = np.lexsort((self._rank, member)).astype(np.int64)
             starts = np.searchsorted(member[order], np.arange(self.tree.size(level) + 1))
             self._sorted[level] = (order, starts.astype(np.int64))
         order, starts = self._sorted[level]
         return order[starts[domain] : starts[domain + 1]]
+
+    def union(self, regions: Sequence[Region]) -> IntArray:
+        """The nodes of several regions, in full-path order (never the input order)."""
+        nodes = np.concatenate([self.nodes(r) for r in regions])
+        return nodes[np.argsort(self._rank[nodes], kind="stable")].astype(np.int64)
 
     def overlap(self, a: Region, b: Region) -> bool:
         if a[0] == WHOLE_TREE or b[0] == WHOLE_TREE:
@@ -235,6 +251,12 @@ def _add_part(
     w_upper = np.minimum(cap[cap > 0], part.count)
     w_cols = model.columns(w_upper)
     model.row(w_cols, np.ones(len(w_cols), np.int64), part.count, part.count)
+    # A tiny cost per pod rising with the node's full-path rank: among equal plans the solver
+    # fills nodes in full-path order, so the plan does not depend on how nodes were listed.
+    # (It stays far below the unit costs that choose between candidate domains.)
+    rank = tree.lexrank[tree.node_level][tree.member_domain[tree.node_level][w_nodes]]
+    for col, r in zip(w_cols.tolist(), rank.tolist(), strict=True):
+        model.cost[col] = TIE_COST * (1 + r) / (1 + len(tree.nodes)) / max(part.count, 1)
     if gate is not None:
         _gate_rows(model, tree, gate, w_nodes, w_cols, w_upper)
     for node, col in zip(w_nodes.tolist(), w_cols.tolist(), strict=True):
@@ -367,6 +389,10 @@ def pack(free: IntArray, items: Sequence[tuple[Part, IntArray]]) -> Plan | None:
         left -= workers[:, None] * part.worker_vec
         plan.append((workers, None))
     return plan
+
+
+def _import_solver() -> None:
+    from scipy.optimize import milp  # noqa: F401  (cached by Python after the first call)
 
 
 def _milp(model: _Model, budget: Budget) -> IntArray | None:
@@ -596,7 +622,7 @@ def _choose_all(
     added = []
     for part, options, gates in zip(parts, candidates, chosen, strict=True):
         level = options.regions[0][0]
-        nodes = np.sort(np.concatenate([regions.nodes(r) for r in options.regions]))
+        nodes = regions.union(options.regions)
         gate = None if level == WHOLE_TREE else (level, gates)
         added.append(_add_part(model, tree, free, part, nodes, gate))
     _capacity_rows(model, free)

@@ -917,7 +917,7 @@ class _SecondPass:
         """The nodes of the domains the greedy pass settled the group in (find_level)."""
         assert group.placer is not None and group.placer.found is not None
         level, domains = group.placer.found
-        return np.sort(np.concatenate([self.regions.nodes((level, d)) for d in domains]))
+        return self.regions.union([(level, d) for d in domains])
 
     def _more_domains(self) -> list[int]:
         """The preferred groups, when together they span more domains than a lower bound
