@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from topogate.api.models import Admission
 from topogate.api.objects import condition, is_evicted, is_finished, key_of, meta, owner_job
 from topogate.api.times import parse_time
-from topogate.cache.snapshot import ClusterSnapshot
 from topogate.kube.errors import API_ERRORS
 from topogate.kube.events import EventRecorder
 from topogate.kube.protocol import KubeApi
@@ -33,14 +32,12 @@ from .assignments import node_usage, pod_set_assignments
 from .evictions import evict, preemptor
 from .exact import EXACT_BUDGET
 from .gpuplace import assignment_of
-from .podsets import Catalog, Translation, flavor_tolerations, translate
+from .podsets import Catalog, Translation, build_placer, translate
 from .preemption import Preemption
 from .queues import (
     Admitted,
-    FlavorTopology,
     PendingWorkload,
     QueueSpec,
-    SnapshotPlacer,
     Usage,
     admission_cycle,
     usage_of,
@@ -97,27 +94,6 @@ class Admitter:
             if not is_finished(workload) and (admission := self.state.reserved(key))
         )
 
-    @staticmethod
-    def _flavor_topologies(
-        snapshot: ClusterSnapshot, catalog: Catalog, named: set[str], exact_budget: float
-    ) -> SnapshotPlacer:
-        """Trees per flavor (its own topology) and per (flavor, topology a job names)."""
-        own: dict[str, FlavorTopology] = {}
-        by_name: dict[tuple[str, str], FlavorTopology] = {}
-        sources = catalog.sources
-        for name, flavor in catalog.flavors.items():
-            tolerations = flavor_tolerations(flavor)
-            labels = flavor.spec.node_labels
-            source = sources.get(flavor.spec.topology_name or "")
-            if source is not None:
-                own[name] = FlavorTopology(source.tree(snapshot, labels), source.name, tolerations)
-            for topology in named:
-                wanted = sources.get(topology)
-                if wanted is not None:
-                    tree = wanted.tree(snapshot, labels)
-                    by_name[(name, topology)] = FlavorTopology(tree, wanted.name, tolerations)
-        return SnapshotPlacer(snapshot, own, by_name, exact_budget)
-
     # --- the loop ------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -150,7 +126,7 @@ class Admitter:
             return
         snapshot = self.state.snapshot()
         named = {p.request.topology for p in pending if p.request.topology is not None}
-        placer = self._flavor_topologies(snapshot, catalog, named, self.exact_budget)
+        placer = build_placer(snapshot, catalog, named, self.exact_budget)
         preempt = preemptor(self.state, catalog.queues, placer)
         result = admission_cycle(catalog.queues, pending, self._usage(), placer, preempt)
         for outcome, count in placer.exact_outcomes.items():

@@ -190,7 +190,7 @@ class JobSync:
         if not is_suspended(job):
             await self._suspend(resource, job, "its Workload was evicted")
             return
-        running = [p for p in self.state.pods_of(key_of(workload)) if not _terminated(p)]
+        running = [p for p in self.state.pods_of(key_of(workload)) if not self._gone(p)]
         if running:
             return  # the pods' deletion events bring it back here
         conditions = [
@@ -203,6 +203,15 @@ class JobSync:
         conditions.append(new_condition("Admitted", "False", "Evicted", message))
         await write_status(self.kube, workload, {"admission": None, "conditions": conditions})
         log.info("workload %s requeued after eviction", key_of(workload))
+
+    def _gone(self, pod: Obj) -> bool:
+        """Ended, or being deleted on a lost node (no kubelet there will confirm its end; the
+        node is not schedulable, so its capacity cannot be given twice)."""
+        if _terminated(pod):
+            return True
+        node = (pod.get("spec") or {}).get("nodeName")
+        deleting = meta(pod).get("deletionTimestamp") is not None
+        return deleting and isinstance(node, str) and self.state.node_lost(node)
 
     async def _finish(self, workload: Obj, outcome: str) -> None:
         m = meta(workload)

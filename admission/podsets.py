@@ -13,7 +13,7 @@ and the validating webhook.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -43,9 +43,11 @@ from topogate.api.vocabularies import (
     vocabulary_request,
 )
 from topogate.cache.hypernodes import HyperNodeForest
+from topogate.cache.snapshot import ClusterSnapshot
 from topogate.cache.sources import HYPERNODE_TOPOLOGY, TopologySource, topology_sources
 
-from .queues import PendingWorkload, QueueSpec
+from .exact import EXACT_BUDGET
+from .queues import FlavorTopology, PendingWorkload, QueueSpec, SnapshotPlacer
 from .request import Mode, PlacementRequest, PodSetRequest, SliceLayer
 
 _M = TypeVar("_M", ClusterQueue, ResourceFlavor, Topology)
@@ -496,3 +498,28 @@ def build_catalog(
         )
     sources = topology_sources(parsed(Topology, topologies), forest)
     return Catalog(queues, local, parsed(ResourceFlavor, flavors), sources), warnings
+
+
+def build_placer(
+    snapshot: ClusterSnapshot,
+    catalog: Catalog,
+    named: Iterable[str] = (),
+    exact_budget: float = EXACT_BUDGET,
+) -> SnapshotPlacer:
+    """The placer for one cycle: a tree per flavor (its own topology) and per (flavor,
+    topology a job names), over ``snapshot``."""
+    own: dict[str, FlavorTopology] = {}
+    by_name: dict[tuple[str, str], FlavorTopology] = {}
+    sources = catalog.sources
+    for name, flavor in catalog.flavors.items():
+        tolerations = flavor_tolerations(flavor)
+        labels = flavor.spec.node_labels
+        source = sources.get(flavor.spec.topology_name or "")
+        if source is not None:
+            own[name] = FlavorTopology(source.tree(snapshot, labels), source.name, tolerations)
+        for topology in named:
+            wanted = sources.get(topology)
+            if wanted is not None:
+                tree = wanted.tree(snapshot, labels)
+                by_name[(name, topology)] = FlavorTopology(tree, wanted.name, tolerations)
+    return SnapshotPlacer(snapshot, own, by_name, exact_budget)

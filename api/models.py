@@ -435,9 +435,16 @@ class Condition(ApiModel):
     observed_generation: int | None = None
 
 
+class UnhealthyNode(ApiModel):
+    name: str
+
+
 class WorkloadStatus(ApiModel):
     conditions: list[Condition] = Field(default_factory=list)
     admission: Admission | None = None
+    # Kueue's field: nodes of the admission that failed (NotReady past the grace period, or
+    # deleted); their pods were moved, and the ungater never sends a pod there.
+    unhealthy_nodes: list[UnhealthyNode] | None = None
 
 
 class Workload(ApiModel):

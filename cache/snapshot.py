@@ -397,6 +397,9 @@ class CapacityCache:
     def nodes(self) -> list[NodeInfo]:
         return list(self._nodes.values())
 
+    def node(self, name: str) -> NodeInfo | None:
+        return self._nodes.get(name)
+
     def upsert_pod(self, pod: PodUsage | None, key: str) -> None:
         """Record a pod's usage; ``None`` (unbound or terminated) forgets it."""
         previous = self._pods.pop(key, None)

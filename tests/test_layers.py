@@ -34,6 +34,7 @@ SHELLS = {
     "topogate.admission.admitter": "admitter",
     "topogate.admission.evictions": "admitter",
     "topogate.admission.jobsync": "job sync",
+    "topogate.admission.nodefailures": "node failures",
     "topogate.ungater.controller": "ungater",
     "topogate.webhooks.server": "webhook server",
     "topogate.webhooks.serving": "webhook server",

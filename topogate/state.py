@@ -27,6 +27,7 @@ from topogate.api.hypernodes import HyperNode, parse_hypernode
 from topogate.api.kinds import JOB_KINDS
 from topogate.api.objects import (
     admission_of,
+    as_mapping,
     gpu_assignment_of,
     is_admitted,
     is_finished,
@@ -145,10 +146,15 @@ class ControllerState:
         return list(self._pods_by_workload)
 
     def admission_of(self, key: str) -> Obj | None:
-        """The workload's admission once written: as stored, or as this process wrote it.
-        The job sync and the ungater act on this, never on an admission still being written."""
-        stored = admission_of(self._stores[WORKLOADS.plural].get(key))
-        return stored if stored is not None else self._written.get(key)
+        """The workload's admission once written: as this process last wrote it until the
+        watch shows that write, else as stored. The job sync and the ungater act on this,
+        never on an admission still being written."""
+        written = self._written.get(key)
+        return (
+            written
+            if written is not None
+            else admission_of(self._stores[WORKLOADS.plural].get(key))
+        )
 
     def reserved(self, key: str) -> Obj | None:
         """The admission that holds quota and capacity: written, or decided and being written
@@ -238,6 +244,34 @@ class ControllerState:
         if is_admitted(stored) and not is_finished(stored):
             return
         self._release(key)
+
+    def reassign(self, key: str, admission: Obj) -> None:
+        """An admitted workload's pods move (failed-node replacement): hold the capacity of
+        the new admission before it is written, and act on it once written
+        (:meth:`confirm_admission`, or :meth:`forget_reassignment` when the write failed)."""
+        stored = self._stores[WORKLOADS.plural].get(key) or {}
+        moved = {**stored, "status": {**as_mapping(stored.get("status")), "admission": admission}}
+        per_node = usage_from_admission(moved, f"Workload {key}", self.nodes_in_domain)
+        gpus = self._capacity.workload_gpus(key) or {}
+        kept = {
+            podset: {node: sets for node, sets in placed.items() if node in per_node}
+            for podset, placed in gpus.items()
+        }
+        self._hold(key, per_node, kept)
+        self._assumed[key] = admission
+
+    def forget_reassignment(self, key: str) -> None:
+        """The new admission was not written: hold the stored one again."""
+        self._assumed.pop(key, None)
+        self._written.pop(key, None)
+        stored = self._stores[WORKLOADS.plural].get(key)
+        if stored is not None and is_admitted(stored) and not is_finished(stored):
+            self._rehold(key, stored)
+
+    def node_lost(self, name: str) -> bool:
+        """The node is gone or not Ready: its pods will not confirm their end (no kubelet)."""
+        node = self._capacity.node(name)
+        return node is None or not node.ready
 
     def _hold(
         self, key: str, per_node: Mapping[str, Mapping[str, int]], gpus: GpuAssignment

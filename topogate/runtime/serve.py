@@ -64,6 +64,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "fit (0: off; the greedy answer stands when it runs out)",
     )
     parser.add_argument(
+        "--node-failure-grace",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long a node may stay not Ready before the pods admitted onto it are moved "
+        "(a deleted node counts at once)",
+    )
+    parser.add_argument(
         "--hypernode-discovery",
         type=Path,
         metavar="FILE",
@@ -119,6 +127,7 @@ class Controller:
     def __init__(self, args: argparse.Namespace, kube: KubeApi, identity: str) -> None:
         from topogate.admission.admitter import Admitter
         from topogate.admission.jobsync import JobSync
+        from topogate.admission.nodefailures import NodeFailures
         from topogate.files import load_discovery_config
         from topogate.kube.events import EventRecorder
         from topogate.metrics import Metrics
@@ -140,6 +149,14 @@ class Controller:
                 kube, self.state, self.metrics, self.events, exact_budget=args.exact_budget
             ).run,
             JobSync(kube, self.state, self.events).run,
+            NodeFailures(
+                kube,
+                self.state,
+                self.metrics,
+                self.events,
+                grace=args.node_failure_grace,
+                exact_budget=args.exact_budget,
+            ).run,
             Ungater(
                 kube,
                 self.state,
