@@ -291,6 +291,15 @@ def test_finished_workload_shows_its_reason() -> None:
     )
 
 
+def test_a_replaced_node_is_shown() -> None:
+    status = _admitted([(["b1", "r1"], 2)])
+    status["unhealthyNodes"] = [{"name": "n7"}, {"name": "n9"}]
+    [summary] = summarize([_workload("train-abc", pod_sets={"main": 2}, status=status)], [])
+    assert summary.unhealthy_nodes == ("n7", "n9")
+    assert render_table([summary], "team").splitlines()[1] == "  UNHEALTHY NODES n7, n9"
+    assert document([summary])["workloads"][0]["unhealthyNodes"] == ["n7", "n9"]
+
+
 def test_hostname_assignment_matches_on_the_hostname_selector() -> None:
     host = "kubernetes.io/hostname"
     status = _admitted([(["h1"], 1), (["h2"], 1)], levels=(host,))
@@ -370,6 +379,7 @@ ADMITTED_DOCUMENT = {
             "state": "Admitted",
             "reason": "Admitted",
             "message": "",
+            "unhealthyNodes": [],
             "podSets": [
                 {
                     "name": "main",
@@ -424,6 +434,7 @@ def test_table_json_and_yaml_renderings() -> None:
         "state",
         "reason",
         "message",
+        "unhealthyNodes",
         "podSets",
     ]
 

@@ -93,6 +93,8 @@ class WorkloadStatus:
     reason: str
     message: str
     pod_sets: list[PodSetStatus] = field(default_factory=list)
+    # Failed nodes whose pods were moved or that evicted it (status.unhealthyNodes).
+    unhealthy_nodes: tuple[str, ...] = ()
 
     @property
     def state_text(self) -> str:
@@ -249,6 +251,9 @@ def summarize(workloads: Iterable[Obj], pods: Iterable[Obj]) -> list[WorkloadSta
                     )
                     for n in names
                 ],
+                unhealthy_nodes=tuple(
+                    str(n.get("name")) for n in map(_dict, _list(status.get("unhealthyNodes")))
+                ),
             )
         )
     return sorted(result, key=lambda w: (w.namespace, w.name))
@@ -269,6 +274,7 @@ def document(workloads: Sequence[WorkloadStatus]) -> dict[str, Any]:
                 "state": w.state,
                 "reason": w.reason,
                 "message": w.message,
+                "unhealthyNodes": list(w.unhealthy_nodes),
                 "podSets": [
                     {
                         "name": p.name,
@@ -320,6 +326,8 @@ def render_workload(workload: WorkloadStatus) -> str:
     if workload.state == "Pending" and workload.message:
         header += f"  {_one_line(workload.message)}"
     lines = [header]
+    if workload.unhealthy_nodes:
+        lines.append(f"  UNHEALTHY NODES {', '.join(workload.unhealthy_nodes)}")
     for pod_set in workload.pod_sets:
         levels = ", ".join(pod_set.levels) or "-"
         lines.append(f"  PODSET {pod_set.name}  COUNT {pod_set.count}  LEVELS {levels}")
