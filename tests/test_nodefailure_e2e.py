@@ -61,6 +61,11 @@ def live_bound(pool: Pool, name: str, count: int) -> list[Any] | None:
     return bound if len(pods) == count and len(bound) == count else None
 
 
+def moved_off(pool: Pool, lost: str) -> list[Any] | None:
+    bound = live_bound(pool, "train", 2)
+    return bound if bound and lost not in {p.spec.node_name for p in bound} else None
+
+
 def requeued_elsewhere(pool: Pool, dead: str) -> list[Any] | None:
     kubelets_except(pool, dead)
     bound = live_bound(pool, "train", 2)
@@ -78,12 +83,7 @@ def test_a_failed_node_s_pod_comes_back_in_the_same_rack(serve: Serve, pool: Poo
     assert {racks[n] for n in nodes} == {rack}
     lost = nodes[0]
     fail(pool, lost)
-    after = eventually(
-        lambda: (
-            (b := live_bound(pool, "train", 2)) and lost not in {p.spec.node_name for p in b} and b
-        ),
-        60,
-    )
+    after = eventually(lambda: moved_off(pool, lost), 60)
     moved = sorted(p.spec.node_name for p in after)
     assert {racks[n] for n in moved} == {rack}  # still one rack: the one it had
     assert nodes[1] in moved  # the pod on the healthy node stayed
