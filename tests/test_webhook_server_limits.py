@@ -16,7 +16,8 @@ import aiohttp
 import pytest
 
 from tests.kit import review_for
-from topogate.webhooks.server import Limits, Running, ServingCertificate, Throttled, running
+from topogate.webhooks.options import Limits
+from topogate.webhooks.server import Running, ServingCertificate, Throttled, running
 
 LIMITS = Limits(
     header_timeout=1.0, body_timeout=1.0, idle_timeout=1.0, max_connections=4, log_interval=60

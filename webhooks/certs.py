@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -59,7 +60,24 @@ def _name(common_name: str, organizations: Sequence[str] = ()) -> x509.Name:
     return x509.Name(parts)
 
 
-def make_ca(common_name: str = "topogate-ca") -> KeyPair:
+def validity_of(cert_pem: bytes) -> tuple[dt.datetime, dt.datetime]:
+    """(not before, not after) of a PEM certificate, in UTC."""
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    return cert.not_valid_before_utc, cert.not_valid_after_utc
+
+
+def issued_by(cert_pem: bytes, ca_pem: bytes) -> bool:
+    """True when ``ca_pem`` signed ``cert_pem``."""
+    try:
+        x509.load_pem_x509_certificate(cert_pem).verify_directly_issued_by(
+            x509.load_pem_x509_certificate(ca_pem)
+        )
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
+def make_ca(common_name: str = "topogate-ca", validity: dt.timedelta = _VALIDITY) -> KeyPair:
     key = _key()
     now = dt.datetime.now(dt.UTC)
     cert = (
@@ -69,7 +87,7 @@ def make_ca(common_name: str = "topogate-ca") -> KeyPair:
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + _VALIDITY)
+        .not_valid_after(now + validity)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -98,8 +116,10 @@ def issue(
     ip_addresses: Sequence[str] = (),
     organizations: Sequence[str] = (),
     client: bool = False,
+    validity: dt.timedelta = _VALIDITY,
 ) -> KeyPair:
     """A leaf certificate signed by ``ca``: serving (with SANs) or, with ``client``, a client one.
+    It never outlives the CA (a chain is only as valid as its shortest link).
 
     Clients authenticate to the API server as user ``common_name`` in groups ``organizations``.
     """
@@ -117,7 +137,7 @@ def issue(
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + _VALIDITY)
+        .not_valid_after(min(now + validity, ca_cert.not_valid_after_utc))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     )

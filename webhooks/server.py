@@ -23,6 +23,7 @@ import math
 import socket
 import ssl
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from .certs import issue, make_ca
+from .options import Limits
 from .review import ClusterView, NoView, Review, mutate, response, validate
 
 log = logging.getLogger("topogate.webhooks")
@@ -41,20 +43,6 @@ ViewFor = Callable[[Review], Awaitable[ClusterView]]
 VIEW_KEY: web.AppKey[ViewFor] = web.AppKey("view")
 # True when the view makes blocking API calls (the standalone webhook): run it in a thread.
 BLOCKING_KEY = web.AppKey("blocking", bool)
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """How long a client may take and how many connections all clients may hold: without
-    them 249 idle connections exhausted a 256-fd limit and valid reviews timed out."""
-
-    header_timeout: float = 5.0  # accept -> TLS handshake -> first request's headers read
-    body_timeout: float = 10.0  # headers read -> whole body read (then 408)
-    # Between requests on a keep-alive connection. Below client-go's 90 s idle timeout would
-    # race its reuse of a connection; the cap, not this, is what protects the fds.
-    idle_timeout: float = 60.0
-    max_connections: int = 128  # open and handshaking; more are closed at once
-    log_interval: float = 60.0  # refusals are logged once per interval, with their count
 
 
 LIMITS_KEY = web.AppKey("limits", Limits)
@@ -294,6 +282,7 @@ class GuardedSite(web.BaseSite):
         self._throttled = Throttled(limits.log_interval)
         self._handshaking = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._transports: weakref.WeakSet[asyncio.BaseTransport] = weakref.WeakSet()
 
     @property
     def name(self) -> str:
@@ -305,10 +294,20 @@ class GuardedSite(web.BaseSite):
 
     async def stop(self) -> None:
         for task in list(self._tasks):
-            task.cancel()
+            task.cancel()  # a TLS handshake in progress is aborted, its socket closed
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.listener.close()
+        await asyncio.sleep(0)
         await super().stop()
+
+    async def abort_connections(self) -> None:
+        """Drop what is left after the runner's graceful shutdown: a TLS close waits for the
+        peer's answer, which must not keep sockets open past the server's life."""
+        for transport in list(self._transports):
+            if isinstance(transport, asyncio.Transport):
+                transport.abort()
+        for _ in range(3):  # connection_lost, then the socket's close, run from the loop
+            await asyncio.sleep(0)
 
     def _spawn(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
@@ -355,6 +354,7 @@ class GuardedSite(web.BaseSite):
             return
         finally:
             self._handshaking -= 1
+        self._transports.add(transport)
         self.guard.watch(protocol, transport, deadline)
 
 
@@ -398,3 +398,4 @@ async def running(
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
         await runner.cleanup()
+        await site.abort_connections()

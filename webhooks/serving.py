@@ -1,19 +1,183 @@
 """Serving the webhooks: the server, its certificate, and the webhook configurations
 (registration at a URL, or CA injection). `topogate webhook` runs it alone; `topogate serve`
 embeds the same one.
+
+Certificates come one of three ways:
+- ``ca_secret``: one CA shared by all replicas in a Secret (created by the first replica, read
+  by the others); each replica issues its own serving certificate from it, injects the CA
+  bundle (the same bytes from every replica), and renews both periodically;
+- tls.crt/tls.key (and ca.crt) mounted in the certificate directory, e.g. by cert-manager: used
+  as they are and reloaded when they rotate;
+- otherwise a CA kept in the certificate directory (``ca/``), renewed the same way as the
+  Secret's: for one process alone, such as the local control plane and the tests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import datetime as dt
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from .certs import issue, issued_by
+from .options import Limits
 from .review import ClusterView
-from .server import ViewFor
+from .server import ServingCertificate, ViewFor
+from .sharedca import (
+    SERVING_RENEW_FRACTION,
+    SERVING_VALIDITY,
+    CAStore,
+    CAUnavailable,
+    Stored,
+    ensure_ca,
+    needs_renewal,
+)
+
+log = logging.getLogger("topogate.webhooks")
+
+
+class SecretStore:
+    """The shared CA in a Secret (official client; blocking calls)."""
+
+    def __init__(self, api: Any, namespace: str, name: str) -> None:
+        from kubernetes import client
+
+        self.core: Any = client.CoreV1Api(api)
+        self.namespace, self.name = namespace, name
+
+    def _body(self, data: dict[str, bytes], version: str | None = None) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+        metadata["labels"] = {"app.kubernetes.io/name": "topogate"}
+        if version is not None:
+            metadata["resourceVersion"] = version  # lost to another replica: 409
+        encoded = {key: base64.b64encode(value).decode() for key, value in data.items()}
+        return {"metadata": metadata, "type": "Opaque", "data": encoded}
+
+    def read(self) -> Stored | None:
+        from kubernetes import client
+
+        try:
+            secret = self.core.read_namespaced_secret(self.name, self.namespace)
+        except client.ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        data = {key: base64.b64decode(value) for key, value in (secret.data or {}).items()}
+        return Stored(data, secret.metadata.resource_version)
+
+    def create(self, data: dict[str, bytes]) -> bool:
+        return self._conflict_is_false(
+            lambda: self.core.create_namespaced_secret(self.namespace, self._body(data))
+        )
+
+    def replace(self, data: dict[str, bytes], version: str) -> bool:
+        body = self._body(data, version)
+        return self._conflict_is_false(
+            lambda: self.core.replace_namespaced_secret(self.name, self.namespace, body)
+        )
+
+    @staticmethod
+    def _conflict_is_false(call: Callable[[], Any]) -> bool:
+        from kubernetes import client
+
+        try:
+            call()
+        except client.ApiException as error:
+            if error.status == 409:  # AlreadyExists, or a stale resourceVersion
+                return False
+            raise
+        return True
+
+
+class FileStore:
+    """The CA in ``directory`` (one process alone, no Secret): the same renewal as a Secret's."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def read(self) -> Stored | None:
+        files = sorted(self.directory.glob("*.crt")) + sorted(self.directory.glob("*.key"))
+        if not (self.directory / "ca.key").exists():
+            return None
+        data = {path.name: path.read_bytes() for path in files}
+        return Stored(data, str((self.directory / "ca.key").stat().st_mtime_ns))
+
+    def create(self, data: dict[str, bytes]) -> bool:
+        if (self.directory / "ca.key").exists():
+            return False
+        self._write(data)
+        return True
+
+    def replace(self, data: dict[str, bytes], version: str) -> bool:
+        self._write(data)
+        return True
+
+    def _write(self, data: dict[str, bytes]) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for name, value in data.items():
+            _write_file(self.directory / name, value, 0o600 if name.endswith(".key") else 0o644)
+
+
+def _write_file(path: Path, data: bytes, mode: int) -> None:
+    partial = path.with_name(path.name + ".tmp")
+    partial.write_bytes(data)
+    partial.chmod(mode)
+    partial.replace(path)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class CertificateKeeper:
+    """This replica's serving certificate (tls.crt/tls.key) and the CA bundle (ca.crt) in
+    ``directory``, issued from the shared CA and renewed when :meth:`check` finds them due."""
+
+    def __init__(
+        self,
+        store: CAStore,
+        directory: Path,
+        dns_names: list[str],
+        ips: list[str],
+        *,
+        clock: Callable[[], dt.datetime] = _now,
+        serving_validity: dt.timedelta = SERVING_VALIDITY,
+    ) -> None:
+        self.store, self.directory = store, directory
+        self.dns_names, self.ips = dns_names, ips
+        self.clock, self.serving_validity = clock, serving_validity
+        self._issued = False  # the first check always issues: the SANs may have changed
+
+    def check(self) -> tuple[bytes, bool]:
+        """(the CA bundle to trust, whether a new serving certificate was written). Blocking:
+        run it in an executor."""
+        now = self.clock()
+        shared = ensure_ca(self.store, now)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        bundle_path, cert, key = (self.directory / n for n in ("ca.crt", "tls.crt", "tls.key"))
+        if not bundle_path.exists() or bundle_path.read_bytes() != shared.bundle:
+            _write_file(bundle_path, shared.bundle, 0o644)
+        due = (
+            not self._issued
+            or not cert.exists()
+            or not issued_by(cert.read_bytes(), shared.ca.cert_pem)
+            or needs_renewal(cert.read_bytes(), now, SERVING_RENEW_FRACTION)
+        )
+        if due:
+            serving = issue(
+                shared.ca,
+                "topogate-webhook",
+                dns_names=self.dns_names,
+                ip_addresses=self.ips,
+                validity=self.serving_validity,
+            )
+            serving.write(cert, key)
+            self._issued = True
+        return shared.bundle, due
 
 
 def register(api: Any, url: str, ca_bundle: bytes) -> None:
@@ -75,6 +239,73 @@ def inject_ca(api: Any, name: str, ca_bundle: bytes) -> None:
         patch(name, {"webhooks": hooks})
 
 
+def _keeper(
+    cert_dir: Path,
+    dns_names: list[str],
+    ips: list[str],
+    api: Any,
+    ca_secret: tuple[str, str] | None,
+) -> CertificateKeeper | None:
+    """The keeper of the certificates, or None when they are mounted (used as they are)."""
+    if ca_secret is not None:
+        if api is None:
+            raise ValueError("a CA Secret needs an API client")
+        return CertificateKeeper(SecretStore(api, *ca_secret), cert_dir, dns_names, ips)
+    mounted = (cert_dir / "tls.crt").exists() and (cert_dir / "tls.key").exists()
+    if mounted and not (cert_dir / "ca" / "ca.key").exists():
+        return None
+    return CertificateKeeper(FileStore(cert_dir / "ca"), cert_dir, dns_names, ips)
+
+
+# What a round of renewal may run into; the next round tries again.
+def _renewal_errors() -> tuple[type[BaseException], ...]:
+    from kubernetes import client
+    from urllib3.exceptions import HTTPError
+
+    return (client.ApiException, HTTPError, CAUnavailable, OSError, ValueError)
+
+
+async def _keep(
+    keeper: CertificateKeeper,
+    certificate: ServingCertificate,
+    publish: Callable[[bytes], None],
+    bundle: bytes,
+    interval: float,
+) -> None:
+    """Renew the CA and the serving certificate when due; a new bundle is published (injected
+    or registered) before the serving certificate from a new CA is loaded."""
+    loop = asyncio.get_running_loop()
+    errors = _renewal_errors()
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            current, issued = await loop.run_in_executor(None, keeper.check)
+            if current != bundle:
+                await loop.run_in_executor(None, publish, current)
+                bundle = current
+                log.info("published the renewed webhook CA bundle")
+            if issued and certificate.reload():
+                log.info("renewed the serving certificate in %s", certificate.directory)
+        except errors as error:
+            log.warning(
+                "could not renew the webhook certificates (next try in %.0f s): %s", interval, error
+            )
+
+
+def _publisher(
+    api: Any, register_url: str | None, inject_ca_into: str | None
+) -> Callable[[bytes], None]:
+    def publish(bundle: bytes) -> None:
+        if api is None:
+            return
+        if register_url:
+            register(api, register_url, bundle)
+        if inject_ca_into:
+            inject_ca(api, inject_ca_into, bundle)
+
+    return publish
+
+
 @contextlib.asynccontextmanager
 async def serving(
     host: str,
@@ -89,33 +320,49 @@ async def serving(
     register_url: str | None = None,
     inject_ca_into: str | None = None,
     reload_interval: float = 5.0,
+    limits: Limits | None = None,
+    ca_secret: tuple[str, str] | None = None,
+    renew_interval: float = 3600.0,
 ) -> AsyncIterator[None]:
-    """The webhook server, its certificate (made or read, reloaded on change) and, with an API
-    client, the webhook configurations' registration or CA injection. ``view`` answers the
-    validating webhook's questions (`serve` passes its state); without one, and with an API
-    client, the API server is asked (:class:`ApiView`)."""
+    """The webhook server, its certificate (see the module's docstring; reloaded on change,
+    renewed every ``renew_interval`` when due) and, with an API client, the webhook
+    configurations' registration or CA injection. ``view`` answers the validating webhook's
+    questions (`serve` passes its state); without one, and with an API client, the API server
+    is asked (:class:`ApiView`)."""
     # Imported here so that `topogate plan` does not pay for the Kubernetes client and aiohttp.
     from topogate.kube.sync import api_client
 
     from .catalog import ApiView
-    from .server import ServingCertificate, running
+    from .server import running
 
-    certificate = ServingCertificate.prepare(
-        cert_dir, dns_names or ["localhost"], ips or ["127.0.0.1"]
-    )
-    api = api_client(kubeconfig) if use_api else None
+    api = api_client(kubeconfig) if use_api or ca_secret else None
+    loop = asyncio.get_running_loop()
+    keeper = _keeper(cert_dir, dns_names or ["localhost"], ips or ["127.0.0.1"], api, ca_secret)
+    bundle: bytes | None = None  # mounted files without ca.crt: nothing to publish
+    if keeper is not None:
+        bundle, _ = await loop.run_in_executor(None, keeper.check)
+    elif (cert_dir / "ca.crt").exists():
+        bundle = (cert_dir / "ca.crt").read_bytes()
+    certificate = ServingCertificate(cert_dir)
     blocking = False
     if view is None and api is not None:
         view, blocking = ApiView(api), True
-    loop = asyncio.get_running_loop()
-    async with running(host, port, certificate, view, reload_interval, blocking=blocking):
-        if register_url and api is not None:
-            await loop.run_in_executor(
-                None, register, api, register_url, certificate.ca.read_bytes()
+    publish = _publisher(api, register_url, inject_ca_into)
+    async with running(
+        host, port, certificate, view, reload_interval, blocking=blocking, limits=limits
+    ):
+        if bundle is not None:
+            await loop.run_in_executor(None, publish, bundle)
+        renewing = None
+        if keeper is not None and bundle is not None:
+            renewing = asyncio.create_task(
+                _keep(keeper, certificate, publish, bundle, renew_interval)
             )
-        if inject_ca_into and api is not None:
-            await loop.run_in_executor(
-                None, inject_ca, api, inject_ca_into, certificate.ca.read_bytes()
-            )
-        logging.getLogger("topogate.webhooks").info("serving on %s:%d", host, port)
-        yield
+        log.info("serving on %s:%d", host, port)
+        try:
+            yield
+        finally:
+            if renewing is not None:
+                renewing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await renewing

@@ -12,6 +12,8 @@ import logging
 import signal
 from pathlib import Path
 
+from topogate.webhooks.options import add_arguments as webhook_options
+from topogate.webhooks.options import options
 from topogate.webhooks.serving import serving
 
 
@@ -36,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="put the CA into the webhook configurations named NAME (in-cluster)",
     )
     parser.add_argument("--reload-interval", type=float, default=5.0)
+    webhook_options(parser, prefix="--")
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -54,6 +57,7 @@ async def _run(args: argparse.Namespace) -> int:
         register_url=args.register_url,
         inject_ca_into=args.inject_ca,
         reload_interval=args.reload_interval,
+        **options(args),
     ):
         print(f"webhooks ready on https://{args.host}:{args.port}", flush=True)
         await stop.wait()

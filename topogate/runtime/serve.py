@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from topogate.webhooks.options import add_arguments as webhook_options
+
 if TYPE_CHECKING:
     from topogate.kube.protocol import KubeApi
     from topogate.kube.reflector import Reflector
@@ -92,6 +94,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="put the CA into the webhook configurations named NAME (in-cluster)",
     )
+    webhook_options(webhook)
     parser.add_argument("--log-level", default="INFO")
 
 
@@ -102,6 +105,7 @@ async def _webhooks(
     if args.webhook_cert_dir is None:
         yield
         return
+    from topogate.webhooks.options import options
     from topogate.webhooks.serving import serving
     from topogate.webhooks.stateview import state_view
 
@@ -116,6 +120,7 @@ async def _webhooks(
         view=state_view(state, kube),
         register_url=args.webhook_register_url,
         inject_ca_into=args.webhook_inject_ca,
+        **options(args),
     ):
         yield
 

@@ -63,6 +63,16 @@ def binaries() -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
+# ServiceAccounts' requests only, metadata level (no bodies): small, and all an RBAC test needs.
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    userGroups: ["system:serviceaccounts"]
+  - level: None
+"""
+
 @dataclass
 class ControlPlane:
     directory: Path
@@ -168,10 +178,17 @@ class ControlPlane:
         self._wait("etcd", f"http://127.0.0.1:{etcd_port}/health", None, 60)
         return etcd_port
 
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log: every request of a ServiceAccount (the tests that run
+        `serve` under config/'s RBAC read what it was refused here), one JSON per line."""
+        return self.directory / "audit.log"
+
     def _start_apiserver(self, bin_dir: Path, etcd_port: int) -> None:
         """Start kube-apiserver on a free port and wait until it is ready."""
         d = self.directory
         self.api_port = free_port()
+        (d / "audit-policy.yaml").write_text(AUDIT_POLICY)
         self._spawn(
             "kube-apiserver",
             [
@@ -191,6 +208,9 @@ class ControlPlane:
                 "--allow-privileged=true",
                 "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
                 "--endpoint-reconciler-type=none",
+                f"--audit-policy-file={d / 'audit-policy.yaml'}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
             ],
         )
         # /readyz needs an authenticated client: the admin certificate.

@@ -242,8 +242,12 @@ def serving(
     extra: Sequence[str] = (),
     webhook_dir: Path | None = None,
     webhook_port: int = 0,
+    register_url: str | None = None,
+    inject_ca: str | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """`topogate serve` as a child process (its own log), stopped on exit."""
+    """`topogate serve` as a child process (its own log), stopped on exit. Its webhooks are
+    registered at ``register_url`` (default: its own port), or with ``inject_ca`` only its CA
+    is put into the existing configurations of that name (as in a cluster)."""
     argv = [
         sys.executable,
         "-m",
@@ -259,8 +263,13 @@ def serving(
             f"--webhook-cert-dir={webhook_dir}",
             "--webhook-host=127.0.0.1",
             f"--webhook-port={webhook_port}",
-            f"--webhook-register-url=https://127.0.0.1:{webhook_port}",
         ]
+        if inject_ca is not None:
+            argv.append(f"--webhook-inject-ca={inject_ca}")
+        else:
+            argv.append(
+                f"--webhook-register-url={register_url or f'https://127.0.0.1:{webhook_port}'}"
+            )
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
