@@ -73,6 +73,7 @@ rules:
   - level: None
 """
 
+
 @dataclass
 class ControlPlane:
     directory: Path
