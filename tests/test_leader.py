@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import time
 import uuid
@@ -18,8 +19,9 @@ from topogate.kube.client import Kube
 from topogate.kube.errors import KubeError
 from topogate.kube.resources import LEASES, Obj, Resource
 from topogate.metrics import Metrics
+from topogate.runtime import serve
 from topogate.runtime.leader import LeaderElector, LeadershipLost
-from topogate.runtime.ops import make_ops_app, start_ops_server
+from topogate.runtime.ops import make_metrics_app, make_ops_app, start_ops_server
 from topogate.testing.controlplane import ControlPlane
 
 AiohttpClient = Callable[..., Any]
@@ -57,7 +59,7 @@ def _ops(
     healthy: tuple[bool, str] = (True, ""),
     metrics: Metrics | None = None,
 ) -> Any:
-    return make_ops_app(metrics or Metrics(), lambda: ready, lambda: healthy)
+    return make_ops_app(lambda: ready, lambda: healthy)
 
 
 async def test_healthz_ok_and_failing(aiohttp_client: AiohttpClient) -> None:
@@ -91,7 +93,7 @@ async def test_a_raising_check_fails_the_probe(aiohttp_client: AiohttpClient) ->
     def broken() -> tuple[bool, str]:
         raise RuntimeError("boom")
 
-    client: TestClient[Any, Any] = await aiohttp_client(make_ops_app(Metrics(), broken, broken))
+    client: TestClient[Any, Any] = await aiohttp_client(make_ops_app(broken, broken))
     response = await client.get("/readyz")
     assert response.status == 503
     assert "boom" in await response.text()
@@ -103,7 +105,7 @@ async def test_metrics_in_prometheus_text_format(aiohttp_client: AiohttpClient) 
     metrics = Metrics()
     metrics.leader.set(1)
     metrics.ungated_pods.inc(3)
-    client: TestClient[Any, Any] = await aiohttp_client(_ops(metrics=metrics))
+    client: TestClient[Any, Any] = await aiohttp_client(make_metrics_app(metrics))
     response = await client.get("/metrics")
     assert response.status == 200
     assert response.headers["Content-Type"] == CONTENT_TYPE_LATEST
@@ -111,6 +113,19 @@ async def test_metrics_in_prometheus_text_format(aiohttp_client: AiohttpClient) 
     assert "# TYPE topogate_leader gauge" in text
     assert "topogate_leader 1.0" in text
     assert "topogate_ungated_pods_total 3.0" in text
+
+
+async def test_metrics_are_not_served_with_the_probes_and_default_to_loopback(
+    aiohttp_client: AiohttpClient,
+) -> None:
+    # The probe port must be reachable on the pod's address; metrics carry no authentication.
+    client: TestClient[Any, Any] = await aiohttp_client(_ops())
+    assert (await client.get("/metrics")).status == 404
+    parser = argparse.ArgumentParser()
+    serve.add_arguments(parser)
+    args = parser.parse_args([])
+    assert (args.metrics_host, args.metrics_port) == ("127.0.0.1", 8080)
+    assert args.ops_host == "0.0.0.0"
 
 
 async def test_ops_server_on_port_zero() -> None:

@@ -1,8 +1,10 @@
-"""The operations endpoints: liveness, readiness and Prometheus metrics over plain HTTP.
+"""The operations endpoints over plain HTTP, on two servers: the probes, which the kubelet
+must reach on the pod's address, and the metrics, bound to 127.0.0.1 by default (as
+controller-runtime's metrics are) because they are not authenticated.
 
     GET /healthz   200 with the reason ("ok" when none) or 500 with the reason
     GET /readyz    200 with the reason ("ok" when none) or 503 with the reason
-    GET /metrics   the registry in Prometheus' text format
+    GET /metrics   the registry in Prometheus' text format (the metrics server)
 
 The callbacks decide; this module only renders their ``(ok, reason)``. A standby replica, for
 instance, reports ``(True, "standby")`` so a rolling update proceeds, and a leader whose caches
@@ -29,12 +31,19 @@ _READY: web.AppKey[Check] = web.AppKey("ready")
 _HEALTHY: web.AppKey[Check] = web.AppKey("healthy")
 
 
-def make_ops_app(metrics: Metrics, ready: Check, healthy: Check) -> web.Application:
-    """The /healthz, /readyz and /metrics application."""
+def make_ops_app(ready: Check, healthy: Check) -> web.Application:
+    """The probes: /healthz and /readyz."""
     app = web.Application()
-    app[_METRICS], app[_READY], app[_HEALTHY] = metrics, ready, healthy
+    app[_READY], app[_HEALTHY] = ready, healthy
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
+    return app
+
+
+def make_metrics_app(metrics: Metrics) -> web.Application:
+    """/metrics alone."""
+    app = web.Application()
+    app[_METRICS] = metrics
     app.router.add_get("/metrics", _metrics)
     return app
 
@@ -76,7 +85,9 @@ class OpsServer:
         await self.runner.cleanup()
 
 
-async def start_ops_server(app: web.Application, host: str, port: int) -> OpsServer:
+async def start_ops_server(
+    app: web.Application, host: str, port: int, what: str = "ops endpoints"
+) -> OpsServer:
     """Serve ``app`` on ``host:port`` (0 picks a free port); the caller calls ``cleanup()``."""
     # Probes every few seconds would flood the log with access lines.
     runner = web.AppRunner(app, access_log=None)
@@ -89,5 +100,5 @@ async def start_ops_server(app: web.Application, host: str, port: int) -> OpsSer
     except BaseException:
         await runner.cleanup()
         raise
-    log.info("ops endpoints on %s:%d", host, bound_port)
+    log.info("%s on %s:%d", what, host, bound_port)
     return OpsServer(runner, bound_port)

@@ -40,10 +40,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lease-duration", type=float, default=15.0, metavar="SECONDS")
     parser.add_argument("--renew-deadline", type=float, default=10.0, metavar="SECONDS")
     parser.add_argument("--retry-period", type=float, default=2.0, metavar="SECONDS")
-    parser.add_argument("--ops-host", default="0.0.0.0")
     parser.add_argument(
-        "--ops-port", type=int, default=8081, help="/healthz, /readyz, /metrics (0: any)"
+        "--metrics-host",
+        default="127.0.0.1",
+        help="/metrics is not authenticated: loopback only unless this opens it up "
+        "(default: %(default)s)",
     )
+    parser.add_argument("--metrics-port", type=int, default=8080, help="/metrics (0: any; -1: off)")
+    parser.add_argument("--ops-host", default="0.0.0.0")
+    parser.add_argument("--ops-port", type=int, default=8081, help="/healthz and /readyz (0: any)")
     parser.add_argument(
         "--ungate-interval",
         type=float,
@@ -280,14 +285,21 @@ async def _until(work: Coroutine[Any, Any, Any], stop: asyncio.Event) -> bool:
 async def _serve(args: argparse.Namespace) -> int:
     from topogate.kube.client import Kube
 
-    from .ops import make_ops_app, start_ops_server
+    from .ops import OpsServer, make_metrics_app, make_ops_app, start_ops_server
 
     identity = args.identity or f"{socket.gethostname()}_{os.getpid()}"
     kube = await Kube.connect(args.kubeconfig)
     controller = Controller(args, kube, identity)
-    app = make_ops_app(controller.metrics, controller.ready, controller.healthy)
+    app = make_ops_app(controller.ready, controller.healthy)
     ops = await start_ops_server(app, args.ops_host, args.ops_port)
-    print(f"topogate serve: {identity}; ops on :{ops.port}", flush=True)
+    servers: list[OpsServer] = [ops]
+    if args.metrics_port >= 0:
+        metrics_app = make_metrics_app(controller.metrics)
+        servers.append(
+            await start_ops_server(metrics_app, args.metrics_host, args.metrics_port, "metrics")
+        )
+    ports = " ".join(f":{server.port}" for server in servers)
+    print(f"topogate serve: {identity}; probes and metrics on {ports}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -297,7 +309,8 @@ async def _serve(args: argparse.Namespace) -> int:
             return await controller.run(stop)
     finally:
         await controller.close()
-        await ops.cleanup()
+        for server in servers:
+            await server.cleanup()
         await kube.close()
 
 

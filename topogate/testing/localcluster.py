@@ -255,6 +255,7 @@ def serving(
         "serve",
         f"--kubeconfig={kubeconfig}",
         "--ops-port=0",
+        "--metrics-port=0",
         "--leader-namespace=kube-system",
         *extra,
     ]
