@@ -68,8 +68,11 @@ class Serve:
                 self.directory / "serve.log",
                 extra=[
                     f"--leader-lease={self.lease}",
-                    "--lease-duration=3",
-                    "--renew-deadline=2",
+                    # A 2 s renew deadline lost the Lease once on a busy 2-core machine; 5 s
+                    # (ten renewals) holds it there, and a killed leader's Lease still ends
+                    # within 6 s for the tests that start another replica.
+                    "--lease-duration=6",
+                    "--renew-deadline=5",
                     "--retry-period=0.5",
                     *extra,
                 ],
