@@ -60,6 +60,7 @@ class LeaderElector:
         retry_period: float = 2.0,
         metrics: Metrics | None = None,
         release_on_cancel: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not identity:
             raise ValueError("identity must not be empty")
@@ -76,6 +77,7 @@ class LeaderElector:
         self.retry_period = retry_period
         self.release_on_cancel = release_on_cancel
         self._metrics = metrics
+        self._clock = clock
         self._leading = asyncio.Event()
         # The Lease spec as last read or written, and when (monotonic) it last changed.
         self._observed: Obj | None = None
@@ -96,6 +98,14 @@ class LeaderElector:
     @property
     def is_leader(self) -> bool:
         return self._leading.is_set()
+
+    def holds_lease(self) -> bool:
+        """Leading, and renewed recently enough that no other replica can have taken the
+        Lease: within ``renew_deadline`` of the last renewal sent. Another replica may take it
+        only ``lease_duration`` after it saw that renewal, so a write sent now lands with
+        ``lease_duration - renew_deadline`` to spare. A leader paused past its deadline (a
+        stopped process, a starved loop) fails this before its renew loop even runs."""
+        return self.is_leader and self._clock() < self._renewed_at + self.renew_deadline
 
     @property
     def leader_identity(self) -> str | None:
@@ -147,7 +157,7 @@ class LeaderElector:
 
     async def _acquire(self) -> None:
         while True:
-            started = time.monotonic()
+            started = self._clock()
             if await self._attempt(self.renew_deadline):
                 self._renewed_at = started
                 self._set_leading(True)
@@ -165,7 +175,7 @@ class LeaderElector:
         """Renew until leadership is lost; returns why."""
         while True:
             await asyncio.sleep(self.retry_period)
-            started = time.monotonic()
+            started = self._clock()
             remaining = self._renewed_at + self.renew_deadline - started
             if remaining <= 0:
                 return f"not renewed for {self.renew_deadline:g}s"
@@ -252,11 +262,11 @@ class LeaderElector:
     def _observe(self, spec: Obj) -> None:
         if spec != self._observed:
             self._observed = dict(spec)
-            self._observed_at = time.monotonic()
+            self._observed_at = self._clock()
 
     def _lease_valid(self, spec: Obj) -> bool:
         duration = float(spec.get("leaseDurationSeconds") or 0)
-        return self._observed_at + duration > time.monotonic()
+        return self._observed_at + duration > self._clock()
 
     async def release(self) -> bool:
         """Give the Lease up if we hold it (holder cleared, duration 1 s); True when done or

@@ -145,6 +145,7 @@ class Controller:
         from topogate.ungater.controller import Ungater
 
         from .discovery import HyperNodeDiscovery
+        from .fencing import FencedKube
         from .leader import LeaderElector
 
         # A bad discovery config is a usage error: refuse to start rather than run without it.
@@ -152,32 +153,6 @@ class Controller:
         discovery_types = load_discovery_config(path) if path else []
         self.args, self.kube, self.identity = args, kube, identity
         self.metrics = Metrics()
-        self.state = ControllerState()
-        self.events = EventRecorder(kube, identity)
-        self.loops: list[Callable[[], Coroutine[Any, Any, None]]] = [
-            Admitter(
-                kube, self.state, self.metrics, self.events, exact_budget=args.exact_budget
-            ).run,
-            JobSync(kube, self.state, self.events).run,
-            NodeFailures(
-                kube,
-                self.state,
-                self.metrics,
-                self.events,
-                grace=args.node_failure_grace,
-                exact_budget=args.exact_budget,
-            ).run,
-            Ungater(
-                kube,
-                self.state,
-                self.metrics,
-                interval=args.ungate_interval,
-                max_per_batch=args.ungate_max_per_batch,
-            ).run,
-        ]
-        if discovery_types:
-            self.loops.append(HyperNodeDiscovery(kube, self.state, discovery_types).run)
-        self.reflectors = self._reflectors()
         self.elector = LeaderElector(
             kube,
             args.leader_namespace,
@@ -188,6 +163,34 @@ class Controller:
             retry_period=args.retry_period,
             metrics=self.metrics,
         )
+        # The shells write only while the Lease is ours (reads and the Lease itself go direct).
+        writer = FencedKube(kube, self.elector.holds_lease)
+        self.state = ControllerState()
+        self.events = EventRecorder(writer, identity)
+        self.loops: list[Callable[[], Coroutine[Any, Any, None]]] = [
+            Admitter(
+                writer, self.state, self.metrics, self.events, exact_budget=args.exact_budget
+            ).run,
+            JobSync(writer, self.state, self.events).run,
+            NodeFailures(
+                writer,
+                self.state,
+                self.metrics,
+                self.events,
+                grace=args.node_failure_grace,
+                exact_budget=args.exact_budget,
+            ).run,
+            Ungater(
+                writer,
+                self.state,
+                self.metrics,
+                interval=args.ungate_interval,
+                max_per_batch=args.ungate_max_per_batch,
+            ).run,
+        ]
+        if discovery_types:
+            self.loops.append(HyperNodeDiscovery(writer, self.state, discovery_types).run)
+        self.reflectors = self._reflectors()
         self.tasks: list[asyncio.Task[Any]] = []
 
     def _reflectors(self) -> dict[str, Reflector]:
