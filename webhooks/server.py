@@ -46,6 +46,7 @@ BLOCKING_KEY = web.AppKey("blocking", bool)
 
 
 LIMITS_KEY = web.AppKey("limits", Limits)
+REFUSALS_KEY: web.AppKey[Throttled] = web.AppKey("refusals")
 # Errors of accept(2) that mean "out of resources": the connection waits in the backlog.
 _EXHAUSTED = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 _TLS_SHUTDOWN_TIMEOUT = 2.0  # a peer that never answers close_notify holds no fd for long
@@ -145,7 +146,9 @@ async def _review(request: web.Request) -> Review | web.Response:
             {"error": "malformed AdmissionReview: nested too deeply"}, status=400
         )
     except (ValueError, UnicodeDecodeError) as error:
-        log.warning("refused a malformed AdmissionReview: %s", error)
+        # Counted, and logged once per interval: a flood of bad reviews must not become a
+        # flood of log lines (nor cost a log record each).
+        request.app[REFUSALS_KEY].warn("malformed", f"refused malformed AdmissionReviews: {error}")
         return web.json_response({"error": f"malformed AdmissionReview: {error}"}, status=400)
 
 
@@ -200,6 +203,7 @@ def make_app(
     app[VIEW_KEY] = view if callable(view) else fixed_view(view)
     app[BLOCKING_KEY] = blocking
     app[LIMITS_KEY] = limits or Limits()
+    app[REFUSALS_KEY] = Throttled(app[LIMITS_KEY].log_interval)
     app.router.add_post("/mutate", _mutate)
     app.router.add_post("/validate", _validate)
     app.router.add_get("/healthz", _healthz)
