@@ -100,6 +100,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="put the CA into the webhook configurations named NAME (in-cluster)",
     )
     webhook_options(webhook)
+    api = parser.add_argument_group("API client")
+    api.add_argument(
+        "--kube-api-qps",
+        type=float,
+        default=300.0,
+        help="client-side rate limit, requests per second (Kueue's default; 0: none)",
+    )
+    api.add_argument("--kube-api-burst", type=int, default=500, help="(default: %(default)s)")
+    api.add_argument(
+        "--kube-api-proxy-from-env",
+        action="store_true",
+        help="use HTTPS_PROXY/NO_PROXY and ~/.netrc from the environment (off: aiohttp reads "
+        "them on every request, in a thread)",
+    )
     parser.add_argument("--log-level", default="INFO")
 
 
@@ -291,7 +305,12 @@ async def _serve(args: argparse.Namespace) -> int:
     from .ops import OpsServer, make_metrics_app, make_ops_app, start_ops_server
 
     identity = args.identity or f"{socket.gethostname()}_{os.getpid()}"
-    kube = await Kube.connect(args.kubeconfig)
+    kube = await Kube.connect(
+        args.kubeconfig,
+        trust_env=args.kube_api_proxy_from_env,
+        qps=args.kube_api_qps or None,
+        burst=args.kube_api_burst,
+    )
     controller = Controller(args, kube, identity)
     app = make_ops_app(controller.ready, controller.healthy)
     ops = await start_ops_server(app, args.ops_host, args.ops_port)

@@ -178,7 +178,7 @@ CLUSTER_SCOPED = frozenset(
 
 
 async def _create_all(kubeconfig: Path, objs: Sequence[Obj]) -> list[Obj]:
-    kube = await Kube.connect(str(kubeconfig))
+    kube = await Kube.connect(str(kubeconfig), qps=None)  # tooling: as fast as it goes
     try:
         out = []
         for obj in objs:
@@ -215,7 +215,7 @@ def install_crds(kubeconfig: Path, jobset: bool = True) -> None:
     crds = Resource("apiextensions.k8s.io/v1", "customresourcedefinitions", namespaced=False)
 
     async def established() -> bool:
-        kube = await Kube.connect(str(kubeconfig))
+        kube = await Kube.connect(str(kubeconfig), qps=None)  # tooling: as fast as it goes
         try:
             for doc in docs:
                 crd = await kube.get(crds, doc["metadata"]["name"])

@@ -1,0 +1,44 @@
+"""A client-side rate limit on API requests: a token bucket, as client-go's flowcontrol.
+
+``qps`` tokens are added per second up to ``burst``; a request takes one, waiting for it when
+the bucket is empty. A controller that writes thousands of statuses in a burst then spreads
+them instead of meeting the API server's priority-and-fairness 429s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+
+class TokenBucket:
+    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        if qps <= 0 or burst < 1:
+            raise ValueError("qps must be positive and burst at least 1")
+        self.qps, self.burst = qps, burst
+        self._clock = clock
+        self._tokens = float(burst)
+        self._stamp = clock()
+        self._lock = asyncio.Lock()  # waiters are served in arrival order
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.qps)
+        self._stamp = now
+
+    def try_take(self) -> float:
+        """Take a token if one is there (0.0), else how many seconds until one is."""
+        self._refill()
+        if self._tokens >= 1:
+            self._tokens -= 1
+            return 0.0
+        return (1 - self._tokens) / self.qps
+
+    async def take(self) -> None:
+        async with self._lock:
+            wait = self.try_take()
+            if wait > 0:
+                await asyncio.sleep(wait)  # exactly until the next token (one per 1/qps)
+                self._refill()
+                self._tokens -= 1
