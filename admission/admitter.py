@@ -8,16 +8,23 @@ after its admission is written (by the job sync, which the written status wakes)
 
 Cycles run when the world changed (a workload arrived or finished, a node or queue changed, a
 pod left its node), never on a timer: nothing that cannot change the outcome triggers one.
+
+A cycle never waits for its writes (Kueue's assume, then write): an admission holds its
+capacity and quota in the state before its write is sent, so the next cycle can run at once.
+Writes to one Workload run one after the other, each from the version the previous one
+returned; a pending message is written only when it changed, and never twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
+from topogate.api.gpus import GpuAssignment
 from topogate.api.models import Admission
 from topogate.api.objects import condition, is_evicted, is_finished, key_of, meta, owner_job
 from topogate.api.times import parse_time
@@ -33,7 +40,7 @@ from .evictions import evict, preemptor
 from .exact import EXACT_BUDGET
 from .gpuplace import assignment_of
 from .podsets import Catalog, Translation, build_placer, translate
-from .preemption import Preemption
+from .preemption import Preemption, Victim
 from .queues import (
     Admitted,
     PendingWorkload,
@@ -77,6 +84,11 @@ class Admitter:
         self._writes = asyncio.Semaphore(write_concurrency)
         self._candidates: dict[str, Candidate] = {}
         self.cycles = 0
+        # Per Workload: the last write spawned (the next one waits for it), the Workload as
+        # our last write returned it, and the pending message written or being written.
+        self._chains: dict[str, asyncio.Task[None]] = {}
+        self._returned: dict[str, Obj] = {}
+        self._said: dict[str, str] = {}
 
     def _candidate(self, key: str, workload: Obj, catalog: Catalog) -> Translation:
         version = f"{meta(workload).get('resourceVersion')}/{self.state.catalog_generation}"
@@ -102,9 +114,46 @@ class Admitter:
             await event.wait()
             await asyncio.sleep(0.05)  # coalesce a burst of changes into one cycle
             event.clear()
-            await self.cycle()
+            self.decide()
 
     async def cycle(self) -> None:
+        """One cycle, and its writes finished."""
+        self.decide()
+        await self.settle()
+
+    async def settle(self) -> None:
+        """Wait until every write spawned so far has finished."""
+        while self._chains:
+            await asyncio.gather(*list(self._chains.values()), return_exceptions=True)
+
+    def _spawn(self, key: str, write: Callable[[], Awaitable[None]]) -> None:
+        """Run ``write`` after the writes already spawned for this Workload."""
+        previous = self._chains.get(key)
+
+        async def chained() -> None:
+            if previous is not None:
+                await asyncio.gather(previous, return_exceptions=True)
+            await write()
+
+        task = asyncio.create_task(chained(), name=f"admitter-write {key}")
+        self._chains[key] = task
+
+        def done(finished: asyncio.Task[None]) -> None:
+            if self._chains.get(key) is finished:
+                del self._chains[key]
+            if not finished.cancelled() and finished.exception() is not None:
+                log.error("writing %s failed", key, exc_info=finished.exception())
+
+        task.add_done_callback(done)
+
+    def _current(self, key: str, seen: Obj) -> Obj:
+        """The newest version known of a Workload: as the cycle saw it, as the watch holds it
+        now, or as our last write returned it."""
+        candidates = [seen, self.state.store(WORKLOADS).get(key), self._returned.get(key)]
+        return max((c for c in candidates if c is not None), key=_version)
+
+    def decide(self) -> None:
+        """Run one cycle: decide in memory, hold what is admitted, and spawn the writes."""
         started = time.perf_counter()
         catalog = self.state.catalog()
         pending: list[PendingWorkload] = []
@@ -134,12 +183,28 @@ class Admitter:
         self.metrics.admission_cycle_seconds.observe(time.perf_counter() - started)
         self.cycles += 1
         requests = {p.key: p.request for p in pending}
-        jobs = [self._admit(waiting[a.key], a, requests[a.key]) for a in result.admitted]
-        jobs += [self._wait(waiting[k], m) for k, m in {**problems, **result.pending}.items()]
-        jobs += [self._preempt(key, plan) for key, plan in result.preemptions]
-        await asyncio.gather(*jobs)
+        for admitted_one in result.admitted:
+            self._assume(waiting[admitted_one.key], admitted_one, requests[admitted_one.key])
+        for key, message in {**problems, **result.pending}.items():
+            self.metrics.admission_attempts.labels("pending").inc()
+            if _says(self._current(key, waiting[key]), message):
+                continue
+            if self._said.get(key) == message and key in self._chains:
+                continue  # being written
+            self._said[key] = message
+            self._spawn(key, functools.partial(self._wait, waiting[key], message))
+        for key, plan in result.preemptions:
+            self._preempt(key, plan)
+        self._forget(set(waiting))
         admitted = {a.key for a in result.admitted}
         self._gauges(catalog.queues, [p for p in pending if p.key not in admitted])
+
+    def _forget(self, waiting: set[str]) -> None:
+        """Drop what is kept per Workload once it waits no more and has no write left."""
+        for key in set(self._said) - waiting:
+            del self._said[key]
+        for key in set(self._returned) - waiting - set(self._chains):
+            del self._returned[key]
 
     def _gauges(self, queues: Mapping[str, QueueSpec], still: list[PendingWorkload]) -> None:
         counts = dict.fromkeys(queues, 0)
@@ -157,14 +222,29 @@ class Admitter:
 
     # --- writing outcomes ----------------------------------------------------------------
 
+    def _assume(self, workload: Obj, admitted: Admitted, request: PlacementRequest) -> None:
+        """Hold the admission's capacity now, so no later cycle gives it away; write it after
+        the Workload's earlier writes."""
+        admission = _admission(admitted, request)
+        gpus = assignment_of(admitted.decision)
+        self.state.assume_admission(
+            admitted.key, admission, node_usage(request, admitted.decision), gpus
+        )
+        self._said.pop(admitted.key, None)
+        self._spawn(
+            admitted.key,
+            functools.partial(self._admit, workload, admitted, admission, gpus),
+        )
+
     async def _admit(
         self,
-        workload: Obj,
+        seen: Obj,
         admitted: Admitted,
-        request: PlacementRequest,
+        admission: Obj,
+        gpus: GpuAssignment,
     ) -> None:
         key = admitted.key
-        admission = _admission(admitted, request)
+        workload = self._current(key, seen)
         message = f"admitted by ClusterQueue {admitted.cluster_queue} on flavor {admitted.flavor}"
         status = {
             "admission": admission,
@@ -175,15 +255,12 @@ class Admitter:
                 new_condition("Admitted", "True", "Admitted", f"The workload is {message}"),
             ],
         }
-        # Hold the capacity before the write, so a cycle meanwhile cannot give it away.
-        gpus = assignment_of(admitted.decision)
-        self.state.assume_admission(key, admission, node_usage(request, admitted.decision), gpus)
         m = meta(workload)
         try:
             async with self._writes:
                 if gpus:  # first: an admission is never seen without its GPU sets
                     workload = await write_gpu_assignment(self.kube, workload, gpus)
-                await write_status(self.kube, workload, status)
+                self._returned[key] = await write_status(self.kube, workload, status)
         except API_ERRORS as error:
             # Not admitted after all (changed or deleted meanwhile, or the API server could not
             # be reached): give the capacity back; the next cycle decides again.
@@ -206,37 +283,38 @@ class Admitter:
             self.state.signals.job(*owner)
         self.state.signals.ungate_workload(key)
 
-    async def _preempt(self, preemptor_key: str, plan: Preemption) -> None:
+    def _preempt(self, preemptor_key: str, plan: Preemption) -> None:
         """Evict the victims not evicted yet; their capacity stays held until their pods are
         gone (the job sync takes their admission back then)."""
         for victim in plan.victims:
             obj = self.state.store(WORKLOADS).get(victim.key)
             if obj is None or is_evicted(obj):
                 continue
-            try:
-                async with self._writes:
-                    await evict(self.kube, obj, preemptor_key, victim)
-            except API_ERRORS as error:
-                log.info("evicting %s for %s failed: %s", victim.key, preemptor_key, error)
-                self.state.signals.admit()
-                continue
-            log.info("evicted %s for %s (%s)", victim.key, preemptor_key, victim.reason)
-            self.metrics.admission_attempts.labels("preempted").inc()
-            self.events.emit(obj, "Preempted", f"preempted to make room for {preemptor_key}")
-            owner = owner_job(obj)
-            if owner is not None:
-                self.state.signals.job(*owner)
+            self._spawn(victim.key, functools.partial(self._evict, obj, preemptor_key, victim))
 
-    async def _wait(self, workload: Obj, message: str) -> None:
-        self.metrics.admission_attempts.labels("pending").inc()
-        current = condition(workload, "QuotaReserved")
-        if (
-            current is not None
-            and current.get("status") == "False"
-            and current.get("reason") == PENDING
-            and current.get("message") == message
-        ):
+    async def _evict(self, seen: Obj, preemptor_key: str, victim: Victim) -> None:
+        obj = self._current(victim.key, seen)
+        if is_evicted(obj):
             return
+        try:
+            async with self._writes:
+                self._returned[victim.key] = await evict(self.kube, obj, preemptor_key, victim)
+        except API_ERRORS as error:
+            log.info("evicting %s for %s failed: %s", victim.key, preemptor_key, error)
+            self.state.signals.admit()
+            return
+        log.info("evicted %s for %s (%s)", victim.key, preemptor_key, victim.reason)
+        self.metrics.admission_attempts.labels("preempted").inc()
+        self.events.emit(obj, "Preempted", f"preempted to make room for {preemptor_key}")
+        owner = owner_job(obj)
+        if owner is not None:
+            self.state.signals.job(*owner)
+
+    async def _wait(self, seen: Obj, message: str) -> None:
+        key = key_of(seen)
+        workload = self._current(key, seen)
+        if self.state.reserved(key) is not None or _says(workload, message):
+            return  # admitted meanwhile, or already says so
         # A merge patch replaces the whole list: keep the other conditions (Evicted, ...).
         others = [
             c
@@ -247,11 +325,33 @@ class Admitter:
         status = {"conditions": [*others, reserved]}
         try:
             async with self._writes:
-                await write_status(self.kube, workload, status)
+                self._returned[key] = await write_status(self.kube, workload, status)
         except API_ERRORS as error:
-            log.debug("pending status of %s not written: %s", key_of(workload), error)
+            log.debug("pending status of %s not written: %s", key, error)
+            if self._said.get(key) == message:
+                del self._said[key]  # the next cycle writes it again
             return
         self.events.emit(workload, PENDING, message, warning=True)
+
+
+def _says(workload: Obj, message: str) -> bool:
+    """The Workload already waits with this message."""
+    current = condition(workload, "QuotaReserved")
+    return (
+        current is not None
+        and current.get("status") == "False"
+        and current.get("reason") == PENDING
+        and current.get("message") == message
+    )
+
+
+def _version(workload: Obj) -> int:
+    """resourceVersion as a number, to pick the newest copy (-1 when it is not one)."""
+    value = meta(workload).get("resourceVersion")
+    try:
+        return int(str(value))
+    except ValueError:
+        return -1
 
 
 def _admission(admitted: Admitted, request: PlacementRequest) -> Obj:

@@ -108,11 +108,11 @@ def _why(reason: str) -> str:
     }.get(reason, reason)
 
 
-async def evict(kube: KubeApi, victim: Obj, preemptor_key: str, chosen: Victim) -> None:
+async def evict(kube: KubeApi, victim: Obj, preemptor_key: str, chosen: Victim) -> Obj:
     """Write the eviction, guarded by the version read (a changed victim is planned again)."""
     m = meta(victim)
     body: Obj = {
         "metadata": {"resourceVersion": m.get("resourceVersion")},
         "status": eviction_status(victim, preemptor_key, chosen.reason),
     }
-    await kube.patch(WORKLOADS, m["name"], body, m.get("namespace"), subresource="status")
+    return await kube.patch(WORKLOADS, m["name"], body, m.get("namespace"), subresource="status")

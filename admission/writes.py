@@ -22,13 +22,14 @@ def new_condition(
     ).to_wire()
 
 
-async def write_status(kube: KubeApi, workload: Obj, status: Obj, *, guarded: bool = True) -> None:
-    """Merge-patch a Workload's status; ``guarded``: only over the version we read."""
+async def write_status(kube: KubeApi, workload: Obj, status: Obj, *, guarded: bool = True) -> Obj:
+    """Merge-patch a Workload's status; ``guarded``: only over the version we read. Returns
+    the Workload as written."""
     m = meta(workload)
     body: Obj = {"status": status}
     if guarded:
         body["metadata"] = {"resourceVersion": m.get("resourceVersion")}
-    await kube.patch(WORKLOADS, m["name"], body, m.get("namespace"), subresource="status")
+    return await kube.patch(WORKLOADS, m["name"], body, m.get("namespace"), subresource="status")
 
 
 async def write_gpu_assignment(kube: KubeApi, workload: Obj, gpus: GpuAssignment) -> Obj:

@@ -3,6 +3,7 @@ seam: what they write, in which order, and what they do when a write fails."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Iterator
 from typing import Any
@@ -511,3 +512,102 @@ async def test_a_high_priority_gang_preempts_and_runs_once_the_victim_pods_are_g
     await events.drain()
     h.deliver()
     assert h.state.admission_of("ml/high") is not None
+
+
+class GatedKube(FakeKube):
+    """A FakeKube whose writes wait until the gate opens: an API server that answers late."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.asked = 0  # writes sent, answered or not
+
+    async def patch(self, *args: Any, **kwargs: Any) -> Obj:
+        self.asked += 1
+        await self.gate.wait()
+        return await super().patch(*args, **kwargs)
+
+
+async def test_a_cycle_never_waits_for_its_writes_and_writes_each_workload_once() -> None:
+    h = Harness()
+    gated = GatedKube()
+    for resource in WATCHED:
+        for obj in h.kube.objects(resource):
+            gated.seed(resource, obj)
+    h.kube = gated
+    gated.seed(WORKLOADS, workload("fits"))
+    gated.seed(WORKLOADS, workload("big", count=4, gpus=8))  # a rack holds 2 such pods
+    h.deliver()
+    admitter, events = h.admitter()
+    admitter.decide()  # returns at once: the writes wait for the gate
+    assert h.state.reserved("ml/fits") is not None  # held before its write
+    assert h.held_gpus() == 8
+    admitter.decide()  # "big" now sees "fits" held: its message may change once
+    await asyncio.sleep(0.01)  # the spawned writes reach the (late) API server
+    asked = gated.asked
+    admitter.decide()  # nothing changed: nothing more to write
+    admitter.decide()
+    await asyncio.sleep(0.01)
+    assert gated.asked == asked
+    assert gated.calls_of("patch") == []  # none answered yet, and the cycles went on
+    gated.gate.set()
+    await admitter.settle()
+    await events.drain()
+    writes = [(c.resource, c.name) for c in gated.calls_of("patch")]
+    assert writes.count(("workloads/status", "fits")) == 1
+    assert writes.count(("workloads", "fits")) == 1  # its GPU sets
+    big = [c for c in gated.calls_of("patch") if c.name == "big"]
+    messages = [c.body["status"]["conditions"][-1]["message"] for c in big]
+    assert len(messages) == len(set(messages)) >= 1  # each message once
+    stored = gated.stored(WORKLOADS, "big", "ml")
+    assert stored is not None
+    pending = condition(stored, "QuotaReserved")
+    assert pending is not None and pending["message"] == messages[-1]
+
+
+async def test_an_admission_right_after_a_pending_write_builds_on_its_version() -> None:
+    h = Harness()
+    gated = GatedKube()
+    for resource in WATCHED:
+        for obj in h.kube.objects(resource):
+            gated.seed(resource, obj)
+    h.kube = gated
+    gated.seed(WORKLOADS, workload("w", count=2, gpus=8))
+    cordon(h, True)
+    admitter, events = h.admitter()
+    admitter.decide()  # no room: a pending write is spawned
+    await asyncio.sleep(0.01)  # ... and sent: the API server has not answered yet
+    cordon(h, False)
+    admitter.decide()  # room now: admitted, its write queued after the pending one
+    gated.gate.set()
+    await admitter.settle()
+    await events.drain()
+    stored = h.kube.stored(WORKLOADS, "w", "ml")
+    assert stored is not None and stored["status"].get("admission")  # no 409 on the way
+    assert h.attempts("conflict") == 0
+    assert [c.resource for c in gated.calls_of("patch")] == [
+        "workloads/status",  # pending
+        "workloads",  # GPU sets
+        "workloads/status",  # admitted
+    ]
+
+
+async def test_a_pending_write_not_sent_yet_is_dropped_when_the_workload_is_admitted() -> None:
+    h = Harness()
+    h.kube.seed(WORKLOADS, workload("w", count=2, gpus=8))
+    cordon(h, True)
+    admitter, events = h.admitter()
+    admitter.decide()  # no room: a pending write is spawned, not sent yet
+    cordon(h, False)
+    admitter.decide()  # room now: admitted before the pending write was sent
+    await admitter.settle()
+    await events.drain()
+    assert [c.resource for c in h.kube.calls_of("patch")] == ["workloads", "workloads/status"]
+    stored = h.kube.stored(WORKLOADS, "w", "ml")
+    assert stored is not None and stored["status"].get("admission")
+
+
+def cordon(h: Harness, unschedulable: bool) -> None:
+    for node in h.kube.objects(NODES):
+        h.kube.seed(NODES, {**node, "spec": {"unschedulable": unschedulable}})
+    h.deliver()
