@@ -100,6 +100,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="put the CA into the webhook configurations named NAME (in-cluster)",
     )
     webhook_options(webhook)
+    _api_arguments(parser)
+    parser.add_argument("--log-level", default="INFO")
+
+
+def _api_arguments(parser: argparse.ArgumentParser) -> None:
     api = parser.add_argument_group("API client")
     api.add_argument(
         "--kube-api-qps",
@@ -114,7 +119,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="use HTTPS_PROXY/NO_PROXY and ~/.netrc from the environment (off: aiohttp reads "
         "them on every request, in a thread)",
     )
-    parser.add_argument("--log-level", default="INFO")
 
 
 @contextlib.asynccontextmanager
