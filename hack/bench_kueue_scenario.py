@@ -1,0 +1,523 @@
+"""Kueue's own TAS scheduler performance scenario, run on `topogate serve` (and, with
+--kueue-checkout, on Kueue's minimal controller in the same sitting); prints figures.
+
+The scenario is Kueue's test/performance/scheduler/configs/tas/generator.yaml: 1 block x 10
+racks x 64 nodes (96 CPU each); per cohort 6 ClusterQueues (20 CPU nominal, borrowing limit
+100, reclaimWithinCohort Any, withinClusterQueue LowerPriority), each with 500 Workloads in
+nine sets: small (2 pods x 500m, every 100 ms, runs 200 ms), medium (4 x 1250m, 500 ms, 500 ms)
+and large (8 x 2500m, 1,200 ms, 1 s), each required in a rack, preferred in a rack, or in
+rack slices ("balanced": slices of 1, 2 or 4 pods, each slice in one rack). As Kueue's runner
+does, each set creates its Workloads one after the other with the interval before each; a
+Workload admitted is marked Finished once its running time has passed since admission, and
+an evicted one is requeued (the job controller's part). Time to admission is measured as
+Kueue's recorder measures it: Admitted's lastTransitionTime minus creationTimestamp.
+
+    .venv/bin/python hack/bench_kueue_scenario.py [--cohorts 5] [--kueue-checkout DIR]
+
+--cohorts 1 is a quick run (3,000 Workloads); Kueue's is 5 (15,000). The Kueue side runs
+hack/kueue_side.sh with the same config and the same cohort count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import re
+import statistics
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from topogate.kube.client import Kube
+from topogate.kube.errors import KubeError
+from topogate.kube.resources import WORKLOADS, Obj
+from topogate.testing.controlplane import ControlPlane
+from topogate.testing.localcluster import create_all, install_crds, serving
+
+ROOT = Path(__file__).resolve().parent.parent
+BLOCK, RACK, HOST = (
+    "cloud.provider.com/topology-block",
+    "cloud.provider.com/topology-rack",
+    "kubernetes.io/hostname",
+)
+FLAVOR, GROUP_LABEL = "tas-flavor", "tas-node-group"
+KUEUE = "kueue.x-k8s.io"
+
+# (class, count, creation interval ms, runtime ms, priority, cpu per pod, pods, constraint,
+# slice size): Kueue's TAS generator config, per ClusterQueue.
+SETS = [
+    ("small-required-rack", 120, 100, 200, 50, "500m", 2, "required", 0),
+    ("small-preferred-rack", 120, 100, 200, 50, "500m", 2, "preferred", 0),
+    ("small-balanced-rack", 110, 100, 200, 50, "500m", 2, "balanced", 1),
+    ("medium-required-rack", 34, 500, 500, 100, "1250m", 4, "required", 0),
+    ("medium-preferred-rack", 33, 500, 500, 100, "1250m", 4, "preferred", 0),
+    ("medium-balanced-rack", 33, 500, 500, 100, "1250m", 4, "balanced", 2),
+    ("large-required-rack", 17, 1200, 1000, 200, "2500m", 8, "required", 0),
+    ("large-preferred-rack", 17, 1200, 1000, 200, "2500m", 8, "preferred", 0),
+    ("large-balanced-rack", 16, 1200, 1000, 200, "2500m", 8, "balanced", 4),
+]
+QUEUES_PER_COHORT, RACKS, NODES_PER_RACK = 6, 10, 64
+
+
+@dataclass
+class Record:
+    cls: str
+    created: float = 0.0  # our clock, when the create returned
+    admitted_seen: float | None = None  # our clock, when the watch showed it admitted
+    admission_ms: int | None = None  # Kueue's measure: condition time - creationTimestamp
+    finished: bool = False
+
+
+@dataclass
+class Run:
+    records: dict[str, Record] = field(default_factory=dict)
+    admissions: list[float] = field(default_factory=list)  # our clock, per admission seen
+    started: float = 0.0
+    generated: asyncio.Event = field(default_factory=asyncio.Event)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+# --- the objects ----------------------------------------------------------------------------
+
+
+def cluster_objects(cohorts: int) -> list[Obj]:
+    nodes = []
+    for rack in range(RACKS):
+        for index in range(NODES_PER_RACK):
+            name = f"b0-r{rack}-n{index}"
+            resources = {"cpu": "96", "memory": "256Gi", "pods": "110"}
+            labels = {BLOCK: "b0", RACK: f"r{rack}", HOST: name, GROUP_LABEL: FLAVOR}
+            nodes.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {"name": name, "labels": labels},
+                    "status": {
+                        "allocatable": resources,
+                        "capacity": resources,
+                        "conditions": [{"type": "Ready", "status": "True"}],
+                    },
+                }
+            )
+    objs: list[Obj] = [
+        *nodes,
+        {
+            "apiVersion": "topogate.dev/v1alpha1",
+            "kind": "Topology",
+            "metadata": {"name": "default-topology"},
+            "spec": {"levels": [{"nodeLabel": BLOCK}, {"nodeLabel": RACK}, {"nodeLabel": HOST}]},
+        },
+        {
+            "apiVersion": "topogate.dev/v1alpha1",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": FLAVOR},
+            "spec": {"nodeLabels": {GROUP_LABEL: FLAVOR}, "topologyName": "default-topology"},
+        },
+    ]
+    for cohort in range(cohorts):
+        for queue in range(QUEUES_PER_COHORT):
+            objs.extend(_queue(queue_name(cohort, queue), f"cohort-{cohort}"))
+    return objs
+
+
+def queue_name(cohort: int, queue: int) -> str:
+    return f"cq-0-{queue}-cohort-{cohort}"  # as Kueue's generator names them
+
+
+def _queue(name: str, cohort: str) -> list[Obj]:
+    quota = {"name": "cpu", "nominalQuota": "20", "borrowingLimit": "100"}
+    return [
+        {
+            "apiVersion": "topogate.dev/v1alpha1",
+            "kind": "ClusterQueue",
+            "metadata": {"name": name},
+            "spec": {
+                "cohort": cohort,
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu"],
+                        "flavors": [{"name": FLAVOR, "resources": [quota]}],
+                    }
+                ],
+                "preemption": {
+                    "reclaimWithinCohort": "Any",
+                    "withinClusterQueue": "LowerPriority",
+                },
+            },
+        },
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+        {
+            "apiVersion": "topogate.dev/v1alpha1",
+            "kind": "LocalQueue",
+            "metadata": {"name": name, "namespace": name},
+            "spec": {"clusterQueue": name},
+        },
+    ]
+
+
+def workload(name: str, namespace: str, spec: tuple[Any, ...]) -> Obj:
+    cls, _, _, runtime, priority, cpu, pods, constraint, slice_size = spec
+    annotations = {
+        "required": {f"{KUEUE}/podset-required-topology": RACK},
+        "preferred": {f"{KUEUE}/podset-preferred-topology": RACK},
+        "balanced": {
+            f"{KUEUE}/podset-slice-required-topology": RACK,
+            f"{KUEUE}/podset-slice-size": str(slice_size),
+        },
+    }[constraint]
+    container = {"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}
+    return {
+        "apiVersion": "topogate.dev/v1alpha1",
+        "kind": "Workload",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"bench/class": cls, "bench/runtime-ms": str(runtime)},
+        },
+        "spec": {
+            "queueName": namespace,
+            "priority": priority,
+            "podSets": [
+                {
+                    "name": "main",
+                    "count": pods,
+                    "template": {
+                        "metadata": {"annotations": annotations},
+                        "spec": {"containers": [container]},
+                    },
+                }
+            ],
+        },
+    }
+
+
+# --- the runner's parts: generator, recorder, finisher ----------------------------------------
+
+
+async def generate(kube: Kube, run: Run, cohorts: int) -> None:
+    async def one_set(namespace: str, index: int, spec: tuple[Any, ...]) -> None:
+        cls, count, interval = spec[0], spec[1], spec[2]
+        for i in range(count):
+            await asyncio.sleep(interval / 1000)
+            name = f"{cls}-{index}-{i}-0"
+            await kube.create(WORKLOADS, workload(name, namespace, spec), namespace)
+            run.records[f"{namespace}/{name}"] = Record(cls, time.monotonic())
+
+    await asyncio.gather(
+        *(
+            one_set(queue_name(c, q), i, spec)
+            for c in range(cohorts)
+            for q in range(QUEUES_PER_COHORT)
+            for i, spec in enumerate(SETS)
+        )
+    )
+    run.generated.set()
+
+
+def _condition(obj: Obj, kind: str) -> Obj | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return dict(cond)
+    return None
+
+
+def _ts(value: str) -> float:
+    return dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
+
+
+async def record(kube: Kube, run: Run, total: int) -> None:
+    """Watch Workloads: note admissions, finish them after their running time, requeue the
+    evicted (the job controller's part), until all are finished."""
+    timers: set[asyncio.Task[None]] = set()
+    seen_version = (await kube.list(WORKLOADS))["metadata"]["resourceVersion"]
+    finished = 0
+    while finished < total:
+        async for event in kube.watch(WORKLOADS, seen_version, timeout_seconds=60):
+            obj = event["object"]
+            seen_version = obj["metadata"].get("resourceVersion", seen_version)
+            if event["type"] not in ("ADDED", "MODIFIED"):
+                continue
+            key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+            rec = run.records.get(key)
+            if rec is None:
+                rec = run.records.setdefault(key, Record(obj["metadata"]["labels"]["bench/class"]))
+            admitted = _condition(obj, "Admitted")
+            evicted = _condition(obj, "Evicted")
+            if _condition(obj, "Finished") and not rec.finished:
+                rec.finished = True
+                finished += 1
+            elif evicted and evicted["status"] == "True" and obj["status"].get("admission"):
+                timers.add(asyncio.create_task(requeue(kube, obj)))
+            elif admitted and admitted["status"] == "True" and rec.admitted_seen is None:
+                rec.admitted_seen = time.monotonic()
+                run.admissions.append(rec.admitted_seen)
+                created = _ts(obj["metadata"]["creationTimestamp"])
+                rec.admission_ms = int((_ts(admitted["lastTransitionTime"]) - created) * 1000)
+                runtime = int(obj["metadata"]["labels"]["bench/runtime-ms"]) / 1000
+                timers.add(asyncio.create_task(finish(kube, obj, runtime)))
+            if finished >= total:
+                break
+    run.done.set()
+    for task in timers:
+        task.cancel()
+
+
+def _new_condition(kind: str, status: str, reason: str, message: str) -> Obj:
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now,
+    }
+
+
+async def finish(kube: Kube, obj: Obj, after: float) -> None:
+    await asyncio.sleep(after)
+    m = obj["metadata"]
+    current = await kube.get(WORKLOADS, m["name"], m["namespace"])
+    admitted = _condition(current, "Admitted")
+    if not admitted or admitted["status"] != "True" or _condition(current, "Evicted"):
+        return  # evicted meanwhile: requeued, it runs again when admitted again
+    conditions = [c for c in current["status"]["conditions"] if c["type"] != "Finished"]
+    conditions.append(_new_condition("Finished", "True", "ByTest", "By test runner"))
+    body = {"status": {"conditions": conditions}}
+    await kube.patch(WORKLOADS, m["name"], body, m["namespace"], subresource="status")
+
+
+async def requeue(kube: Kube, obj: Obj) -> None:
+    m = obj["metadata"]
+    conditions = [
+        c for c in obj["status"]["conditions"] if c["type"] not in ("QuotaReserved", "Admitted")
+    ]
+    conditions.append(_new_condition("QuotaReserved", "False", "Pending", "Evicted by the runner"))
+    conditions.append(_new_condition("Admitted", "False", "Evicted", "Evicted by the runner"))
+    body = {
+        "metadata": {"resourceVersion": m["resourceVersion"]},
+        "status": {"admission": None, "conditions": conditions},
+    }
+    with contextlib.suppress(KubeError):  # a newer version: the watch brings it back
+        await kube.patch(WORKLOADS, m["name"], body, m["namespace"], subresource="status")
+
+
+# --- serve's own figures --------------------------------------------------------------------
+
+
+def proc_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, clock ticks
+
+
+def proc_peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def scrape(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out = {}
+    for name in ("topogate_admission_cycle_seconds_count", "topogate_admission_cycle_seconds_sum"):
+        match = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.M)
+        out[name] = float(match.group(1)) if match else 0.0
+    return out
+
+
+def metrics_port(log: Path, deadline: float) -> int:
+    while time.monotonic() < deadline:
+        match = re.search(r"probes and metrics on :(\d+) :(\d+)", log.read_text())
+        if match:
+            return int(match.group(2))
+        time.sleep(0.2)
+    raise SystemExit(f"serve did not start: {log.read_text()[-2000:]}")
+
+
+# --- the report -----------------------------------------------------------------------------
+
+
+def class_table(run: Run) -> dict[str, dict[str, float]]:
+    by_class: dict[str, list[int]] = defaultdict(list)
+    for rec in run.records.values():
+        if rec.admission_ms is not None:
+            by_class[rec.cls].append(rec.admission_ms)
+    table = {}
+    for cls in [s[0] for s in SETS]:
+        values = sorted(by_class.get(cls, []))
+        if values:
+            table[cls] = {
+                "mean": statistics.fmean(values),
+                "p50": values[len(values) // 2],
+                "p90": values[int(len(values) * 0.9) - 1],
+                "n": len(values),
+            }
+    return table
+
+
+def stalls(run: Run, until: float) -> tuple[list[int], int]:
+    """Admissions per 10 s window, and the windows with none while work was waiting."""
+    windows = Counter(int((t - run.started) // 10) for t in run.admissions)
+    count = int((until - run.started) // 10) + 1
+    per_window = [windows.get(i, 0) for i in range(count)]
+    admitted_by: list[int] = []
+    total = 0
+    for value in per_window:
+        total += value
+        admitted_by.append(total)
+    created = sorted(r.created for r in run.records.values())
+    zero = 0
+    for i, value in enumerate(per_window):
+        waiting = sum(1 for c in created if c - run.started < (i + 1) * 10) - admitted_by[i]
+        if value == 0 and waiting > 0:
+            zero += 1
+    return per_window, zero
+
+
+async def drive(plane: ControlPlane, cohorts: int) -> Run:
+    kube = await Kube.connect(str(plane.kubeconfig), qps=None)
+    run = Run(started=time.monotonic())
+    total = cohorts * QUEUES_PER_COHORT * sum(s[1] for s in SETS)
+    try:
+        recorder = asyncio.create_task(record(kube, run, total))
+        await asyncio.sleep(0.5)  # the watch is open before the first create
+        await generate(kube, run, cohorts)
+        await asyncio.wait_for(recorder, 3600)
+    finally:
+        await kube.close()
+    return run
+
+
+def topogate_side(directory: Path, cohorts: int) -> dict[str, Any]:
+    plane = ControlPlane.start(directory / "plane", scheduler=False)
+    try:
+        install_crds(plane.kubeconfig)
+        create_all(plane.kubeconfig, cluster_objects(cohorts))
+        log = directory / "serve.log"
+        with serving(
+            plane.kubeconfig, log, extra=["--lease-duration=60", "--renew-deadline=45"]
+        ) as proc:
+            port = metrics_port(log, time.monotonic() + 60)
+            time.sleep(2)  # its caches sync
+            cpu0 = proc_cpu(proc.pid)
+            before = scrape(port)
+            started = time.monotonic()
+            run = asyncio.run(drive(plane, cohorts))
+            wall = time.monotonic() - started
+            after = scrape(port)
+            cpu = proc_cpu(proc.pid) - cpu0
+            rss = proc_peak_rss_mb(proc.pid)
+        per_window, zero = stalls(run, run.started + wall)
+        cycles = (
+            after["topogate_admission_cycle_seconds_count"]
+            - before["topogate_admission_cycle_seconds_count"]
+        )
+        cycle_sum = (
+            after["topogate_admission_cycle_seconds_sum"]
+            - before["topogate_admission_cycle_seconds_sum"]
+        )
+        return {
+            "wall": wall,
+            "cpu": cpu,
+            "rss": rss,
+            "classes": class_table(run),
+            "cycles": cycles,
+            "cycle_mean_ms": 1000 * cycle_sum / cycles if cycles else 0.0,
+            "per_window": per_window,
+            "zero_windows": zero,
+        }
+    finally:
+        plane.stop()
+
+
+def kueue_side(checkout: Path, directory: Path, cohorts: int) -> dict[str, Any]:
+    config = yaml.safe_load(
+        (checkout / "test/performance/scheduler/configs/tas/generator.yaml").read_text()
+    )
+    config["cohorts"][0]["count"] = cohorts
+    path = directory / "generator.yaml"
+    path.write_text(yaml.safe_dump(config))
+    out = directory / "kueue"
+    started = time.monotonic()
+    subprocess.run(
+        ["bash", str(ROOT / "hack/kueue_side.sh"), "run", str(checkout), str(path), str(out)],
+        check=True,
+        stdout=open(directory / "kueue-runner.log", "wb"),  # noqa: SIM115 - the child's
+        stderr=subprocess.STDOUT,
+    )
+    wall = time.monotonic() - started
+    summary = yaml.safe_load((out / "summary.yaml").read_text())
+    stats = yaml.safe_load((out / "minimalkueue.stats.yaml").read_text())
+    classes = {
+        name: {"mean": float(values["averageTimeToAdmissionMs"]), "n": values.get("count", 0)}
+        for name, values in (summary.get("workloadClasses") or {}).items()
+    }
+    cpu = (float(stats.get("userMs", 0)) + float(stats.get("sysMs", 0))) / 1000
+    return {
+        "wall": float(stats.get("wallMs", wall * 1000)) / 1000,
+        "cpu": cpu,
+        "rss": float(stats.get("maxrss", 0)) / 1024,
+        "classes": classes,
+        "raw": {"summary": summary, "stats": stats},
+    }
+
+
+def report(ours: dict[str, Any], theirs: dict[str, Any] | None) -> None:
+    print(
+        f"topogate serve: wall {ours['wall']:.0f} s, CPU {ours['cpu']:.1f} s, "
+        f"peak RSS {ours['rss']:.0f} MB"
+    )
+    print(f"  cycles {ours['cycles']:.0f}, mean {ours['cycle_mean_ms']:.1f} ms")
+    print(f"  admissions per 10 s: {ours['per_window']}")
+    print(f"  10 s windows with no admission while work waited: {ours['zero_windows']}")
+    if theirs is not None:
+        print(
+            f"Kueue minimalkueue: wall {theirs['wall']:.0f} s, CPU {theirs['cpu']:.1f} s, "
+            f"peak RSS {theirs['rss']:.0f} MB"
+        )
+        print(f"  CPU ratio topogate/Kueue: {ours['cpu'] / theirs['cpu']:.2f}")
+    print(
+        f"{'class':24} {'topogate mean ms':>17} {'p50':>7} {'p90':>7}"
+        + (f" {'Kueue mean ms':>14} {'ratio':>6}" if theirs else "")
+    )
+    for cls in [s[0] for s in SETS]:
+        row = ours["classes"].get(cls)
+        if row is None:
+            continue
+        line = f"{cls:24} {row['mean']:17.0f} {row['p50']:7.0f} {row['p90']:7.0f}"
+        if theirs and cls in theirs["classes"]:
+            k = theirs["classes"][cls]["mean"]
+            line += f" {k:14.0f} {row['mean'] / k if k else float('nan'):6.2f}"
+        print(line)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cohorts", type=int, default=5, help="5: Kueue's 15,000 Workloads")
+    parser.add_argument("--kueue-checkout", type=Path, help="also run Kueue's side from here")
+    parser.add_argument("--json", type=Path, help="write the figures here too")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        theirs = None
+        if args.kueue_checkout is not None:
+            theirs = kueue_side(args.kueue_checkout.resolve(), Path(tmp), args.cohorts)
+        ours = topogate_side(Path(tmp), args.cohorts)
+        report(ours, theirs)
+        if args.json:
+            args.json.write_text(
+                json.dumps({"topogate": ours, "kueue": theirs}, indent=2, default=str)
+            )
+
+
+if __name__ == "__main__":
+    main()
