@@ -249,6 +249,7 @@ class Admitter:
         status = {
             "admission": admission,
             "conditions": [
+                *_kept_on_admission(workload),
                 new_condition(
                     "QuotaReserved", "True", "QuotaReserved", f"Quota reserved: {message}"
                 ),
@@ -332,6 +333,21 @@ class Admitter:
                 del self._said[key]  # the next cycle writes it again
             return
         self.events.emit(workload, PENDING, message, warning=True)
+
+
+def _kept_on_admission(workload: Obj) -> list[Obj]:
+    """The Workload's other conditions, with an active Evicted or Preempted set back to False
+    ("Previously: ..."), as Kueue's SetQuotaReservation does: a requeued victim admitted
+    again is no longer evicted, and its history stays readable."""
+    kept = []
+    for cond in (workload.get("status") or {}).get("conditions") or []:
+        if not isinstance(cond, dict) or cond.get("type") in ("QuotaReserved", "Admitted"):
+            continue
+        if cond.get("type") in ("Evicted", "Preempted") and cond.get("status") == "True":
+            previously = f"Previously: {cond.get('message', '')}"
+            cond = new_condition(str(cond["type"]), "False", "QuotaReserved", previously)
+        kept.append(cond)
+    return kept
 
 
 def _says(workload: Obj, message: str) -> bool:

@@ -227,6 +227,7 @@ class CycleResult:
     pending: dict[str, str] = field(default_factory=dict)  # key -> why it waits
     # (preemptor key, the victims to evict so it can fit once they are gone)
     preemptions: list[tuple[str, Preemption]] = field(default_factory=list)
+    targeted: set[str] = field(default_factory=set)  # victims of this cycle's preemptions
 
 
 # Plans a preemption for a workload that does not fit (admission/preemption.py); the shell
@@ -325,7 +326,7 @@ def admission_cycle(
         outcome = _try(workload, queue, book, placer, held)
         if isinstance(outcome, str):
             result.pending[workload.key] = _maybe_preempt(
-                result, workload, queue, outcome, usage, held, preempt
+                result, workload, queue, outcome, book, held, preempt
             )
             if queue.strategy == STRICT_FIFO:
                 blocked[name] = workload.key
@@ -342,20 +343,34 @@ def _maybe_preempt(
     workload: PendingWorkload,
     queue: QueueSpec,
     why: str,
-    usage: Usage,
+    book: QuotaBook,
     held: Held,
     preempt: Preempt | None,
 ) -> str:
-    """The pending message; with a preemption plan, the plan is recorded and named in it."""
+    """The pending message; with a preemption plan, the plan is recorded and named in it.
+
+    As in Kueue's scheduler, a preemptor then holds what it will use for the rest of the
+    cycle (its quota, and its placement as capacity), so a later, lower workload cannot take
+    what its victims free; this holds again every cycle until the victims are gone, so a
+    requeued victim never slips back in ahead of its preemptor. A plan whose victims another
+    preemptor of this cycle already targets waits for that one.
+    """
     if preempt is None or not queue.preemption.enabled:
         return why
-    plan = preempt(workload, queue, usage, held)
+    plan = preempt(workload, queue, book.usage, held)
     if plan is None:
         return why
+    victims = {v.key for v in plan.victims}
+    if victims & result.targeted:
+        return f"{why}; waiting for another workload's preemption of the same workloads"
+    result.targeted |= victims
     result.preemptions.append((workload.key, plan))
-    victims = ", ".join(v.key for v in plan.victims)
+    book.add(queue.name, plan.flavor, workload.demand())
+    if plan.decision is not None:
+        held.append((workload.request, plan.decision))
+    names = ", ".join(v.key for v in plan.victims)
     return (
-        f"{why}; preempting {len(plan.victims)} workload(s) to make room ({victims}): "
+        f"{why}; preempting {len(plan.victims)} workload(s) to make room ({names}): "
         "admitted once their pods are gone"
     )
 

@@ -28,6 +28,7 @@ import json
 import re
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -204,7 +205,12 @@ def workload(name: str, namespace: str, spec: tuple[Any, ...]) -> Obj:
 # --- the runner's parts: generator, recorder, finisher ----------------------------------------
 
 
-async def generate(kube: Kube, run: Run, cohorts: int) -> None:
+def counted(fraction: float) -> list[tuple[Any, ...]]:
+    """The sets with their counts scaled (1.0: Kueue's)."""
+    return [(s[0], max(1, round(s[1] * fraction)), *s[2:]) for s in SETS]
+
+
+async def generate(kube: Kube, run: Run, cohorts: int, sets: list[tuple[Any, ...]]) -> None:
     async def one_set(namespace: str, index: int, spec: tuple[Any, ...]) -> None:
         cls, count, interval = spec[0], spec[1], spec[2]
         for i in range(count):
@@ -218,7 +224,7 @@ async def generate(kube: Kube, run: Run, cohorts: int) -> None:
             one_set(queue_name(c, q), i, spec)
             for c in range(cohorts)
             for q in range(QUEUES_PER_COHORT)
-            for i, spec in enumerate(SETS)
+            for i, spec in enumerate(sets)
         )
     )
     run.generated.set()
@@ -384,21 +390,37 @@ def stalls(run: Run, until: float) -> tuple[list[int], int]:
     return per_window, zero
 
 
-async def drive(plane: ControlPlane, cohorts: int) -> Run:
+async def drive(plane: ControlPlane, cohorts: int, fraction: float) -> Run:
     kube = await Kube.connect(str(plane.kubeconfig), qps=None)
     run = Run(started=time.monotonic())
-    total = cohorts * QUEUES_PER_COHORT * sum(s[1] for s in SETS)
+    sets = counted(fraction)
+    total = cohorts * QUEUES_PER_COHORT * sum(s[1] for s in sets)
+
+    async def progress() -> None:
+        while True:
+            await asyncio.sleep(10)
+            admitted = sum(1 for r in run.records.values() if r.admitted_seen is not None)
+            done = sum(1 for r in run.records.values() if r.finished)
+            print(
+                f"  {time.monotonic() - run.started:5.0f} s: created {len(run.records)}/{total}, "
+                f"admitted {admitted}, finished {done}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    reporter = asyncio.create_task(progress())
     try:
         recorder = asyncio.create_task(record(kube, run, total))
         await asyncio.sleep(0.5)  # the watch is open before the first create
-        await generate(kube, run, cohorts)
+        await generate(kube, run, cohorts, sets)
         await asyncio.wait_for(recorder, 3600)
     finally:
+        reporter.cancel()
         await kube.close()
     return run
 
 
-def topogate_side(directory: Path, cohorts: int) -> dict[str, Any]:
+def topogate_side(directory: Path, cohorts: int, fraction: float) -> dict[str, Any]:
     plane = ControlPlane.start(directory / "plane", scheduler=False)
     try:
         install_crds(plane.kubeconfig)
@@ -412,7 +434,7 @@ def topogate_side(directory: Path, cohorts: int) -> dict[str, Any]:
             cpu0 = proc_cpu(proc.pid)
             before = scrape(port)
             started = time.monotonic()
-            run = asyncio.run(drive(plane, cohorts))
+            run = asyncio.run(drive(plane, cohorts, fraction))
             wall = time.monotonic() - started
             after = scrape(port)
             cpu = proc_cpu(proc.pid) - cpu0
@@ -440,11 +462,14 @@ def topogate_side(directory: Path, cohorts: int) -> dict[str, Any]:
         plane.stop()
 
 
-def kueue_side(checkout: Path, directory: Path, cohorts: int) -> dict[str, Any]:
+def kueue_side(checkout: Path, directory: Path, cohorts: int, fraction: float) -> dict[str, Any]:
     config = yaml.safe_load(
         (checkout / "test/performance/scheduler/configs/tas/generator.yaml").read_text()
     )
     config["cohorts"][0]["count"] = cohorts
+    for queues in config["cohorts"][0]["queuesSets"]:
+        for workloads in queues["workloadsSets"]:
+            workloads["count"] = max(1, round(workloads["count"] * fraction))
     path = directory / "generator.yaml"
     path.write_text(yaml.safe_dump(config))
     out = directory / "kueue"
@@ -504,14 +529,18 @@ def report(ours: dict[str, Any], theirs: dict[str, Any] | None) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cohorts", type=int, default=5, help="5: Kueue's 15,000 Workloads")
+    parser.add_argument(
+        "--fraction", type=float, default=1.0, help="scale each set's count (1: Kueue's)"
+    )
     parser.add_argument("--kueue-checkout", type=Path, help="also run Kueue's side from here")
     parser.add_argument("--json", type=Path, help="write the figures here too")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         theirs = None
         if args.kueue_checkout is not None:
-            theirs = kueue_side(args.kueue_checkout.resolve(), Path(tmp), args.cohorts)
-        ours = topogate_side(Path(tmp), args.cohorts)
+            checkout = args.kueue_checkout.resolve()
+            theirs = kueue_side(checkout, Path(tmp), args.cohorts, args.fraction)
+        ours = topogate_side(Path(tmp), args.cohorts, args.fraction)
         report(ours, theirs)
         if args.json:
             args.json.write_text(

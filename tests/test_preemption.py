@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -356,3 +357,42 @@ def test_kueue_low_priority_is_preempted_though_free_capacity_is_fragmented() ->
     )
     assert plan is not None and [v.key for v in plan.victims] == ["default/low"]
     assert plan.decision is not None and plan.decision.placements[0].node_counts == {"x1": 2}
+
+
+def test_a_lower_workload_never_takes_what_a_preemptor_frees() -> None:
+    """Kueue's rule: a preemptor holds its quota and placement for the rest of the cycle. Here
+    the urgent gang needs the whole rack and evicts the old job; the small job, next in line,
+    would fit on the free node, but then the gang could not fit once the old job is gone and
+    would evict the small one in turn (the thrash the Kueue scenario showed)."""
+    from topogate.admission.queues import FlavorTopology, SnapshotPlacer, admission_cycle
+
+    nodes = [node("a", rack="r1", host="a", gpu=8), node("b", rack="r1", host="b", gpu=8)]
+    old = [running("ml/old", "q", 8)]
+    cluster = Cluster(nodes, {"ml/old": {"a": 8}})
+    policy = PreemptionPolicy(within_cluster_queue=LOWER_PRIORITY)
+    q = dataclasses.replace(queue("q", 16), preemption=policy)
+    snapshot = ClusterSnapshot.build(nodes, [], {"a": {GPU: 8, "pods": 1}})
+    placer = SnapshotPlacer(
+        snapshot, {"f": FlavorTopology(DomainTree.from_labels(snapshot, LEVELS), "default", ())}
+    )
+
+    def preempt(workload: PendingWorkload, _q: QueueSpec, usage: Usage, held: Any) -> Any:
+        return plan_preemption(
+            workload,
+            q,
+            policy,
+            {"q": q},
+            usage,
+            cluster.located(old),
+            cluster.simulate(workload.request),
+        )
+
+    urgent = gang("ml/urgent", "q", 2, priority=100)
+    small = gang("ml/small", "q", 1, priority=10)
+    result = admission_cycle({"q": q}, [urgent, small], usage_of(old), placer, preempt)
+    assert [a.key for a in result.admitted] == []
+    assert [(k, [v.key for v in p.victims]) for k, p in result.preemptions] == [
+        ("ml/urgent", ["ml/old"])
+    ]
+    assert "preempting 1 workload(s)" in result.pending["ml/urgent"]
+    assert "ml/small" in result.pending

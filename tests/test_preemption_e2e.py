@@ -122,6 +122,15 @@ def test_a_high_priority_job_preempts_a_lower_one_and_runs_in_its_rack(
     assert requeued is not None and not requeued["status"].get("admission")
     assert condition(requeued, "Evicted")["status"] == "True"
     assert condition(requeued, "QuotaReserved")["status"] == "False"  # waiting in its queue
+    # The urgent job goes: the victim is admitted again and runs, no longer evicted.
+    batch = client.BatchV1Api(api_client(pool.plane))
+    batch.delete_namespaced_job("urgent", pool.namespace, propagation_policy="Background")
+    eventually(lambda: bound_with_kubelet(pool, "filler", 2), 90)
+    again = pool.workload_of("filler")
+    assert again is not None and condition(again, "Admitted")["status"] == "True"
+    evicted = condition(again, "Evicted")
+    assert evicted["status"] == "False" and evicted["message"].startswith("Previously: ")
+    assert not suspended(pool, "filler")
 
 
 def test_a_lender_reclaims_what_a_borrower_took(serve: Serve, pool: Pool) -> None:
