@@ -1,0 +1,108 @@
+"""The capacity cache's incremental snapshots equal a rebuild from scratch, whatever happened."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.kit import GPU, node, running
+from topogate.cache.nodes import NodeInfo, PodUsage
+from topogate.cache.snapshot import CapacityCache, ClusterSnapshot
+
+NAMES = [f"n{i}" for i in range(5)]
+op = st.one_of(
+    st.tuples(st.just("node"), st.sampled_from(NAMES), st.integers(1, 16), st.booleans()),
+    st.tuples(st.just("drop-node"), st.sampled_from(NAMES)),
+    st.tuples(
+        st.just("pod"),
+        st.integers(0, 7),
+        st.sampled_from([*NAMES, "ghost"]),
+        st.integers(0, 4),
+        st.sampled_from([GPU, "example.com/fpga"]),
+        st.booleans(),
+    ),
+    st.tuples(st.just("drop-pod"), st.integers(0, 7)),
+    st.tuples(st.just("hold"), st.integers(0, 3), st.sampled_from(NAMES), st.integers(0, 8)),
+    st.tuples(st.just("release"), st.integers(0, 3)),
+    st.tuples(st.just("gpus"), st.integers(0, 3), st.sampled_from(NAMES), st.integers(0, 7)),
+    st.just(("snapshot",)),
+)
+
+
+def apply(cache: CapacityCache, step: tuple[Any, ...]) -> None:
+    kind = step[0]
+    if kind == "node":
+        _, name, gpus, ready = step
+        cache.upsert_node(node(name, "b", "r", name, gpu=gpus, cpu=4000, ready=ready))
+    elif kind == "drop-node":
+        cache.remove_node(step[1])
+    elif kind == "pod":
+        _, index, where, amount, resource, holds_gpu = step
+        usage = running(where, f"p{index}", **{resource: amount})
+        gpus = frozenset({index % 4}) if holds_gpu else frozenset()
+        cache.upsert_pod(PodUsage(usage.key, where, usage.requests, gpus), f"p{index}")
+    elif kind == "drop-pod":
+        cache.upsert_pod(None, f"p{step[1]}")
+    elif kind == "hold":
+        _, index, where, amount = step
+        cache.set_workload_usage(f"w{index}", {where: {GPU: amount, "pods": 1}})
+    elif kind == "release":
+        cache.release_workload(f"w{step[1]}")
+    elif kind == "gpus":
+        _, index, where, gpu = step
+        cache.set_workload_gpus(f"w{index}", {"main": {where: ((gpu,),)}})
+    else:
+        cache.snapshot()
+
+
+def same(a: ClusterSnapshot, b: ClusterSnapshot) -> None:
+    assert a.node_names == b.node_names
+    columns = sorted(set(a.resources) | set(b.resources))
+    for name in columns:  # column order may differ; a column all zero may exist in one only
+        left = a.used[:, a.resource_index[name]] if name in a.resource_index else 0
+        right = b.used[:, b.resource_index[name]] if name in b.resource_index else 0
+        shape = (a.node_count,)
+        assert np.array_equal(np.broadcast_to(left, shape), np.broadcast_to(right, shape)), name
+    assert np.array_equal(a.ready, b.ready)
+    assert dict(a.gpu.taken) == dict(b.gpu.taken)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(op, max_size=40))
+def test_an_incremental_snapshot_equals_a_rebuild(steps: list[tuple[Any, ...]]) -> None:
+    cache = CapacityCache()
+    for done, step in enumerate(steps, 1):
+        apply(cache, step)
+        fresh = CapacityCache()
+        for earlier in steps[:done]:
+            apply(fresh, earlier)
+        fresh._invalidate()  # a rebuild from the dicts
+        same(cache.snapshot(), fresh.snapshot())
+
+
+def test_a_snapshot_handed_out_never_changes() -> None:
+    cache = CapacityCache()
+    cache.upsert_node(node("a", "b", "r", "a", gpu=8))
+    first = cache.snapshot()
+    before = first.used.copy()
+    cache.upsert_pod(running("a", "p", **{GPU: 4}), "p")
+    cache.set_workload_usage("w", {"a": {GPU: 2}})
+    assert np.array_equal(first.used, before)
+    assert cache.snapshot().used[0, cache.snapshot().resource_index[GPU]] == 6
+    assert cache.rebuilds == 1  # the pod and the workload were applied in place
+
+
+def test_a_node_change_rebuilds(monkeypatch: Any) -> None:
+    cache = CapacityCache()
+    cache.upsert_node(node("a", "b", "r", "a", gpu=8))
+    cache.snapshot()
+    cache.upsert_node(node("a", "b", "r", "a", gpu=8))  # the same: nothing to do
+    cache.snapshot()
+    assert cache.rebuilds == 1
+    changed: NodeInfo = node("a", "b", "r2", "a", gpu=8)
+    cache.upsert_node(changed)
+    assert cache.snapshot().label("cloud.com/topology-rack").values == ["r2"]
+    assert cache.rebuilds == 2
