@@ -16,7 +16,13 @@ from .errors import InputError
 from .kinds import JOB, JOB_KINDS, JOBSET
 from .models import ObjectMeta, PodSet, PodSetTopologyRequest, Workload, WorkloadSpec
 from .validation import join, object_name, parse_model
-from .vocabularies import REPLICA_REQUIRED_TOPOLOGY, vocabulary_request
+from .vocabularies import (
+    KAI_PREFERRED,
+    KAI_REQUIRED,
+    KAI_TOPOLOGY,
+    REPLICA_REQUIRED_TOPOLOGY,
+    vocabulary_request,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +104,38 @@ def _podset(
     return PodSet(name=name, count=count, template=dict(template), topology_request=request)
 
 
+# KAI-Scheduler's users write these on the workload object itself (its docs put them on the
+# Job); Kueue's keys are read from pod templates only, as in Kueue.
+OBJECT_LEVEL_KEYS = (KAI_TOPOLOGY, KAI_REQUIRED, KAI_PREFERRED)
+
+
+def _from_object(obj: Mapping[str, Any], where: str) -> dict[str, str]:
+    """The KAI topology annotations on the object's own metadata."""
+    meta = _mapping(obj.get("metadata"), where, "metadata")
+    annotations = _mapping(meta.get("annotations"), where, "metadata.annotations", False)
+    return {k: str(annotations[k]) for k in OBJECT_LEVEL_KEYS if k in annotations}
+
+
+def _inherit(
+    template: Mapping[str, Any], inherited: Mapping[str, str], where: str, path: str
+) -> Mapping[str, Any]:
+    """The template with the object's KAI annotations added; a template that says otherwise
+    is refused (which one was meant cannot be guessed)."""
+    if not inherited:
+        return template
+    meta = _mapping(template.get("metadata"), where, join(path, "metadata"), required=False)
+    own = _mapping(meta.get("annotations"), where, join(path, "metadata.annotations"), False)
+    for key, value in inherited.items():
+        if key in own and str(own[key]) != value:
+            raise InputError(
+                f"{join(path, 'metadata.annotations')}[{key}]: Invalid value: {own[key]!r}: "
+                f"metadata.annotations[{key}] says {value!r}; set it in one place",
+                where=where,
+            )
+    annotations = {**inherited, **own}
+    return {**template, "metadata": {**meta, "annotations": annotations}}
+
+
 def _meta(obj: Mapping[str, Any], where: str) -> ObjectMeta:
     meta = _mapping(obj.get("metadata"), where, "metadata")
     return ObjectMeta(
@@ -117,6 +155,7 @@ def workload_from_object(obj: Mapping[str, Any], source: str = "") -> WorkloadSo
         spec = _mapping(obj.get("spec"), where, "spec")
         path = "spec.template"
         template = _mapping(spec.get("template"), where, path)
+        template = _inherit(template, _from_object(obj, where), where, path)
         podsets.append(_podset("main", _job_pod_count(spec, where, "spec"), template, where, path))
         paths["main"] = path
     elif JOBSET.matches(obj):
@@ -137,6 +176,7 @@ def workload_from_object(obj: Mapping[str, Any], source: str = "") -> WorkloadSo
             )
             path = f"{base}.template.spec.template"
             template = _mapping(job_spec.get("template"), where, path)
+            template = _inherit(template, _from_object(obj, where), where, path)
             replicas = _count(rjob.get("replicas"), where, f"{base}.replicas")
             count = replicas * _job_pod_count(job_spec, where, f"{base}.template.spec")
             podsets.append(_podset(name, count, template, where, path, replicas))

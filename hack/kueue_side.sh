@@ -19,11 +19,23 @@ commit=$(git -C "$src" rev-parse HEAD)
 out=$CACHE/kueue/$commit
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 
+# Modules the Go module proxy refused here (403) at the versions Kueue's go.mod names, with the
+# newest version it served; the runner and minimalkueue build with them. Overridable.
+KUEUE_REPLACE=${KUEUE_REPLACE:-github.com/ray-project/kuberay/ray-operator@v1.6.2 sigs.k8s.io/lws@v0.9.0}
+
 if [ ! -x "$out/runner" ] || [ ! -x "$out/minimalkueue" ]; then
   echo "kueue_side.sh: building Kueue's runner and minimalkueue at $commit (minutes)" >&2
-  mkdir -p "$out"
-  (cd "$src" && go build -o "$out/runner.tmp" ./test/performance/scheduler/runner \
-    && go build -o "$out/minimalkueue.tmp" ./test/performance/scheduler/minimalkueue)
+  mkdir -p "$out/mod"
+  # A go.mod of our own next to the checkout's (-modfile): the checkout stays untouched.
+  cp "$src/go.mod" "$out/mod/go.mod"
+  cp "$src/go.sum" "$out/mod/go.sum"
+  for pin in $KUEUE_REPLACE; do
+    (cd "$src" && go mod edit -modfile="$out/mod/go.mod" -replace "${pin%@*}=$pin")
+  done
+  (cd "$src" \
+    && go build -modfile="$out/mod/go.mod" -o "$out/runner.tmp" ./test/performance/scheduler/runner \
+    && go build -modfile="$out/mod/go.mod" -o "$out/minimalkueue.tmp" \
+      ./test/performance/scheduler/minimalkueue)
   mv "$out/runner.tmp" "$out/runner"
   mv "$out/minimalkueue.tmp" "$out/minimalkueue"
 fi

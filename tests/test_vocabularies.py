@@ -151,6 +151,37 @@ def test_kai_required_only_is_a_hard_level() -> None:
     )
 
 
+def on_the_job(pods: int, annotations: dict[str, str]) -> dict[str, Any]:
+    """KAI's documented shape: the annotations on the Job's own metadata."""
+    obj = job(pods, {})
+    obj["metadata"]["annotations"] = annotations
+    return obj
+
+
+def test_kai_annotations_on_the_job_itself_are_read() -> None:
+    # Before, such a Job was placed with no constraint at all: 9 pods spread over racks.
+    refused = run(kai_cluster(), on_the_job(9, kai(required=RACK)))
+    assert not refused.fits
+    assert refused.decision.message == 'topology "gpu-tree" allows to fit only 8 out of 9 pod(s)'
+    placed = run(kai_cluster(), on_the_job(8, kai(required=ZONE, preferred=RACK)))
+    assert racks_used(placed) == {"rack-b1"}
+
+
+def test_the_same_kai_annotation_in_both_places_is_fine_a_conflict_is_refused() -> None:
+    both = on_the_job(8, kai(required=ZONE, preferred=RACK))
+    both["spec"]["template"]["metadata"]["annotations"] = kai(required=ZONE)
+    assert racks_used(run(kai_cluster(), both)) == {"rack-b1"}
+    both["spec"]["template"]["metadata"]["annotations"] = kai(required=RACK)
+    with pytest.raises(InputError) as error:
+        run(kai_cluster(), both)
+    assert error.value.describe() == (
+        "Job ml/train: spec.template.metadata.annotations"
+        "[kai.scheduler/topology-required-placement]: Invalid value: 'rack': "
+        "metadata.annotations[kai.scheduler/topology-required-placement] says 'zone'; "
+        "set it in one place"
+    )
+
+
 def test_kai_preferred_above_required_is_an_error() -> None:
     with pytest.raises(InputError) as error:
         run(kai_cluster(), job(2, kai(required=RACK, preferred=ZONE)))
