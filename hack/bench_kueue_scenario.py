@@ -77,6 +77,8 @@ class Record:
     admitted_seen: float | None = None  # our clock, when the watch showed it admitted
     admission_ms: int | None = None  # Kueue's measure: condition time - creationTimestamp
     finished: bool = False
+    running: bool = False  # admitted, and its finish is scheduled
+    evictions: int = 0
 
 
 @dataclass
@@ -259,18 +261,26 @@ async def record(kube: Kube, run: Run, total: int) -> None:
                 rec = run.records.setdefault(key, Record(obj["metadata"]["labels"]["bench/class"]))
             admitted = _condition(obj, "Admitted")
             evicted = _condition(obj, "Evicted")
+            is_admitted = bool(admitted and admitted["status"] == "True")
             if _condition(obj, "Finished") and not rec.finished:
                 rec.finished = True
                 finished += 1
             elif evicted and evicted["status"] == "True" and obj["status"].get("admission"):
+                if rec.running:
+                    rec.running = False
+                    rec.evictions += 1
                 timers.add(asyncio.create_task(requeue(kube, obj)))
-            elif admitted and admitted["status"] == "True" and rec.admitted_seen is None:
+            elif is_admitted and admitted is not None and not rec.running:
+                # As Kueue's recorder: each admission sets the time (the last one counts).
+                rec.running = True
                 rec.admitted_seen = time.monotonic()
                 run.admissions.append(rec.admitted_seen)
                 created = _ts(obj["metadata"]["creationTimestamp"])
                 rec.admission_ms = int((_ts(admitted["lastTransitionTime"]) - created) * 1000)
                 runtime = int(obj["metadata"]["labels"]["bench/runtime-ms"]) / 1000
                 timers.add(asyncio.create_task(finish(kube, obj, runtime)))
+            elif not is_admitted:
+                rec.running = False
             if finished >= total:
                 break
     run.done.set()
@@ -293,8 +303,8 @@ async def finish(kube: Kube, obj: Obj, after: float) -> None:
     await asyncio.sleep(after)
     m = obj["metadata"]
     current = await kube.get(WORKLOADS, m["name"], m["namespace"])
-    admitted = _condition(current, "Admitted")
-    if not admitted or admitted["status"] != "True" or _condition(current, "Evicted"):
+    admitted, evicted = _condition(current, "Admitted"), _condition(current, "Evicted")
+    if not admitted or admitted["status"] != "True" or (evicted and evicted["status"] == "True"):
         return  # evicted meanwhile: requeued, it runs again when admitted again
     conditions = [c for c in current["status"]["conditions"] if c["type"] != "Finished"]
     conditions.append(_new_condition("Finished", "True", "ByTest", "By test runner"))

@@ -44,8 +44,11 @@ fi
 config=$(cd "$(dirname "${3:?a generator config}")" && pwd)/$(basename "$3")
 artifacts=${4:?an output directory}
 mkdir -p "$artifacts"
+artifacts=$(cd "$artifacts" && pwd)
 bin=$(bash hack/controlplane/build.sh)
-KUBEBUILDER_ASSETS=$bin "$out/runner" \
+# Kueue's test helpers find the project by PROJECT_DIR (its Makefile sets it with a slash).
+cd "$src"
+PROJECT_DIR=$src/ KUBEBUILDER_ASSETS=$bin "$out/runner" \
   --o "$artifacts" \
   --crds="$src/config/components/crd/bases" \
   --generatorConfig="$config" \
