@@ -195,6 +195,15 @@ def workload_from_object(obj: Mapping[str, Any], source: str = "") -> WorkloadSo
             paths[podset.name] = path
         _check_groups(workload, paths, where)
         return WorkloadSource(workload, paths, where)
+    elif str(api_version).startswith(("batch.volcano.sh/", "scheduling.volcano.sh/")):
+        raise InputError(
+            f"{kind} {api_version} is Volcano's own kind, which topogate does not admit; write "
+            "a batch/v1 Job (or a jobset.x-k8s.io/v1alpha2 JobSet) with the queue label "
+            "kueue.x-k8s.io/queue-name, and put the network topology on its pod template as "
+            "the annotation topogate.dev/network-topology, e.g. "
+            '{"mode": "hard", "highestTierAllowed": 1}',
+            where=where,
+        )
     else:
         raise InputError(
             f"kind {kind!r} with apiVersion {api_version!r} is not a workload; expected "

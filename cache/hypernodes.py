@@ -640,15 +640,17 @@ def _label_source_types(
         return [], [(types_path, "must map each topology type to its node labels")]
     found: list[DiscoveryType] = []
     problems: list[tuple[str, str]] = []
-    for name, raw_labels in raw_types.items():
-        name_problem = type_name_problem(str(name))
+    for written, raw_labels in raw_types.items():
+        # Volcano lower-cases type names (its docs' example writes topologyA2).
+        name = str(written).lower()
+        name_problem = type_name_problem(name)
         if name_problem:
-            problems.append((f"{types_path}.{name}", name_problem))
+            problems.append((f"{types_path}.{written}", name_problem))
             continue
-        labels, label_problems = _type_labels(raw_labels, f"{types_path}.{name}")
+        labels, label_problems = _type_labels(raw_labels, f"{types_path}.{written}")
         problems += label_problems
         if not label_problems:
-            found.append(DiscoveryType(str(name), labels, interval))
+            found.append(DiscoveryType(name, labels, interval))
     return found, problems
 
 
@@ -699,11 +701,11 @@ def discovery_config(
                 )
             else:
                 found.append(discovered)
-    if problems:
-        (first_field, message), more = problems[0], len(problems) - 1
-        if more:
-            message += f" (and {more} more problem{'s' if more > 1 else ''})"
-        raise InputError(message, where=where, field=first_field)
+    if len(problems) == 1:
+        (field, message) = problems[0]
+        raise InputError(message, where=where, field=field)
+    if problems:  # every one, each with its field: one round of fixes, not one per run
+        raise InputError("; ".join(f"{f}: {m}" for f, m in problems), where=where)
     return found
 
 

@@ -1125,3 +1125,24 @@ def test_reconcile_only_adds_labels_when_ours_are_missing() -> None:
     plan = reconcile(current, desired, "rack-net")
     assert plan.update == () and plan.delete == ()
     assert plan.conflicts == (desired[0]["metadata"]["name"],)
+
+
+def test_discovery_type_names_are_lower_cased_as_volcano_does() -> None:
+    # Volcano's documented ConfigMap writes topologyA2; Volcano lower-cases it.
+    assert discovery_config(config({"topologyA2": levels(*LABELS)})) == [
+        DiscoveryType("topologya2", LABELS, 600.0)
+    ]
+
+
+def test_every_problem_of_a_discovery_config_is_listed() -> None:
+    payload = config({"ok": levels(RACK), "bad_name": levels(RACK), "empty": []}, interval="x")
+    with pytest.raises(InputError) as raised:
+        discovery_config(payload)
+    types = "networkTopologyDiscovery[0].config.networkTopologyTypes"
+    assert not raised.value.field  # each problem names its own
+    assert raised.value.message == (
+        "networkTopologyDiscovery[0].interval: 'x' must be a positive duration such as 10m or "
+        f"1h; {types}.bad_name: a topology type name must be 1-20 lowercase letters, digits or "
+        f"'-', starting and ending with a letter or digit; {types}.empty: must be a non-empty "
+        "list of {nodeLabel: <key>}, top tier first"
+    )

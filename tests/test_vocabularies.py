@@ -498,3 +498,18 @@ def test_builtin_hypernode_example_plans_within_a_spine(capsys: pytest.CaptureFi
     hosts = [d["values"][-1] for d in assignment["topologyAssignment"]["domains"]]
     # node0 is busy; s4 (node0-3) has exactly the 3 free nodes: the tightest spine.
     assert sorted(hosts) == ["node1", "node2", "node3"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "api_version"),
+    [("Job", "batch.volcano.sh/v1alpha1"), ("PodGroup", "scheduling.volcano.sh/v1beta1")],
+)
+def test_a_volcano_job_or_podgroup_is_refused_with_what_to_write(
+    kind: str, api_version: str
+) -> None:
+    obj = {"apiVersion": api_version, "kind": kind, "metadata": {"name": "t", "namespace": "ml"}}
+    with pytest.raises(InputError) as error:
+        workload_from_object(obj)
+    message = error.value.describe()
+    assert message.startswith(f"{kind} ml/t: {kind} {api_version} is Volcano's own kind")
+    assert "batch/v1 Job" in message and "topogate.dev/network-topology" in message
