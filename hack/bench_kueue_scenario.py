@@ -26,6 +26,7 @@ import contextlib
 import datetime as dt
 import json
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -537,6 +538,8 @@ def report(ours: dict[str, Any], theirs: dict[str, Any] | None) -> None:
 
 
 def main() -> None:
+    # A SIGTERM (timeout(1), Ctrl-C's cousin) unwinds, so the control plane is stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cohorts", type=int, default=5, help="5: Kueue's 15,000 Workloads")
     parser.add_argument(
