@@ -309,6 +309,9 @@ def admission_cycle(
         else:
             lanes[name] = order(lanes[name])
     blocked: dict[str, str] = {}  # StrictFIFO queue -> the workload it waits behind
+    # Queues whose first workload that does not fit looked for victims this cycle: the
+    # search is the costly part, and the later ones are of lower or equal rank.
+    searched: set[str] = set()
 
     def rank(name: str, workload: PendingWorkload) -> tuple[bool, int, str, str, str]:
         borrows = book.borrows(queues[name], workload.demand())
@@ -325,9 +328,13 @@ def admission_cycle(
         queue = queues[name]
         outcome = _try(workload, queue, book, placer, held)
         if isinstance(outcome, str):
-            result.pending[workload.key] = _maybe_preempt(
-                result, workload, queue, outcome, book, held, preempt
-            )
+            if name in searched:  # one preemption search per queue per cycle, as Kueue's
+                result.pending[workload.key] = outcome  # scheduler takes one head per queue
+            else:
+                searched.add(name)
+                result.pending[workload.key] = _maybe_preempt(
+                    result, workload, queue, outcome, book, held, preempt
+                )
             if queue.strategy == STRICT_FIFO:
                 blocked[name] = workload.key
             continue
