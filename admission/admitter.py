@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from topogate.api.gpus import GpuAssignment
 from topogate.api.models import Admission
-from topogate.api.objects import condition, is_evicted, is_finished, key_of, meta, owner_job
+from topogate.api.objects import condition, is_evicted, is_finished, meta, owner_job
 from topogate.api.times import parse_time
 from topogate.kube.errors import API_ERRORS
 from topogate.kube.events import EventRecorder
@@ -55,6 +55,7 @@ from .writes import new_condition, write_gpu_assignment, write_status
 log = logging.getLogger("topogate.admitter")
 
 PENDING = "Pending"
+PENDING_WRITE_CONCURRENCY = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +83,9 @@ class Admitter:
         self.metrics = metrics
         self.events = events
         self._writes = asyncio.Semaphore(write_concurrency)
+        # Pending messages are a courtesy: few at a time, so they never stand in the API
+        # client's queue ahead of admissions and evictions.
+        self._courtesy = asyncio.Semaphore(PENDING_WRITE_CONCURRENCY)
         self._candidates: dict[str, Candidate] = {}
         self.cycles = 0
         # Per Workload: the last write spawned (the next one waits for it), the Workload as
@@ -89,6 +93,12 @@ class Admitter:
         self._chains: dict[str, asyncio.Task[None]] = {}
         self._returned: dict[str, Obj] = {}
         self._said: dict[str, str] = {}
+        # Pending messages waiting or being written, one task per Workload; the message it
+        # writes is the newest in ``_said`` when its turn comes (latest wins). They are not
+        # chained with admissions: both are guarded by the version read, so a race costs a
+        # 409 and never a lost write, and an admission never waits behind them.
+        self._pending_tasks: dict[str, asyncio.Task[None]] = {}
+        self._sending: dict[str, asyncio.Task[None]] = {}  # those whose request is out
 
     def _candidate(self, key: str, workload: Obj, catalog: Catalog) -> Translation:
         version = f"{meta(workload).get('resourceVersion')}/{self.state.catalog_generation}"
@@ -123,16 +133,19 @@ class Admitter:
 
     async def settle(self) -> None:
         """Wait until every write spawned so far has finished."""
-        while self._chains:
-            await asyncio.gather(*list(self._chains.values()), return_exceptions=True)
+        while self._chains or self._pending_tasks:
+            tasks = [*self._chains.values(), *self._pending_tasks.values()]
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     def _spawn(self, key: str, write: Callable[[], Awaitable[None]]) -> None:
-        """Run ``write`` after the writes already spawned for this Workload."""
-        previous = self._chains.get(key)
+        """Run ``write`` after the writes already spawned for this Workload, and after a
+        pending message being sent for it right now (so it builds on that version; one still
+        waiting for its turn sees the admission and skips itself)."""
+        earlier = [t for t in (self._chains.get(key), self._sending.get(key)) if t is not None]
 
         async def chained() -> None:
-            if previous is not None:
-                await asyncio.gather(previous, return_exceptions=True)
+            if earlier:
+                await asyncio.gather(*earlier, return_exceptions=True)
             await write()
 
         task = asyncio.create_task(chained(), name=f"admitter-write {key}")
@@ -189,10 +202,10 @@ class Admitter:
             self.metrics.admission_attempts.labels("pending").inc()
             if _says(self._current(key, waiting[key]), message):
                 continue
-            if self._said.get(key) == message and key in self._chains:
-                continue  # being written
-            self._said[key] = message
-            self._spawn(key, functools.partial(self._wait, waiting[key], message))
+            self._said[key] = message  # a queued write takes the newest message
+            if key not in self._pending_tasks:
+                task = asyncio.create_task(self._wait(key, waiting[key]), name=f"pending {key}")
+                self._pending_tasks[key] = task
         for key, plan in result.preemptions:
             self._preempt(key, plan)
         self._forget(set(waiting))
@@ -203,7 +216,7 @@ class Admitter:
         """Drop what is kept per Workload once it waits no more and has no write left."""
         for key in set(self._said) - waiting:
             del self._said[key]
-        for key in set(self._returned) - waiting - set(self._chains):
+        for key in set(self._returned) - waiting - set(self._chains) - set(self._pending_tasks):
             del self._returned[key]
 
     def _gauges(self, queues: Mapping[str, QueueSpec], still: list[PendingWorkload]) -> None:
@@ -311,11 +324,19 @@ class Admitter:
         if owner is not None:
             self.state.signals.job(*owner)
 
-    async def _wait(self, seen: Obj, message: str) -> None:
-        key = key_of(seen)
+    async def _wait(self, key: str, seen: Obj) -> None:
+        try:
+            async with self._courtesy:
+                await self._write_pending(key, seen)
+        finally:
+            self._pending_tasks.pop(key, None)
+            self._sending.pop(key, None)
+
+    async def _write_pending(self, key: str, seen: Obj) -> None:
+        message = self._said.get(key)
         workload = self._current(key, seen)
-        if self.state.reserved(key) is not None or _says(workload, message):
-            return  # admitted meanwhile, or already says so
+        if message is None or self.state.reserved(key) is not None or _says(workload, message):
+            return  # admitted or gone meanwhile, or already says so
         # A merge patch replaces the whole list: keep the other conditions (Evicted, ...).
         others = [
             c
@@ -324,9 +345,11 @@ class Admitter:
         ]
         reserved = new_condition("QuotaReserved", "False", PENDING, message)
         status = {"conditions": [*others, reserved]}
+        task = asyncio.current_task()
+        if task is not None:
+            self._sending[key] = task
         try:
-            async with self._writes:
-                self._returned[key] = await write_status(self.kube, workload, status)
+            self._returned[key] = await write_status(self.kube, workload, status)
         except API_ERRORS as error:
             log.debug("pending status of %s not written: %s", key, error)
             if self._said.get(key) == message:
