@@ -110,10 +110,11 @@ class Admitter:
 
     def _usage(self) -> Usage:
         """Quota in use: every admitted (or being admitted), unfinished workload's admission."""
+        workloads = self.state.store(WORKLOADS)
         return usage_of(
             admission
-            for key, workload in self.state.store(WORKLOADS).items()
-            if not is_finished(workload) and (admission := self.state.reserved(key))
+            for key in self.state.held()
+            if not is_finished(workloads.get(key)) and (admission := self.state.reserved(key))
         )
 
     # --- the loop ------------------------------------------------------------------------
@@ -200,6 +201,8 @@ class Admitter:
             self._assume(waiting[admitted_one.key], admitted_one, requests[admitted_one.key])
         for key, message in {**problems, **result.pending}.items():
             self.metrics.admission_attempts.labels("pending").inc()
+            if self._said.get(key) == message:
+                continue  # written, or queued to be
             if _says(self._current(key, waiting[key]), message):
                 continue
             self._said[key] = message  # a queued write takes the newest message

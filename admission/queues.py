@@ -122,6 +122,7 @@ class QuotaBook:
     def __init__(self, queues: Mapping[str, QueueSpec], usage: Usage) -> None:
         self.queues = queues
         self.usage = usage  # updated in place by :meth:`add`
+        self.changes = 0  # bumped by every :meth:`add`
         self._members: dict[str, list[QueueSpec]] = {}
         for queue in queues.values():
             if queue.cohort:
@@ -180,6 +181,7 @@ class QuotaBook:
         )
 
     def add(self, queue: str, flavor: str, amounts: Mapping[str, int]) -> None:
+        self.changes += 1
         slot = self.usage.setdefault((queue, flavor), {})
         for resource, amount in amounts.items():
             slot[resource] = slot.get(resource, 0) + amount
@@ -313,13 +315,35 @@ def admission_cycle(
     # search is the costly part, and the later ones are of lower or equal rank.
     searched: set[str] = set()
 
-    def rank(name: str, workload: PendingWorkload) -> tuple[bool, int, str, str, str]:
-        borrows = book.borrows(queues[name], workload.demand())
-        return (borrows, -workload.priority, workload.created, name, workload.key)
+    # Each lane's head ranked once, again only after the quota in use changed (an admission
+    # or a preemptor's reservation): with thousands pending, ranking every head at every
+    # step was most of a cycle.
+    ranks: dict[str, tuple[bool, int, str, str, str]] = {}
+    booked = -1
 
+    def rank(name: str) -> tuple[bool, int, str, str, str]:
+        found = ranks.get(name)
+        if found is None:
+            workload = lanes[name][-1]
+            borrows = book.borrows(queues[name], workload.demand())
+            found = ranks[name] = (
+                borrows,
+                -workload.priority,
+                workload.created,
+                name,
+                workload.key,
+            )
+        return found
+
+    for name in lanes:
+        lanes[name].reverse()  # the head last: popped in O(1)
     while lanes:
-        name, workload = min(((n, lane[0]) for n, lane in lanes.items()), key=lambda h: rank(*h))
-        lanes[name].pop(0)
+        if book.changes != booked:
+            ranks.clear()
+            booked = book.changes
+        name = min(lanes, key=rank)
+        workload = lanes[name].pop()
+        del ranks[name]
         if not lanes[name]:
             del lanes[name]
         if name in blocked:
