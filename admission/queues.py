@@ -255,6 +255,32 @@ def _quota_problem(
     return ""
 
 
+def _quota_refusal(
+    memo: dict[tuple[str, tuple[tuple[str, int], ...]], str],
+    queue: QueueSpec,
+    book: QuotaBook,
+    demand: Mapping[str, int],
+) -> str:
+    """Why no flavor of the queue has the quota for ``demand`` (the words :func:`_try` would
+    use), or "" when one has: then the placement decides."""
+    key = (queue.name, tuple(sorted(demand.items())))
+    found = memo.get(key)
+    if found is not None:
+        return found
+    reasons: list[str] = []
+    for flavor in queue.flavors:
+        uncovered = sorted(set(demand) - set(flavor.nominal))
+        if uncovered:
+            reasons.append(f"flavor {flavor.flavor} does not cover {', '.join(uncovered)}")
+            continue
+        problem = _quota_problem(book, queue, flavor, demand)
+        if not problem:
+            return ""
+        reasons.append(problem)
+    memo[key] = "; ".join(reasons) or f"ClusterQueue {queue.name} has no flavors"
+    return memo[key]
+
+
 def _try(
     workload: PendingWorkload,
     queue: QueueSpec,
@@ -281,6 +307,51 @@ def _try(
     return "; ".join(reasons) or f"ClusterQueue {queue.name} has no flavors"
 
 
+class _Heads:
+    """The queues' lanes, each in its own order, and the next head to try across them.
+
+    Each lane's head is ranked once, and again only after the quota in use changed (an
+    admission or a preemptor's reservation): with thousands pending, ranking every head at
+    every step was most of a cycle.
+    """
+
+    def __init__(self, queues: Mapping[str, QueueSpec], book: QuotaBook) -> None:
+        self.queues, self.book = queues, book
+        self.lanes: dict[str, list[PendingWorkload]] = {}
+        self._ranks: dict[str, tuple[bool, int, str, str, str]] = {}
+        self._booked = -1
+
+    def fill(self, pending: Sequence[PendingWorkload], result: CycleResult) -> None:
+        for workload in pending:
+            self.lanes.setdefault(workload.cluster_queue, []).append(workload)
+        for name in sorted(self.lanes):
+            if name not in self.queues:
+                for workload in self.lanes.pop(name):
+                    result.pending[workload.key] = f"ClusterQueue {name} does not exist"
+            else:
+                self.lanes[name] = order(self.lanes[name])[::-1]  # the head last: O(1) pops
+
+    def _rank(self, name: str) -> tuple[bool, int, str, str, str]:
+        found = self._ranks.get(name)
+        if found is None:
+            head = self.lanes[name][-1]
+            borrows = self.book.borrows(self.queues[name], head.demand())
+            found = (borrows, -head.priority, head.created, name, head.key)
+            self._ranks[name] = found
+        return found
+
+    def pop(self) -> tuple[str, PendingWorkload]:
+        if self.book.changes != self._booked:
+            self._ranks.clear()
+            self._booked = self.book.changes
+        name = min(self.lanes, key=self._rank)
+        workload = self.lanes[name].pop()
+        del self._ranks[name]
+        if not self.lanes[name]:
+            del self.lanes[name]
+        return name, workload
+
+
 def admission_cycle(
     queues: Mapping[str, QueueSpec],
     pending: Sequence[PendingWorkload],
@@ -301,56 +372,28 @@ def admission_cycle(
     result = CycleResult()
     book = QuotaBook(queues, usage)
     held: Held = []
-    lanes: dict[str, list[PendingWorkload]] = {}
-    for workload in pending:
-        lanes.setdefault(workload.cluster_queue, []).append(workload)
-    for name in sorted(lanes):
-        if name not in queues:
-            for workload in lanes.pop(name):
-                result.pending[workload.key] = f"ClusterQueue {name} does not exist"
-        else:
-            lanes[name] = order(lanes[name])
+    heads = _Heads(queues, book)
+    heads.fill(pending, result)
     blocked: dict[str, str] = {}  # StrictFIFO queue -> the workload it waits behind
     # Queues whose first workload that does not fit looked for victims this cycle: the
     # search is the costly part, and the later ones are of lower or equal rank.
     searched: set[str] = set()
-
-    # Each lane's head ranked once, again only after the quota in use changed (an admission
-    # or a preemptor's reservation): with thousands pending, ranking every head at every
-    # step was most of a cycle.
-    ranks: dict[str, tuple[bool, int, str, str, str]] = {}
-    booked = -1
-
-    def rank(name: str) -> tuple[bool, int, str, str, str]:
-        found = ranks.get(name)
-        if found is None:
-            workload = lanes[name][-1]
-            borrows = book.borrows(queues[name], workload.demand())
-            found = ranks[name] = (
-                borrows,
-                -workload.priority,
-                workload.created,
-                name,
-                workload.key,
-            )
-        return found
-
-    for name in lanes:
-        lanes[name].reverse()  # the head last: popped in O(1)
-    while lanes:
-        if book.changes != booked:
-            ranks.clear()
-            booked = book.changes
-        name = min(lanes, key=rank)
-        workload = lanes[name].pop()
-        del ranks[name]
-        if not lanes[name]:
-            del lanes[name]
+    # Quota refusals by (queue, demand) while the quota in use is unchanged: thousands of
+    # pending workloads come in a few shapes, and each refusal was worked out and worded anew.
+    refusals: dict[tuple[str, tuple[tuple[str, int], ...]], str] = {}
+    refused_at = 0
+    while heads.lanes:
+        name, workload = heads.pop()
+        if book.changes != refused_at:
+            refusals.clear()
+            refused_at = book.changes
         if name in blocked:
             result.pending[workload.key] = f"waiting behind {blocked[name]} (StrictFIFO)"
             continue
         queue = queues[name]
-        outcome = _try(workload, queue, book, placer, held)
+        outcome = _quota_refusal(refusals, queue, book, workload.demand()) or _try(
+            workload, queue, book, placer, held
+        )
         if isinstance(outcome, str):
             if name in searched:  # one preemption search per queue per cycle, as Kueue's
                 result.pending[workload.key] = outcome  # scheduler takes one head per queue
