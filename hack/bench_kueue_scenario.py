@@ -94,10 +94,10 @@ class Run:
 # --- the objects ----------------------------------------------------------------------------
 
 
-def cluster_objects(cohorts: int) -> list[Obj]:
+def cluster_objects(cohorts: int, racks: int = RACKS, per_rack: int = NODES_PER_RACK) -> list[Obj]:
     nodes = []
-    for rack in range(RACKS):
-        for index in range(NODES_PER_RACK):
+    for rack in range(racks):
+        for index in range(per_rack):
             name = f"b0-r{rack}-n{index}"
             resources = {"cpu": "96", "memory": "256Gi", "pods": "110"}
             labels = {BLOCK: "b0", RACK: f"r{rack}", HOST: name, GROUP_LABEL: FLAVOR}
@@ -352,13 +352,27 @@ def scrape(port: int) -> dict[str, float]:
     return out
 
 
-def metrics_port(log: Path, deadline: float) -> int:
+def ports(log: Path, deadline: float) -> tuple[int, int]:
+    """serve's probe and metrics ports, from its first line."""
     while time.monotonic() < deadline:
         match = re.search(r"probes and metrics on :(\d+) :(\d+)", log.read_text())
         if match:
-            return int(match.group(2))
+            return int(match.group(1)), int(match.group(2))
         time.sleep(0.2)
     raise SystemExit(f"serve did not start: {log.read_text()[-2000:]}")
+
+
+def wait_ready(port: int, deadline: float) -> None:
+    """Until /readyz says the caches are synced and this replica leads."""
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as reply:
+                if reply.status == 200 and not reply.read().startswith(b"standby"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit("serve did not become ready")
 
 
 # --- the report -----------------------------------------------------------------------------
@@ -431,17 +445,21 @@ async def drive(plane: ControlPlane, cohorts: int, fraction: float) -> Run:
     return run
 
 
-def topogate_side(directory: Path, cohorts: int, fraction: float) -> dict[str, Any]:
+def topogate_side(
+    directory: Path, cohorts: int, fraction: float, racks: int, per_rack: int
+) -> dict[str, Any]:
     plane = ControlPlane.start(directory / "plane", scheduler=False)
     try:
         install_crds(plane.kubeconfig)
-        create_all(plane.kubeconfig, cluster_objects(cohorts))
+        create_all(plane.kubeconfig, cluster_objects(cohorts, racks, per_rack))
         log = directory / "serve.log"
+        launched = time.monotonic()
         with serving(
             plane.kubeconfig, log, extra=["--lease-duration=60", "--renew-deadline=45"]
         ) as proc:
-            port = metrics_port(log, time.monotonic() + 60)
-            time.sleep(2)  # its caches sync
+            probes, port = ports(log, time.monotonic() + 60)
+            wait_ready(probes, time.monotonic() + 600)
+            ready = time.monotonic() - launched
             cpu0 = proc_cpu(proc.pid)
             before = scrape(port)
             started = time.monotonic()
@@ -459,7 +477,11 @@ def topogate_side(directory: Path, cohorts: int, fraction: float) -> dict[str, A
             after["topogate_admission_cycle_seconds_sum"]
             - before["topogate_admission_cycle_seconds_sum"]
         )
+        first_created = min((r.created for r in run.records.values()), default=0.0)
         return {
+            "nodes": racks * per_rack,
+            "ready": ready,
+            "first_admission": min(run.admissions, default=first_created) - first_created,
             "wall": wall,
             "cpu": cpu,
             "rss": rss,
@@ -513,6 +535,10 @@ def report(ours: dict[str, Any], theirs: dict[str, Any] | None) -> None:
         f"topogate serve: wall {ours['wall']:.0f} s, CPU {ours['cpu']:.1f} s, "
         f"peak RSS {ours['rss']:.0f} MB"
     )
+    print(
+        f"  {ours['nodes']} nodes: ready (caches synced, leading) {ours['ready']:.1f} s after "
+        f"start; first admission {ours['first_admission'] * 1000:.0f} ms after the first create"
+    )
     print(f"  cycles {ours['cycles']:.0f}, mean {ours['cycle_mean_ms']:.1f} ms")
     print(f"  admissions per 10 s: {ours['per_window']}")
     print(f"  10 s windows with no admission while work waited: {ours['zero_windows']}")
@@ -546,6 +572,10 @@ def main() -> None:
         "--fraction", type=float, default=1.0, help="scale each set's count (1: Kueue's)"
     )
     parser.add_argument("--kueue-checkout", type=Path, help="also run Kueue's side from here")
+    parser.add_argument("--racks", type=int, default=RACKS, help="topogate side: racks")
+    parser.add_argument(
+        "--nodes-per-rack", type=int, default=NODES_PER_RACK, help="topogate side: nodes per rack"
+    )
     parser.add_argument("--json", type=Path, help="write the figures here too")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -553,7 +583,9 @@ def main() -> None:
         if args.kueue_checkout is not None:
             checkout = args.kueue_checkout.resolve()
             theirs = kueue_side(checkout, Path(tmp), args.cohorts, args.fraction)
-        ours = topogate_side(Path(tmp), args.cohorts, args.fraction)
+        ours = topogate_side(
+            Path(tmp), args.cohorts, args.fraction, args.racks, args.nodes_per_rack
+        )
         report(ours, theirs)
         if args.json:
             args.json.write_text(
