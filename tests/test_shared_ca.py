@@ -30,7 +30,12 @@ from topogate.webhooks.sharedca import (
     needs_renewal,
 )
 
-NOW = dt.datetime.now(dt.UTC)
+
+def now() -> dt.datetime:
+    """The clock at the call: certificates made in a test start five minutes before the real
+    now, so a time taken when the module was collected (minutes earlier in a long suite) would
+    be before their start and make them look not yet valid."""
+    return dt.datetime.now(dt.UTC)
 
 
 class FakeSecret:
@@ -86,7 +91,7 @@ def test_two_replicas_race_one_create_wins_and_both_hold_the_same_ca() -> None:
     results: dict[str, bytes] = {}
 
     def replica(name: str) -> None:
-        shared = ensure_ca(store, NOW)
+        shared = ensure_ca(store, now())
         results[name] = shared.ca.cert_pem + shared.ca.key_pem + shared.bundle
 
     threads = [threading.Thread(target=replica, args=(n,)) for n in ("a", "b")]
@@ -104,18 +109,18 @@ def test_a_ca_near_its_end_is_replaced_once_and_the_old_one_stays_trusted() -> N
     store = FakeSecret()
     old = make_ca("old", validity=dt.timedelta(days=20))  # inside the 30-day window
     store.stored = Stored({CA_CERT: old.cert_pem, CA_KEY: old.key_pem}, "7")
-    rotated = ensure_ca(store, NOW)
+    rotated = ensure_ca(store, now())
     assert rotated.ca.cert_pem != old.cert_pem
-    assert validity_of(rotated.ca.cert_pem)[1] - NOW > dt.timedelta(days=4 * 365)
+    assert validity_of(rotated.ca.cert_pem)[1] - now() > dt.timedelta(days=4 * 365)
     # The bundle: the new CA, then the old one while it is valid.
     certs = x509.load_pem_x509_certificates(rotated.bundle)
     assert [c.subject.rfc4514_string() for c in certs] == ["CN=topogate-webhook-ca", "CN=old"]
     assert store.stored.data[PREVIOUS_CA] == old.cert_pem and store.stored.version == "8"
     # The other replica adopts it; nobody rotates twice.
-    assert ensure_ca(store, NOW) == rotated
+    assert ensure_ca(store, now()) == rotated
     assert store.replaces == [True]
     # Once the old CA has ended it leaves the bundle.
-    later = ensure_ca(store, NOW + dt.timedelta(days=21))
+    later = ensure_ca(store, now() + dt.timedelta(days=21))
     assert later.bundle == rotated.ca.cert_pem
 
 
@@ -132,7 +137,7 @@ def test_a_lost_rotation_race_adopts_the_winners_ca() -> None:
         return real_replace(data, version)
 
     store.replace = replace_after_the_winner  # type: ignore[method-assign]
-    assert ensure_ca(store, NOW).ca == winner
+    assert ensure_ca(store, now()).ca == winner
     assert store.replaces == [False]
 
 
@@ -140,7 +145,7 @@ def test_a_secret_that_holds_no_ca_is_reported() -> None:
     store = FakeSecret()
     store.stored = Stored({"token": b"x"}, "1")
     with pytest.raises(CAUnavailable) as error:
-        ensure_ca(store, NOW)
+        ensure_ca(store, now())
     assert str(error.value) == "the CA store holds no ca.crt and ca.key"
 
 
@@ -155,7 +160,7 @@ def test_renewal_windows() -> None:
 
 def test_a_serving_certificate_near_its_end_is_reissued_and_reloaded(tmp_path: Path) -> None:
     store = FakeSecret()
-    clock = [NOW]
+    clock = [now()]
     keeper = CertificateKeeper(
         store,
         tmp_path,
@@ -174,7 +179,7 @@ def test_a_serving_certificate_near_its_end_is_reissued_and_reloaded(tmp_path: P
     )
     assert names.value.get_values_for_type(x509.DNSName) == ["topogate-webhook.topogate-system.svc"]
     assert keeper.check() == (bundle, False)  # not due: nothing written
-    clock[0] = NOW + dt.timedelta(days=21)  # less than a third of 30 days left
+    clock[0] = now() + dt.timedelta(days=21)  # less than a third of 30 days left
     assert keeper.check() == (bundle, True)
     renewed = (tmp_path / "tls.crt").read_bytes()
     assert renewed != first
