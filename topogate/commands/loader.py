@@ -41,6 +41,17 @@ class ClusterInput:
         return build_forest(list(self.hypernodes.values()), self.nodes)
 
 
+def hypernode_warnings(forest: HyperNodeForest | None) -> list[str]:
+    """What is wrong in the HyperNodes (left out of the forest; the rest still places jobs),
+    one line per problem: ``plan`` and ``topology`` both print these."""
+    problems = forest.problems if forest is not None else {}
+    return [
+        f"HyperNode {name}: {problem}"
+        for name, found in sorted(problems.items())
+        for problem in found
+    ]
+
+
 def _group(api_version: Any) -> str:
     return str(api_version or "").rpartition("/")[0]
 

@@ -50,7 +50,13 @@ from topogate.cache.snapshot import ClusterSnapshot, IntArray
 from topogate.cache.sources import TopologySource, topology_sources
 from topogate.cache.topology import DomainTree
 
-from .loader import ClusterInput, add_cluster_argument, load_cluster_reporting, load_single
+from .loader import (
+    ClusterInput,
+    add_cluster_argument,
+    hypernode_warnings,
+    load_cluster_reporting,
+    load_single,
+)
 
 EXIT_FITS, EXIT_NO_FIT = 0, 1
 
@@ -111,6 +117,12 @@ def flavor_named(cluster: ClusterInput, name: str) -> ResourceFlavor:
     return flavor
 
 
+def topology_flavors(cluster: ClusterInput) -> dict[str, ResourceFlavor]:
+    """The ResourceFlavors with a topology: with exactly one, plan (and topology) use it
+    without --flavor."""
+    return {name: f for name, f in cluster.flavors.items() if f.spec.topology_name}
+
+
 def choose_flavor(
     cluster: ClusterInput,
     flavor_name: str | None,
@@ -124,7 +136,7 @@ def choose_flavor(
     HyperNode forest for Volcano's tier words), else the only topology in the input.
     """
     sources = topology_sources(cluster.topologies, forest)
-    tas = {name: f for name, f in cluster.flavors.items() if f.spec.topology_name}
+    tas = topology_flavors(cluster)
     flavor: ResourceFlavor | None = None
     if flavor_name is not None:
         flavor = flavor_named(cluster, flavor_name)
@@ -164,11 +176,7 @@ def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = Non
     forest = cluster.build_forest()
     # Structure problems leave the faulty part out and are reported; the sound part of the
     # forest still places jobs (one bad HyperNode must not stop everything, as in Volcano).
-    warnings = [
-        f"HyperNode {name}: {problem}"
-        for name, problems in sorted((forest.problems if forest else {}).items())
-        for problem in problems
-    ]
+    warnings = hypernode_warnings(forest)
     for node in cluster.nodes:  # serve skips a bad GPU annotation; plan refuses it
         if node.gpu_problem:
             raise InputError(node.gpu_problem)
