@@ -220,6 +220,41 @@ def test_other_kinds_are_skipped_with_one_warning(
     ]
 
 
+def test_a_known_kind_under_another_api_version_is_named_with_what_is_read(
+    cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not guessed at: a Topology of another project (or an unknown Kueue version) is left
+    out with its apiVersion and the apiVersions topogate reads."""
+    other = {**TOPOLOGY, "apiVersion": "example.com/v1alpha1"}
+    (cluster / "extra.yaml").write_text(
+        yaml.safe_dump_all(
+            [
+                {**other, "metadata": {"name": "b"}},
+                {**other, "metadata": {"name": "a"}},
+                {**TOPOLOGY, "apiVersion": "kueue.x-k8s.io/v1", "metadata": {"name": "c"}},
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}},
+            ]
+        )
+    )
+    code = main(["plan", "--cluster", str(cluster), "--workload", str(_write(tmp_path, _job(1)))])
+    assert code == 0  # planned on the one Topology that is read
+    read = (
+        "topogate reads Topology as topogate.dev/v1alpha1, kueue.x-k8s.io/v1alpha1, "
+        "kueue.x-k8s.io/v1beta1 or kueue.x-k8s.io/v1beta2"
+    )
+    assert capsys.readouterr().err.splitlines() == [
+        f"topogate plan: warning: Topology example.com/v1alpha1 is not read (2 objects: b, a); {read}",
+        f"topogate plan: warning: Topology kueue.x-k8s.io/v1 is not read (1 object: c); {read}",
+        "topogate plan: warning: skipped 1 object(s) of kinds plan does not use: ConfigMap x1",
+    ]
+    # The same lines from topology, which loads the cluster the same way.
+    assert main(["topology", "--cluster", str(cluster), "-o", "json"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (
+        f"topogate topology: warning: Topology example.com/v1alpha1 is not read (2 objects: b, a); {read}"
+    )
+
+
 def test_bound_pods_count_as_usage(
     cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
