@@ -498,3 +498,30 @@ def test_example_and_console_script_without_traceback(tmp_path: Path) -> None:
         "in \"<unicode string>\", line 1, column 7 did not find expected ',' or ']'   "
         'in "<unicode string>", line 2, column 1\n'
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["plan", "--example", "--cluster", "x"],
+            "topogate plan: error: --example cannot be combined with --cluster or --workload",
+        ),
+        (["plan"], "topogate plan: error: needs --cluster PATH and --workload PATH (or --example)"),
+        (
+            ["topology", "discover", "--cluster", "topogate/examples/cluster.yaml"],
+            "topogate topology: error: discover needs --labels TYPE=LABEL,... or "
+            "--discovery-config FILE",
+        ),
+        (
+            ["gpu", "import", "--pcie-gbps", "-1"],
+            "topogate gpu import: error: --pcie-gbps: must be a positive number of GB/s",
+        ),
+    ],
+)
+def test_errors_carry_the_command_prefix_once(
+    argv: list[str], line: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    assert main(argv) == 2
+    assert capsys.readouterr().err == line + "\n"

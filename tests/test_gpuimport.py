@@ -110,16 +110,23 @@ def test_malformed_input_is_one_line_and_exit_2(
     path.write_text(text)
     code, out, err = _import(capsys, str(path))
     assert code == 2 and out == ""
-    assert err.count("\n") == 1 and err.startswith(f"topogate gpu: error: {path}")
+    assert err.count("\n") == 1 and err.startswith(f"topogate gpu import: error: {path}")
     assert message in err
 
 
 def test_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    """One prefix per line: the command's words are never repeated inside the message."""
     code, _, err = _import(capsys, str(H100), "-o", "kubectl")
-    assert code == 2 and "needs --node" in err
+    assert (code, err) == (2, "topogate gpu import: error: -o kubectl needs --node NAME\n")
     code, _, err = _import(capsys, str(H100), "--node", "a;rm -rf /", "-o", "kubectl")
-    assert code == 2 and "is not a node name" in err
+    assert (code, err) == (
+        2,
+        "topogate gpu import: error: --node: 'a;rm -rf /' is not a node name\n",
+    )
     code, _, err = _import(capsys, str(H100), "--nvlink-gbps", "0")
-    assert code == 2 and "--nvlink-gbps must be a positive number" in err
+    assert (code, err) == (
+        2,
+        "topogate gpu import: error: --nvlink-gbps: must be a positive number of GB/s\n",
+    )
     code, _, err = _import(capsys, "/no/such/file")
-    assert code == 2 and err.startswith("topogate gpu: error: /no/such/file: cannot read")
+    assert code == 2 and err.startswith("topogate gpu import: error: /no/such/file: cannot read")

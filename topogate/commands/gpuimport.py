@@ -185,14 +185,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    where = f"topogate gpu {args.gpu_command}"
+    # No "topogate gpu import" in these: the command line prints that prefix itself.
     for flag, value in (("--nvlink-gbps", args.nvlink_gbps), ("--pcie-gbps", args.pcie_gbps)):
         if not value > 0 or value == float("inf"):
-            raise InputError(f"{flag} must be a positive number of GB/s", where=where)
+            raise InputError("must be a positive number of GB/s", where=flag)
     if args.output == "kubectl" and not args.node:
-        raise InputError("-o kubectl needs --node NAME", where=where)
+        raise InputError("-o kubectl needs --node NAME")
     if args.node is not None and not _NODE_NAME.match(args.node):
-        raise InputError(f"{args.node!r} is not a node name", where=f"{where} --node")
+        raise InputError(f"{args.node!r} is not a node name", where="--node")
     if args.file == "-":
         text, source = sys.stdin.read(), "<stdin>"
     else:

@@ -386,15 +386,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.example:
         if args.cluster or args.workload:
-            raise InputError(
-                "--example cannot be combined with --cluster or --workload", where="topogate plan"
-            )
+            raise InputError("--example cannot be combined with --cluster or --workload")
         cluster_path, workload_path = example_paths()
         args.cluster, args.workload = [cluster_path], workload_path
     if not args.cluster or args.workload is None:
-        raise InputError(
-            "needs --cluster PATH and --workload PATH (or --example)", where="topogate plan"
-        )
+        raise InputError("needs --cluster PATH and --workload PATH (or --example)")
     cluster = load_cluster_reporting(args.cluster, "plan")
     document = load_single(args.workload)
     source = workload_from_object(document.obj, document.source)

@@ -769,7 +769,6 @@ def _discover(args: argparse.Namespace, cluster: ClusterInput) -> int:
     if not types:
         raise InputError(
             "discover needs --labels TYPE=LABEL,... or --discovery-config FILE",
-            where="topogate topology",
         )
     found = discover_offline(cluster.nodes, types)
     if args.output == "json":
