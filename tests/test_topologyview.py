@@ -641,3 +641,45 @@ def test_topology_warns_about_the_hypernode_conflicts_plan_warns_about(
     code, _, err = _run(capsys, "--cluster", str(cluster), "-o", "tree")
     assert code == 0
     assert err.splitlines() == [f"topogate topology: warning: {expected}"]
+
+
+LABEL_SOURCE_NEEDED = (
+    "discover needs an enabled label source: networkTopologyDiscovery: [{source: label, "
+    "enabled: true, config: {networkTopologyTypes: {TYPE: [{nodeLabel: LABEL}, ...]}}}]"
+)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (
+            {"networkTopologyDiscoveries": []},
+            "has no networkTopologyDiscovery (its top-level keys: networkTopologyDiscoveries); "
+            + LABEL_SOURCE_NEEDED,
+        ),
+        (
+            {"networkTopologyDiscovery": []},
+            "networkTopologyDiscovery: is empty; " + LABEL_SOURCE_NEEDED,
+        ),
+        (
+            {
+                "networkTopologyDiscovery": [
+                    {"source": "ufm", "enabled": True},
+                    {"source": "label", "config": {"networkTopologyTypes": {"t": []}}},
+                ]
+            },
+            "networkTopologyDiscovery: [0] is source 'ufm', which discover does not read; "
+            "[1] is a label source with enabled: None; " + LABEL_SOURCE_NEEDED,
+        ),
+    ],
+)
+def test_discovery_config_says_what_the_file_lacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], config: dict[str, Any], message: str
+) -> None:
+    path = tmp_path / "volcano-controller.conf"
+    path.write_text(yaml.safe_dump(config))
+    code, out, err = _run(
+        capsys, "discover", "--cluster", str(EXAMPLE), "--discovery-config", str(path)
+    )
+    assert (code, out) == (2, "")
+    assert err == f"topogate topology: error: {path}: {message}\n"

@@ -84,6 +84,11 @@ def load_single(path: Path) -> Document:
 
 def load_discovery_config(path: Path) -> list[DiscoveryType]:
     """Volcano's ``volcano-controller.conf`` payload (YAML), or a ConfigMap that holds it."""
+    return discovery_config(read_discovery_payload(path), where=str(path))
+
+
+def read_discovery_payload(path: Path) -> Mapping[str, Any]:
+    """The ``volcano-controller.conf`` mapping in ``path`` (itself, or a ConfigMap's)."""
     docs = list(documents(path))
     if len(docs) != 1:
         raise InputError(f"must hold exactly one document, found {len(docs)}", where=str(path))
@@ -103,4 +108,4 @@ def load_discovery_config(path: Path) -> list[DiscoveryType]:
             ) from None
     if not isinstance(obj, dict):
         raise InputError("must be a mapping", where=str(path))
-    return discovery_config(obj, where=str(path))
+    return obj
