@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -525,3 +526,37 @@ def test_errors_carry_the_command_prefix_once(
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
     assert main(argv) == 2
     assert capsys.readouterr().err == line + "\n"
+
+
+def test_cluster_from_stdin(
+    cluster: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`kubectl get nodes,pods -A -o yaml | topogate plan --cluster - ...`: a v1 List on stdin,
+    as YAML or as JSON (kubectl -o json), with more files next to it."""
+    job = str(_write(tmp_path, _job(2)))
+    assert main(["plan", "--cluster", str(cluster), "--workload", job]) == 0
+    from_files = capsys.readouterr().out
+    nodes = yaml.safe_load((cluster / "nodes.yaml").read_text())
+    topology = str(cluster / "topology.json")
+    for text in (yaml.safe_dump(nodes), json.dumps(nodes, indent=4)):
+        monkeypatch.setattr("sys.stdin", io.StringIO(text))
+        assert main(["plan", "--cluster", "-", "--cluster", topology, "--workload", job]) == 0
+        assert capsys.readouterr() == (from_files, "")
+    monkeypatch.setattr("sys.stdin", io.StringIO("kind: [unclosed"))
+    assert main(["plan", "--cluster", "-", "--workload", job]) == 2
+    assert capsys.readouterr().err.startswith("topogate plan: error: <stdin>: invalid YAML: ")
+    assert main(["plan", "--cluster", "-", "--cluster", "-", "--workload", job]) == 2
+    assert capsys.readouterr().err == (
+        "topogate plan: error: --cluster: stdin can be read once; give --cluster - once\n"
+    )
+    assert main(["plan", "--cluster", "-", "--workload", "-"]) == 2
+    assert capsys.readouterr().err == (
+        "topogate plan: error: --workload: - reads stdin, which --cluster - already reads; "
+        "give the workload as a file\n"
+    )
+    monkeypatch.setattr("sys.stdin", io.StringIO(yaml.safe_dump(nodes)))
+    assert main(["topology", "--cluster", "-", "--cluster", topology, "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["domains"][0]["nodes"] == 8

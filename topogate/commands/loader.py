@@ -19,7 +19,7 @@ from topogate.api.models import ResourceFlavor, Topology
 from topogate.api.validation import parse_model
 from topogate.cache.hypernodes import HyperNodeForest, build_forest
 from topogate.cache.nodes import NodeInfo, PodUsage, node_from_kube, pod_usage_from_kube
-from topogate.files import Document, documents, load_single
+from topogate.files import STDIN, Document, documents, load_single
 
 __all__ = ["ClusterInput", "Document", "documents", "load_cluster", "load_single"]
 
@@ -84,6 +84,8 @@ def load_cluster(paths: list[Path]) -> ClusterInput:
     """Nodes, bound pods, Topologies and ResourceFlavors from files; other kinds are counted."""
     cluster = ClusterInput()
     node_sources: dict[str, str] = {}
+    if paths.count(STDIN) > 1:
+        raise InputError("stdin can be read once; give --cluster - once", where="--cluster")
     for path in paths:
         for doc in documents(path):
             kind, api_version = doc.obj.get("kind"), doc.obj.get("apiVersion")
@@ -141,7 +143,8 @@ def add_cluster_argument(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=[],
         metavar="PATH",
-        help="file or directory of Nodes, Pods, Topologies, ResourceFlavors, HyperNodes",
+        help="file or directory of Nodes, Pods, Topologies, ResourceFlavors, HyperNodes; - "
+        "reads stdin (kubectl get nodes,pods -A -o yaml | topogate ... --cluster -)",
     )
 
 

@@ -49,6 +49,7 @@ from topogate.cache.hypernodes import HyperNodeForest
 from topogate.cache.snapshot import ClusterSnapshot, IntArray
 from topogate.cache.sources import TopologySource, topology_sources
 from topogate.cache.topology import DomainTree
+from topogate.files import STDIN
 
 from .loader import (
     ClusterInput,
@@ -391,6 +392,11 @@ def run(args: argparse.Namespace) -> int:
         args.cluster, args.workload = [cluster_path], workload_path
     if not args.cluster or args.workload is None:
         raise InputError("needs --cluster PATH and --workload PATH (or --example)")
+    if args.workload == STDIN and STDIN in args.cluster:
+        raise InputError(
+            "- reads stdin, which --cluster - already reads; give the workload as a file",
+            where="--workload",
+        )
     cluster = load_cluster_reporting(args.cluster, "plan")
     document = load_single(args.workload)
     source = workload_from_object(document.obj, document.source)
