@@ -683,3 +683,23 @@ def test_discovery_config_says_what_the_file_lacks(
     )
     assert (code, out) == (2, "")
     assert err == f"topogate topology: error: {path}: {message}\n"
+
+
+def test_yaml_output_for_show_and_discover(capsys: pytest.CaptureFixture[str]) -> None:
+    labels = f"dc={BLOCK},{RACK},{HOSTNAME}"
+    discover = ("discover", "--cluster", str(EXAMPLE), "--labels", labels)
+    code, default, _ = _run(capsys, *discover)
+    assert code == 0
+    assert _run(capsys, *discover, "-o", "yaml") == (0, default, "")
+    code, as_json, _ = _run(capsys, *discover, "-o", "json")
+    assert code == 0 and json.loads(as_json) == [d for d in yaml.safe_load_all(default) if d]
+    assert _run(capsys, *discover, "-o", "tree") == (
+        2,
+        "",
+        "topogate topology: error: --output: discover writes yaml or json, not tree\n",
+    )
+    code, shown, _ = _run(capsys, "--cluster", str(EXAMPLE), "-o", "yaml")
+    assert code == 0
+    assert yaml.safe_load(shown) == json.loads(
+        _run(capsys, "--cluster", str(EXAMPLE), "-o", "json")[1]
+    )

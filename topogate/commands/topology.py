@@ -647,6 +647,7 @@ RENDERERS: dict[str, Callable[[TopologyView], str]] = {
     "table": render_table,
     "tree": render_tree,
     "json": lambda view: json.dumps(view_document(view), indent=2) + "\n",
+    "yaml": lambda view: yaml.safe_dump(view_document(view), sort_keys=False),
     "html": render_html,
 }
 
@@ -681,7 +682,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--flavor", metavar="NAME", help="show the topology of this ResourceFlavor, on its nodes"
     )
-    parser.add_argument("--output", "-o", choices=tuple(RENDERERS), default="table")
+    parser.add_argument(
+        "--output",
+        "-o",
+        choices=tuple(RENDERERS),
+        help="show: table (default), tree, json, yaml or html; discover: yaml (default) or json",
+    )
     parser.add_argument("--out", type=Path, metavar="FILE", help="write here, not to stdout")
 
 
@@ -755,15 +761,17 @@ def run(args: argparse.Namespace) -> int:
     for warning in hypernode_warnings(forest):  # the same warnings as plan's
         print(f"topogate topology: warning: {warning}", file=sys.stderr)
     shown = choose_source(cluster, args.topology, args.flavor, forest)
+    output = args.output or "table"
     snapshot = ClusterSnapshot.build(cluster.nodes, cluster.pods)
     tree = shown.source.tree(snapshot, shown.node_labels)
     view = build_view(shown.source.name, tree, snapshot, shown.flavor, shown.tolerations)
-    write_output(RENDERERS[args.output](view), args.out)
+    write_output(RENDERERS[output](view), args.out)
     return EXIT_OK
 
 
 def _discover(args: argparse.Namespace, cluster: ClusterInput) -> int:
-
+    if args.output not in (None, "yaml", "json"):
+        raise InputError(f"discover writes yaml or json, not {args.output}", where="--output")
     types = types_from_flag(args.labels)
     if args.discovery_config is not None:
         path = args.discovery_config
