@@ -560,3 +560,52 @@ def test_cluster_from_stdin(
     monkeypatch.setattr("sys.stdin", io.StringIO(yaml.safe_dump(nodes)))
     assert main(["topology", "--cluster", "-", "--cluster", topology, "-o", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["domains"][0]["nodes"] == 8
+
+
+@pytest.mark.parametrize(
+    ("annotations", "pods", "asked"),
+    [
+        ({"kueue.x-k8s.io/podset-required-topology": RACK}, 2, f"required {RACK}"),
+        ({}, 1, "unconstrained"),
+        (
+            {
+                "kai.scheduler/topology-preferred-placement": RACK,
+                "kai.scheduler/topology-required-placement": BLOCK,
+            },
+            3,
+            f"preferred {RACK}, climbing no higher than {BLOCK}",
+        ),
+        (
+            {
+                "kueue.x-k8s.io/podset-preferred-topology": BLOCK,
+                "kueue.x-k8s.io/podset-slice-required-topology": RACK,
+                "kueue.x-k8s.io/podset-slice-size": "2",
+            },
+            4,
+            f"preferred {BLOCK}; slices of 2 pod(s) in one {RACK}",
+        ),
+    ],
+)
+def test_table_shows_the_topology_request_it_honoured(
+    cluster: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    annotations: dict[str, str],
+    pods: int,
+    asked: str,
+) -> None:
+    job = _write(tmp_path, _job(pods, annotations))
+    assert main(["plan", "--cluster", str(cluster), "--workload", str(job)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == f"podset main: {pods} pod(s), {asked}"
+
+
+def test_table_of_a_misfit_shows_what_was_asked(
+    cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = _write(tmp_path, _job(3))
+    assert main(["plan", "--cluster", str(cluster), "--workload", str(job)]) == 1
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        'DOES NOT FIT: main: topology "dc" allows to fit only 2 out of 3 pod(s)',
+        f"podset main asked: required {RACK}",
+    ]

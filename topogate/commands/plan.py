@@ -29,6 +29,7 @@ from topogate.admission.podsets import (
     wanted_topology,
 )
 from topogate.admission.request import (
+    Mode,
     PlacementDecision,
     PlacementRequest,
     PodSetRequest,
@@ -101,6 +102,7 @@ class PlanResult:
     usage: dict[str, list[DomainUsage]]  # per PodSet, for the table
     warnings: list[str] = field(default_factory=list)  # e.g. HyperNodes left out, and why
     gpus: dict[str, list[GpuRow]] = field(default_factory=dict)  # per PodSet, for the table
+    requests: tuple[PodSetRequest, ...] = ()  # what each PodSet asked, as the core read it
 
     @property
     def fits(self) -> bool:
@@ -201,7 +203,8 @@ def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = Non
     )
     workload.status = _status(decision, requests, choice)
     usage = _usage(decision, requests, snapshot, tree) if decision.fits else {}
-    return PlanResult(source, choice, decision, usage, warnings, _gpu_rows(decision, snapshot))
+    gpus = _gpu_rows(decision, snapshot)
+    return PlanResult(source, choice, decision, usage, warnings, gpus, requests)
 
 
 def _gpu_rows(decision: PlacementDecision, snapshot: ClusterSnapshot) -> dict[str, list[GpuRow]]:
@@ -293,6 +296,25 @@ def _usage(
     return out
 
 
+def describe_request(request: PodSetRequest) -> str:
+    """The topology request of one PodSet, in the level keys it was resolved to (whatever
+    vocabulary the job used: Kueue's, KAI's or Volcano's tiers)."""
+    parts = []
+    if request.mode is Mode.UNCONSTRAINED:
+        parts.append("unconstrained")
+    elif request.level is not None:
+        words = f"{request.mode.value} {request.level}"
+        if request.limit is not None:
+            words += f", climbing no higher than {request.limit}"
+        parts.append(words + (", balanced" if request.balanced else ""))
+    for layer in request.slices:
+        own = ", each its own" if request.exclusive_slices else ""
+        parts.append(f"slices of {layer.size} pod(s) in one {layer.level}{own}")
+    if request.gpu_min_bandwidth is not None:
+        parts.append(f"GPU sets of at least {request.gpu_min_bandwidth:g} GB/s")
+    return "; ".join(parts)
+
+
 def render_table(result: PlanResult) -> str:
     workload = result.source.workload
     lines = [
@@ -300,12 +322,14 @@ def render_table(result: PlanResult) -> str:
         f"{result.choice.name!r} (topology {result.choice.source.name!r}: "
         f"{' > '.join(result.choice.source.level_keys)})"
     ]
+    asked = {request.name: describe_request(request) for request in result.requests}
     if not result.fits:
         lines.append(f"DOES NOT FIT: {result.decision.podset}: {result.decision.message}")
+        lines.extend(f"podset {name} asked: {text}" for name, text in asked.items())
         return "\n".join(lines) + "\n"
     for placement, podset in zip(result.decision.placements, workload.spec.pod_sets, strict=True):
         lines.append("")
-        lines.append(f"podset {placement.name}: {podset.count} pod(s)")
+        lines.append(f"podset {placement.name}: {podset.count} pod(s), {asked[placement.name]}")
         rows = result.usage.get(placement.name, [])
         header = ("DOMAIN", "PODS", "FREE AFTER")
         table = [
