@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import yaml
 
-from topogate.cache.nodes import NodeInfo
+from topogate.cache.nodes import NodeInfo, PodUsage
 from topogate.cache.snapshot import ClusterSnapshot
 from topogate.cache.topology import DomainTree
 from topogate.cli import main
@@ -147,7 +147,7 @@ def test_table_rows_per_domain(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     lines = table.splitlines()
     assert lines[0].startswith("topology 'datacenter' (flavor 'h100'): ")
-    assert lines[2].split() == ["cpu", "memory", GPU, "pods"]  # the group header
+    assert lines[2].split() == ["cpu", "memory", "(Gi)", GPU, "pods"]  # the group header
     assert lines[3].split()[:5] == ["LEVEL", "PATH", "NODES", "UNAVAILABLE", "CAPACITY"]
     rows = {cells[1]: cells for cells in (line.split() for line in lines[4 : 4 + 23])}
     assert len(rows) == 23
@@ -158,9 +158,9 @@ def test_table_rows_per_domain(capsys: pytest.CaptureFixture[str]) -> None:
     assert rows["block-0"][gpu : gpu + 3] == ["64", "14", "42"]
     assert rows["block-0/rack-1"][gpu : gpu + 3] == ["32", "10", "22"]
     assert rows["block-0/rack-1/gpu-b0-r1-h0"][gpu : gpu + 3] == ["8", "8", "0"]
-    assert rows["block-0/rack-0/gpu-b0-r0-h1"][4:10] == ["96", "8", "88", "1Ti", "64Gi", "960Gi"]
+    assert rows["block-0/rack-0/gpu-b0-r0-h1"][4:10] == ["96", "8", "88", "1024", "64", "960"]
     # The cordoned node: its capacity counts, nothing of it is free.
-    cordoned = ["1", "96", "0", "0", "1Ti", "0", "0", "8", "0", "0", "110", "0", "0"]
+    cordoned = ["1", "96", "0", "0", "1024", "0", "0", "8", "0", "0", "110", "0", "0"]
     assert rows["block-0/rack-0/gpu-b0-r0-h0"][3:] == cordoned
     # Aligned: every data row is as wide as the header (the last column is right-aligned).
     assert len({len(line) for line in lines[3 : 4 + 23]}) == 1
@@ -703,3 +703,29 @@ def test_yaml_output_for_show_and_discover(capsys: pytest.CaptureFixture[str]) -
     assert yaml.safe_load(shown) == json.loads(
         _run(capsys, "--cluster", str(EXAMPLE), "-o", "json")[1]
     )
+
+
+def test_one_unit_per_resource(tmp_path: Path) -> None:
+    """Memory in Gi everywhere (never 1Ti next to 960Gi or a Ki count), CPU in cores (never
+    1500m next to 4): in the table, the HTML headline, its table and the boxes."""
+    nodes = [
+        NodeInfo("a", labels={RACK: "r"}, allocatable={"cpu": 4000, "memory": 2**40}),
+        NodeInfo("b", labels={RACK: "r"}, allocatable={"cpu": 4000, "memory": 1056462384 * 1024}),
+    ]
+    pods = [
+        PodUsage("ns/p", "a", {"cpu": 1500, "memory": 100 * 2**20}),
+        PodUsage("ns/q", "b", {"cpu": 250, "memory": 64 * 2**30}),
+    ]
+    snapshot = ClusterSnapshot.build(nodes, pods)
+    view = build_view("t", DomainTree.from_labels(snapshot, [RACK]), snapshot)
+    table = render_table(view).splitlines()
+    assert table[2].split() == ["cpu", "memory", "(Gi)"]
+    rows = {line.split()[1]: line.split()[4:] for line in table[4:]}
+    # cpu: capacity, used, free; memory (Gi) the same.
+    assert rows["(all)"] == ["8", "1.75", "6.25", "2031.5", "64.1", "1967.4"]
+    assert rows["r/a"] == ["4", "1.5", "2.5", "1024", "0.1", "1023.9"]
+    page = render_html(view)
+    assert "cpu: 1.75 used of 8, 6.25 free" in page
+    assert "Used/capacity: cpu 1.75/8 · memory 64.1/2031.5Gi</p>" in page
+    assert '<th colspan="3">memory (Gi)</th>' in page
+    assert ">1.5/4 cpu</text>" in page and "<td>1023.9</td>" in page

@@ -24,7 +24,7 @@ import yaml
 from topogate.admission.podsets import flavor_tolerations, pick_source
 from topogate.api.errors import InputError
 from topogate.api.podspec import Toleration
-from topogate.api.quantity import format_units
+from topogate.api.quantity import MILLI_RESOURCES, format_units
 from topogate.cache.hypernodes import (
     DiscoveryType,
     HyperNodeForest,
@@ -229,6 +229,50 @@ def build_view(
     )
 
 
+# --- units ------------------------------------------------------------------------------
+
+_BINARY_UNITS = (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """How one resource is written in every cell of a view, so a column compares at a glance
+    (never 16Ti next to 14080Gi). JSON and YAML keep exact quantities."""
+
+    suffix: str  # "Gi" ...; "" for counts and CPU cores
+    divisor: int  # cache units per shown unit
+    decimals: int
+
+    def number(self, units: int) -> str:
+        if units % self.divisor == 0:
+            return str(units // self.divisor)
+        text = f"{units / self.divisor:.{self.decimals}f}".rstrip("0").rstrip(".")
+        return text if text not in ("0", "-0") else f"<{10**-self.decimals:g}"
+
+    def quantity(self, units: int) -> str:
+        return self.number(units) + self.suffix
+
+    def header(self, resource: str) -> str:
+        return f"{resource} ({self.suffix})" if self.suffix else resource
+
+
+def resource_unit(view: TopologyView, resource: str) -> Unit:
+    """Memory and storage in Gi (Mi or Ki when everything is smaller), CPU in cores, others
+    as counts: one unit per resource over the whole view."""
+    if resource in MILLI_RESOURCES:
+        return Unit("", 1000, 3)
+    if "memory" in resource or "storage" in resource:
+        largest = max((row.capacity.get(resource, 0) for row in view.rows), default=0)
+        for suffix, size in _BINARY_UNITS:
+            if largest >= size:
+                return Unit(suffix, size, 1)
+    return Unit("", 1, 0)
+
+
+def resource_units(view: TopologyView) -> dict[str, Unit]:
+    return {resource: resource_unit(view, resource) for resource in view.resources}
+
+
 # --- text renderers ---------------------------------------------------------------------
 
 
@@ -239,15 +283,14 @@ def _title(view: TopologyView) -> str:
 
 def _fraction(view: TopologyView, row: DomainRow, measure: Mapping[str, int]) -> str:
     resource = view.main_resource
-    return (
-        f"{format_units(resource, measure.get(resource, 0))}/"
-        f"{format_units(resource, row.capacity.get(resource, 0))}"
-    )
+    unit = resource_unit(view, resource)
+    return f"{unit.number(measure.get(resource, 0))}/{unit.quantity(row.capacity.get(resource, 0))}"
 
 
 def render_table(view: TopologyView) -> str:
     """One row per domain; per resource its capacity, used and free, under a group header."""
     measures = ("CAPACITY", "USED", "FREE")
+    units = resource_units(view)
     header = [
         "LEVEL",
         "PATH",
@@ -262,7 +305,7 @@ def render_table(view: TopologyView) -> str:
             str(row.nodes),
             str(row.unavailable),
             *(
-                format_units(resource, amounts[resource])
+                units[resource].number(amounts[resource])
                 for resource in view.resources
                 for amounts in (row.capacity, row.used, row.free)
             ),
@@ -281,7 +324,7 @@ def render_table(view: TopologyView) -> str:
     group = " " * (sum(widths[:fixed]) + 2 * fixed)
     for i, resource in enumerate(view.resources):
         span = sum(widths[fixed + 3 * i : fixed + 3 + 3 * i]) + 2 * 2
-        group += f"{resource:<{span}}  "
+        group += f"{units[resource].header(resource):<{span}}  "
     lines = [_title(view), "", group.rstrip(), line(header), *(line(cells) for cells in body)]
     return "\n".join(lines + _unavailable_lines(view)) + "\n"
 
@@ -449,11 +492,12 @@ def _box(view: TopologyView, box: PlacedBox) -> str:
     name = view.topology if row.parent is None else row.name
     capacity, used = row.capacity.get(main, 0), row.used.get(main, 0)
     fraction = min(used / capacity, 1.0) if capacity else 0.0  # over-commit: a full bar
-    usage = f"{format_units(main, used)}/{format_units(main, capacity)} {_short_resource(main)}"
+    unit = resource_unit(view, main)
+    usage = f"{unit.number(used)}/{unit.quantity(capacity)} {_short_resource(main)}"
     tooltip = (
         f"{'/'.join(row.path) or view.topology}: {row.nodes} node(s); {main}: "
-        f"{format_units(main, used)} used of {format_units(main, capacity)}, "
-        f"{format_units(main, row.free.get(main, 0))} free"
+        f"{unit.quantity(used)} used of {unit.quantity(capacity)}, "
+        f"{unit.quantity(row.free.get(main, 0))} free"
     )
     if row.reason:
         tooltip += f"; unavailable: {row.reason}"
@@ -565,13 +609,17 @@ window.addEventListener("load", function () {
 
 def _summary_table(view: TopologyView, picture: Picture) -> str:
     esc = html.escape
-    groups = "".join(f'<th colspan="3">{esc(resource)}</th>' for resource in view.resources)
+    units = resource_units(view)
+    groups = "".join(
+        f'<th colspan="3">{esc(units[resource].header(resource))}</th>'
+        for resource in view.resources
+    )
     measures = "<th>capacity</th><th>used</th><th>free</th>" * len(view.resources)
     body = []
     for box in picture.boxes:
         row = view.rows[box.row]
         cells = "".join(
-            f"<td>{esc(format_units(resource, amounts[resource]))}</td>"
+            f"<td>{esc(units[resource].number(amounts[resource]))}</td>"
             for resource in view.resources
             for amounts in (row.capacity, row.used, row.free)
         )
@@ -610,11 +658,19 @@ def render_html(view: TopologyView, max_boxes: int = MAX_BOXES_PER_ROW) -> str:
     picture = layout_picture(view, max_boxes)
     main = view.main_resource
     root = view.root
+    units = resource_units(view)
+    unit = resource_unit(view, main)  # main may be absent (cpu on nodes without it)
     flavor = f" on flavor {esc(view.flavor)}" if view.flavor else ""
+    # Every resource once, each in its one unit (the table's), used of capacity.
+    every = " · ".join(
+        f"{esc(resource)} {esc(units[resource].number(root.used.get(resource, 0)))}/"
+        f"{esc(units[resource].quantity(root.capacity.get(resource, 0)))}"
+        for resource in view.resources
+    )
     totals = (
-        f"{root.nodes} nodes · {esc(main)}: {esc(format_units(main, root.used.get(main, 0)))} "
-        f"used of {esc(format_units(main, root.capacity.get(main, 0)))}, "
-        f"{esc(format_units(main, root.free.get(main, 0)))} free"
+        f"{root.nodes} nodes · {esc(main)}: {esc(unit.quantity(root.used.get(main, 0)))} "
+        f"used of {esc(unit.quantity(root.capacity.get(main, 0)))}, "
+        f"{esc(unit.quantity(root.free.get(main, 0)))} free"
         + (f" · {len(view.unavailable)} unavailable" if view.unavailable else "")
     )
     if picture.hidden_levels:
@@ -633,6 +689,7 @@ def render_html(view: TopologyView, max_boxes: int = MAX_BOXES_PER_ROW) -> str:
         f"<title>topology {esc(view.topology)}</title><style>{_STYLE}</style></head>"
         f"<body><h1>Topology {esc(view.topology)}{flavor}</h1>"
         f"<p>Levels: {esc(' > '.join(view.levels))}</p><p>{totals}</p>"
+        f"<p class=note>Used/capacity: {every}</p>"
         f"<p class=note>Each box: its name, node count and {esc(main)} used/capacity, with "
         "a bar that is green below 50% used, amber below 85%, red above; “N off” counts "
         "the nodes no pod can use. Hover a box for its full path.</p>"
