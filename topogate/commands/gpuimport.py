@@ -116,6 +116,26 @@ def parse_topo(text: str, source: str = "nvidia-smi topo -m") -> list[list[str]]
     return kinds
 
 
+def symmetry_warning(kinds: list[list[str]], source: str) -> str | None:
+    """What is odd when a pair's two directions differ (``nvidia-smi topo -m`` prints each
+    link the same both ways, so the capture is likely garbled or hand-edited): the first such
+    pair, how many more, and what the annotation then means."""
+    pairs = [
+        (i, j)
+        for i in range(len(kinds))
+        for j in range(i + 1, len(kinds))
+        if kinds[i][j] != kinds[j][i]
+    ]
+    if not pairs:
+        return None
+    i, j = pairs[0]
+    more = f" (and {len(pairs) - 1} more pair(s))" if len(pairs) > 1 else ""
+    return (
+        f"{source}: the matrix is not symmetric: GPU{i}/GPU{j} is {kinds[i][j]} but "
+        f"GPU{j}/GPU{i} is {kinds[j][i]}{more}; each pair counts at its slower direction"
+    )
+
+
 def link_gbps(kind: str, nvlink_gbps: float, pcie_gbps: float) -> float:
     if kind == "X":
         return 0.0
@@ -201,6 +221,10 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, UnicodeDecodeError) as error:
             raise InputError(f"cannot read: {error}", where=args.file) from None
         source = args.file
-    matrix = bandwidth_matrix(parse_topo(text, source), args.nvlink_gbps, args.pcie_gbps)
+    kinds = parse_topo(text, source)
+    warning = symmetry_warning(kinds, source)
+    if warning is not None:
+        print(f"topogate gpu import: warning: {warning}", file=sys.stderr)
+    matrix = bandwidth_matrix(kinds, args.nvlink_gbps, args.pcie_gbps)
     sys.stdout.write(render(matrix, args.output, args.node))
     return 0
