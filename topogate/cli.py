@@ -38,7 +38,8 @@ COMMANDS: tuple[tuple[str, ModuleType, str, str], ...] = (
         topology,
         "a topology's domains and their capacity, used and free (offline, from files)",
         "Show every domain of a topology (and a root over all its nodes) with its "
-        "node count and capacity, used and free per resource, as a table, an ASCII tree, JSON "
+        "node count, unavailable nodes (not ready, cordoned or tainted, as plan counts them) "
+        "and capacity, used and free per resource, as a table, an ASCII tree, JSON, YAML "
         "or one self-contained HTML page with a picture. Exit 0: shown; 2: invalid input.",
     ),
     (
