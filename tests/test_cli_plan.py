@@ -584,6 +584,14 @@ def test_cluster_from_stdin(
             4,
             f"preferred {BLOCK}; slices of 2 pod(s) in one {RACK}",
         ),
+        (
+            {
+                "kueue.x-k8s.io/podset-slice-required-topology": RACK,
+                "kueue.x-k8s.io/podset-slice-size": "2",
+            },
+            4,
+            f"slices of 2 pod(s) in one {RACK}",
+        ),
     ],
 )
 def test_table_shows_the_topology_request_it_honoured(

@@ -301,7 +301,8 @@ def describe_request(request: PodSetRequest) -> str:
     vocabulary the job used: Kueue's, KAI's or Volcano's tiers)."""
     parts = []
     if request.mode is Mode.UNCONSTRAINED:
-        parts.append("unconstrained")
+        if not request.slices:  # slices alone say all there is
+            parts.append("unconstrained")
     elif request.level is not None:
         words = f"{request.mode.value} {request.level}"
         if request.limit is not None:
@@ -312,7 +313,7 @@ def describe_request(request: PodSetRequest) -> str:
         parts.append(f"slices of {layer.size} pod(s) in one {layer.level}{own}")
     if request.gpu_min_bandwidth is not None:
         parts.append(f"GPU sets of at least {request.gpu_min_bandwidth:g} GB/s")
-    return "; ".join(parts)
+    return "; ".join(parts) or request.mode.value
 
 
 def render_table(result: PlanResult) -> str:
