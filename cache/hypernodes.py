@@ -709,6 +709,32 @@ def discovery_config(
     return found
 
 
+LABEL_SOURCE_SHAPE = (
+    "networkTopologyDiscovery: [{source: label, enabled: true, config: {networkTopologyTypes: "
+    "{TYPE: [{nodeLabel: LABEL}, ...]}}}]"
+)
+
+
+def missing_label_source(obj: Mapping[str, Any]) -> tuple[str, str]:
+    """(field, message): what a config that yields no label topology types lacks, for a
+    person to fix (``discovery_config`` returned nothing for it)."""
+    raw = obj.get("networkTopologyDiscovery")
+    needs = f"discover needs an enabled label source: {LABEL_SOURCE_SHAPE}"
+    if raw is None:
+        keys = ", ".join(sorted(map(str, obj))) or "none"
+        return "", f"has no networkTopologyDiscovery (its top-level keys: {keys}); {needs}"
+    if not raw:
+        return "networkTopologyDiscovery", f"is empty; {needs}"
+    found = []
+    for i, source in enumerate(raw):
+        kind = source.get("source") if isinstance(source, Mapping) else None
+        if kind != LABEL_SOURCE:
+            found.append(f"[{i}] is source {kind!r}, which discover does not read")
+        else:
+            found.append(f"[{i}] is a label source with enabled: {source.get('enabled')!r}")
+    return "networkTopologyDiscovery", f"{'; '.join(found)}; {needs}"
+
+
 def _dns_safe(value: str, limit: int) -> str:
     return _NOT_DNS.sub("-", value.lower())[:limit].strip("-")
 

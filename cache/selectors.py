@@ -140,6 +140,47 @@ def selector_mask(
     return match
 
 
+@dataclass(frozen=True, slots=True)
+class NodeStates:
+    """Per node of some rows, whether any pod with the given tolerations may land there.
+
+    The one rule both ``plan`` (through :func:`eligible`) and ``topology`` apply: a node counts
+    only when its Ready condition is True, it is not cordoned, and every NoSchedule/NoExecute
+    taint is tolerated. Each unavailable node has one reason, the first that applies.
+    """
+
+    ready: BoolArray
+    schedulable: BoolArray
+    blocked: CodeArray  # per node, its first untolerated taint's index in taint_names; -1: none
+    taint_names: list[str]
+
+    @property
+    def alive(self) -> BoolArray:
+        return self.ready & self.schedulable
+
+    @property
+    def available(self) -> BoolArray:
+        return self.alive & (self.blocked < 0)
+
+    def reason(self, position: int) -> str:
+        """Why the node at ``position`` is unavailable ("" when it is available)."""
+        if not self.ready[position]:
+            return "not ready"
+        if not self.schedulable[position]:
+            return "cordoned"
+        taint = int(self.blocked[position])
+        return f"taint {self.taint_names[taint]} not tolerated" if taint >= 0 else ""
+
+
+def node_states(
+    snapshot: ClusterSnapshot, rows: IntArray, tolerations: Sequence[Toleration]
+) -> NodeStates:
+    untolerated, taint_names = _first_untolerated(snapshot, tolerations)
+    return NodeStates(
+        snapshot.ready[rows], ~snapshot.unschedulable[rows], untolerated[rows], taint_names
+    )
+
+
 def eligible(
     snapshot: ClusterSnapshot, rows: IntArray, constraints: NodeConstraints
 ) -> tuple[BoolArray, Exclusions]:
@@ -148,21 +189,20 @@ def eligible(
     Each excluded node is counted once, under the first check it fails, in Kueue's order
     (taint, nodeSelector, affinity) after readiness and cordoning.
     """
-    ready = snapshot.ready[rows]
-    schedulable = ~snapshot.unschedulable[rows]
-    untolerated, taint_names = _first_untolerated(snapshot, constraints.tolerations)
-    blocked = untolerated[rows]
+    states = node_states(snapshot, rows, constraints.tolerations)
+    ready, schedulable, blocked = states.ready, states.schedulable, states.blocked
     selector = selector_mask(
         snapshot, NodeConstraints(node_selector=constraints.node_selector), rows
     )
     affinity = selector_mask(
         snapshot, NodeConstraints(affinity_terms=constraints.affinity_terms), rows
     )
-    alive = ready & schedulable
-    passes_taints = alive & (blocked < 0)
+    alive = states.alive
+    passes_taints = states.available
     passes_selector = passes_taints & selector
     ok = passes_selector & affinity
     taints: dict[str, int] = {}
+    taint_names = states.taint_names
     counted = np.bincount(blocked[alive & (blocked >= 0)], minlength=len(taint_names))
     for index, count in enumerate(counted.tolist()):
         if count:

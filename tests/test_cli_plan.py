@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -218,6 +219,41 @@ def test_other_kinds_are_skipped_with_one_warning(
     assert err == [
         "topogate plan: warning: skipped 2 object(s) of kinds plan does not use: ConfigMap x1, Service x1"
     ]
+
+
+def test_a_known_kind_under_another_api_version_is_named_with_what_is_read(
+    cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not guessed at: a Topology of another project (or an unknown Kueue version) is left
+    out with its apiVersion and the apiVersions topogate reads."""
+    other = {**TOPOLOGY, "apiVersion": "example.com/v1alpha1"}
+    (cluster / "extra.yaml").write_text(
+        yaml.safe_dump_all(
+            [
+                {**other, "metadata": {"name": "b"}},
+                {**other, "metadata": {"name": "a"}},
+                {**TOPOLOGY, "apiVersion": "kueue.x-k8s.io/v1", "metadata": {"name": "c"}},
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}},
+            ]
+        )
+    )
+    code = main(["plan", "--cluster", str(cluster), "--workload", str(_write(tmp_path, _job(1)))])
+    assert code == 0  # planned on the one Topology that is read
+    read = (
+        "topogate reads Topology as topogate.dev/v1alpha1, kueue.x-k8s.io/v1alpha1, "
+        "kueue.x-k8s.io/v1beta1 or kueue.x-k8s.io/v1beta2"
+    )
+    assert capsys.readouterr().err.splitlines() == [
+        f"topogate plan: warning: Topology example.com/v1alpha1 is not read (2 objects: b, a); {read}",
+        f"topogate plan: warning: Topology kueue.x-k8s.io/v1 is not read (1 object: c); {read}",
+        "topogate plan: warning: skipped 1 object(s) of kinds plan does not use: ConfigMap x1",
+    ]
+    # The same lines from topology, which loads the cluster the same way.
+    assert main(["topology", "--cluster", str(cluster), "-o", "json"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (
+        f"topogate topology: warning: Topology example.com/v1alpha1 is not read (2 objects: b, a); {read}"
+    )
 
 
 def test_bound_pods_count_as_usage(
@@ -463,3 +499,121 @@ def test_example_and_console_script_without_traceback(tmp_path: Path) -> None:
         "in \"<unicode string>\", line 1, column 7 did not find expected ',' or ']'   "
         'in "<unicode string>", line 2, column 1\n'
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["plan", "--example", "--cluster", "x"],
+            "topogate plan: error: --example cannot be combined with --cluster or --workload",
+        ),
+        (["plan"], "topogate plan: error: needs --cluster PATH and --workload PATH (or --example)"),
+        (
+            ["topology", "discover", "--cluster", "topogate/examples/cluster.yaml"],
+            "topogate topology: error: discover needs --labels TYPE=LABEL,... or "
+            "--discovery-config FILE",
+        ),
+        (
+            ["gpu", "import", "--pcie-gbps", "-1"],
+            "topogate gpu import: error: --pcie-gbps: must be a positive number of GB/s",
+        ),
+    ],
+)
+def test_errors_carry_the_command_prefix_once(
+    argv: list[str], line: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    assert main(argv) == 2
+    assert capsys.readouterr().err == line + "\n"
+
+
+def test_cluster_from_stdin(
+    cluster: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`kubectl get nodes,pods -A -o yaml | topogate plan --cluster - ...`: a v1 List on stdin,
+    as YAML or as JSON (kubectl -o json), with more files next to it."""
+    job = str(_write(tmp_path, _job(2)))
+    assert main(["plan", "--cluster", str(cluster), "--workload", job]) == 0
+    from_files = capsys.readouterr().out
+    nodes = yaml.safe_load((cluster / "nodes.yaml").read_text())
+    topology = str(cluster / "topology.json")
+    for text in (yaml.safe_dump(nodes), json.dumps(nodes, indent=4)):
+        monkeypatch.setattr("sys.stdin", io.StringIO(text))
+        assert main(["plan", "--cluster", "-", "--cluster", topology, "--workload", job]) == 0
+        assert capsys.readouterr() == (from_files, "")
+    monkeypatch.setattr("sys.stdin", io.StringIO("kind: [unclosed"))
+    assert main(["plan", "--cluster", "-", "--workload", job]) == 2
+    assert capsys.readouterr().err.startswith("topogate plan: error: <stdin>: invalid YAML: ")
+    assert main(["plan", "--cluster", "-", "--cluster", "-", "--workload", job]) == 2
+    assert capsys.readouterr().err == (
+        "topogate plan: error: --cluster: stdin can be read once; give --cluster - once\n"
+    )
+    assert main(["plan", "--cluster", "-", "--workload", "-"]) == 2
+    assert capsys.readouterr().err == (
+        "topogate plan: error: --workload: - reads stdin, which --cluster - already reads; "
+        "give the workload as a file\n"
+    )
+    monkeypatch.setattr("sys.stdin", io.StringIO(yaml.safe_dump(nodes)))
+    assert main(["topology", "--cluster", "-", "--cluster", topology, "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["domains"][0]["nodes"] == 8
+
+
+@pytest.mark.parametrize(
+    ("annotations", "pods", "asked"),
+    [
+        ({"kueue.x-k8s.io/podset-required-topology": RACK}, 2, f"required {RACK}"),
+        ({}, 1, "unconstrained"),
+        (
+            {
+                "kai.scheduler/topology-preferred-placement": RACK,
+                "kai.scheduler/topology-required-placement": BLOCK,
+            },
+            3,
+            f"preferred {RACK}, climbing no higher than {BLOCK}",
+        ),
+        (
+            {
+                "kueue.x-k8s.io/podset-preferred-topology": BLOCK,
+                "kueue.x-k8s.io/podset-slice-required-topology": RACK,
+                "kueue.x-k8s.io/podset-slice-size": "2",
+            },
+            4,
+            f"preferred {BLOCK}; slices of 2 pod(s) in one {RACK}",
+        ),
+        (
+            {
+                "kueue.x-k8s.io/podset-slice-required-topology": RACK,
+                "kueue.x-k8s.io/podset-slice-size": "2",
+            },
+            4,
+            f"slices of 2 pod(s) in one {RACK}",
+        ),
+    ],
+)
+def test_table_shows_the_topology_request_it_honoured(
+    cluster: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    annotations: dict[str, str],
+    pods: int,
+    asked: str,
+) -> None:
+    job = _write(tmp_path, _job(pods, annotations))
+    assert main(["plan", "--cluster", str(cluster), "--workload", str(job)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == f"podset main: {pods} pod(s), {asked}"
+
+
+def test_table_of_a_misfit_shows_what_was_asked(
+    cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = _write(tmp_path, _job(3))
+    assert main(["plan", "--cluster", str(cluster), "--workload", str(job)]) == 1
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        'DOES NOT FIT: main: topology "dc" allows to fit only 2 out of 3 pod(s)',
+        f"podset main asked: required {RACK}",
+    ]

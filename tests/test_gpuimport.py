@@ -110,16 +110,40 @@ def test_malformed_input_is_one_line_and_exit_2(
     path.write_text(text)
     code, out, err = _import(capsys, str(path))
     assert code == 2 and out == ""
-    assert err.count("\n") == 1 and err.startswith(f"topogate gpu: error: {path}")
+    assert err.count("\n") == 1 and err.startswith(f"topogate gpu import: error: {path}")
     assert message in err
 
 
 def test_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    """One prefix per line: the command's words are never repeated inside the message."""
     code, _, err = _import(capsys, str(H100), "-o", "kubectl")
-    assert code == 2 and "needs --node" in err
+    assert (code, err) == (2, "topogate gpu import: error: -o kubectl needs --node NAME\n")
     code, _, err = _import(capsys, str(H100), "--node", "a;rm -rf /", "-o", "kubectl")
-    assert code == 2 and "is not a node name" in err
+    assert (code, err) == (
+        2,
+        "topogate gpu import: error: --node: 'a;rm -rf /' is not a node name\n",
+    )
     code, _, err = _import(capsys, str(H100), "--nvlink-gbps", "0")
-    assert code == 2 and "--nvlink-gbps must be a positive number" in err
+    assert (code, err) == (
+        2,
+        "topogate gpu import: error: --nvlink-gbps: must be a positive number of GB/s\n",
+    )
     code, _, err = _import(capsys, "/no/such/file")
-    assert code == 2 and err.startswith("topogate gpu: error: /no/such/file: cannot read")
+    assert code == 2 and err.startswith("topogate gpu import: error: /no/such/file: cannot read")
+
+
+def test_a_matrix_that_is_not_symmetric_is_warned_about(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "topo.txt"
+    path.write_text(
+        "\tGPU0\tGPU1\tGPU2\nGPU0\t X \tNV4\tSYS\nGPU1\tNV2\t X \tPIX\nGPU2\tSYS\tNODE\t X \n"
+    )
+    code, out, err = _import(capsys, str(path))
+    assert code == 0 and json.loads(out) == [[0, 100, 10], [50, 0, 25], [10, 16, 0]]
+    assert err == (
+        f"topogate gpu import: warning: {path}: the matrix is not symmetric: GPU0/GPU1 is NV4 "
+        "but GPU1/GPU0 is NV2 (and 1 more pair(s)); each pair counts at its slower direction\n"
+    )
+    code, _, err = _import(capsys, str(H100))
+    assert code == 0 and err == ""

@@ -38,7 +38,8 @@ COMMANDS: tuple[tuple[str, ModuleType, str, str], ...] = (
         topology,
         "a topology's domains and their capacity, used and free (offline, from files)",
         "Show every domain of a topology (and a root over all its nodes) with its "
-        "node count and capacity, used and free per resource, as a table, an ASCII tree, JSON "
+        "node count, unavailable nodes (not ready, cordoned or tainted, as plan counts them) "
+        "and capacity, used and free per resource, as a table, an ASCII tree, JSON, YAML "
         "or one self-contained HTML page with a picture. Exit 0: shown; 2: invalid input.",
     ),
     (
@@ -78,13 +79,22 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argparse.Nam
     return parser, runs
 
 
+def command_name(args: argparse.Namespace) -> str:
+    """``topogate plan``, or with a second word (``topogate gpu import``): the one prefix of
+    every error line; the errors themselves never repeat it."""
+    words = ["topogate", args.command]
+    if args.command == "gpu":
+        words.append(args.gpu_command)
+    return " ".join(words)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser, runs = _parser()
     args = parser.parse_args(argv)
     try:
         return runs[args.command](args)
     except InputError as error:
-        print(f"topogate {args.command}: error: {error.describe()}", file=sys.stderr)
+        print(f"{command_name(args)}: error: {error.describe()}", file=sys.stderr)
         return EXIT_INVALID
     except BrokenPipeError:
         return EXIT_OK

@@ -4,6 +4,7 @@ directory of them, v1 Lists expanded. Used by the commands and by `serve`'s conf
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,8 @@ from topogate.api.validation import object_name
 from topogate.cache.hypernodes import DiscoveryType, discovery_config
 
 _SUFFIXES = (".yaml", ".yml", ".json")
+STDIN = Path("-")  # a path of "-" reads standard input (YAML or JSON), as kubectl's -f -
+STDIN_NAME = "<stdin>"
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -30,6 +33,8 @@ class Document:
 
 
 def _files(path: Path) -> list[Path]:
+    if path == STDIN:
+        return [path]
     if path.is_dir():
         return sorted(p for p in path.iterdir() if p.is_file() and p.suffix in _SUFFIXES)
     if path.is_file():
@@ -37,29 +42,41 @@ def _files(path: Path) -> list[Path]:
     raise InputError("no such file or directory", where=str(path))
 
 
-def _parse(path: Path) -> Iterator[Any]:
+def _read(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        if path == STDIN:
+            return sys.stdin.read()
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read: {exc}", where=str(path)) from None
+        raise InputError(f"cannot read: {exc}", where=_name(path)) from None
+
+
+def _name(path: Path) -> str:
+    return STDIN_NAME if path == STDIN else str(path)
+
+
+def _parse(path: Path) -> Iterator[Any]:
+    text = _read(path)
+    path_name = _name(path)
     try:
         if path.suffix == ".json":
             yield json.loads(text)
         else:
             yield from yaml.load_all(text, Loader=_Loader)
     except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON: {exc}", where=str(path)) from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"invalid YAML: {exc}".replace("\n", " "), where=str(path)) from None
+        raise InputError(f"invalid JSON: {exc}", where=path_name) from None
+    except yaml.YAMLError as exc:  # stdin is read as YAML, and JSON is YAML
+        raise InputError(f"invalid YAML: {exc}".replace("\n", " "), where=path_name) from None
 
 
 def documents(path: Path) -> Iterator[Document]:
-    """Every object in a file or a directory's *.yaml/*.yml/*.json, v1 Lists expanded."""
+    """Every object in a file, a directory's *.yaml/*.yml/*.json, or stdin (``-``), v1
+    Lists expanded."""
     for file in _files(path):
         for i, raw in enumerate(_parse(file)):
             if raw is None:
                 continue  # an empty YAML document (e.g. a trailing ---)
-            where = f"{file} (document {i + 1})"
+            where = f"{_name(file)} (document {i + 1})"
             if not isinstance(raw, Mapping):
                 raise InputError("is not an object", where=where)
             if raw.get("kind") == "List" or str(raw.get("kind", "")).endswith("List"):
@@ -69,21 +86,26 @@ def documents(path: Path) -> Iterator[Document]:
                 for j, item in enumerate(items):
                     if not isinstance(item, Mapping):
                         raise InputError("is not an object", where=where, field=f"items[{j}]")
-                    yield Document(str(file), item)
+                    yield Document(_name(file), item)
             else:
-                yield Document(str(file), raw)
+                yield Document(_name(file), raw)
 
 
 def load_single(path: Path) -> Document:
     """Exactly one object (the workload manifest)."""
     docs = list(documents(path))
     if len(docs) != 1:
-        raise InputError(f"must hold exactly one object, found {len(docs)}", where=str(path))
+        raise InputError(f"must hold exactly one object, found {len(docs)}", where=_name(path))
     return docs[0]
 
 
 def load_discovery_config(path: Path) -> list[DiscoveryType]:
     """Volcano's ``volcano-controller.conf`` payload (YAML), or a ConfigMap that holds it."""
+    return discovery_config(read_discovery_payload(path), where=str(path))
+
+
+def read_discovery_payload(path: Path) -> Mapping[str, Any]:
+    """The ``volcano-controller.conf`` mapping in ``path`` (itself, or a ConfigMap's)."""
     docs = list(documents(path))
     if len(docs) != 1:
         raise InputError(f"must hold exactly one document, found {len(docs)}", where=str(path))
@@ -103,4 +125,4 @@ def load_discovery_config(path: Path) -> list[DiscoveryType]:
             ) from None
     if not isinstance(obj, dict):
         raise InputError("must be a mapping", where=str(path))
-    return discovery_config(obj, where=str(path))
+    return obj

@@ -116,6 +116,26 @@ def parse_topo(text: str, source: str = "nvidia-smi topo -m") -> list[list[str]]
     return kinds
 
 
+def symmetry_warning(kinds: list[list[str]], source: str) -> str | None:
+    """What is odd when a pair's two directions differ (``nvidia-smi topo -m`` prints each
+    link the same both ways, so the capture is likely garbled or hand-edited): the first such
+    pair, how many more, and what the annotation then means."""
+    pairs = [
+        (i, j)
+        for i in range(len(kinds))
+        for j in range(i + 1, len(kinds))
+        if kinds[i][j] != kinds[j][i]
+    ]
+    if not pairs:
+        return None
+    i, j = pairs[0]
+    more = f" (and {len(pairs) - 1} more pair(s))" if len(pairs) > 1 else ""
+    return (
+        f"{source}: the matrix is not symmetric: GPU{i}/GPU{j} is {kinds[i][j]} but "
+        f"GPU{j}/GPU{i} is {kinds[j][i]}{more}; each pair counts at its slower direction"
+    )
+
+
 def link_gbps(kind: str, nvlink_gbps: float, pcie_gbps: float) -> float:
     if kind == "X":
         return 0.0
@@ -185,14 +205,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    where = f"topogate gpu {args.gpu_command}"
+    # No "topogate gpu import" in these: the command line prints that prefix itself.
     for flag, value in (("--nvlink-gbps", args.nvlink_gbps), ("--pcie-gbps", args.pcie_gbps)):
         if not value > 0 or value == float("inf"):
-            raise InputError(f"{flag} must be a positive number of GB/s", where=where)
+            raise InputError("must be a positive number of GB/s", where=flag)
     if args.output == "kubectl" and not args.node:
-        raise InputError("-o kubectl needs --node NAME", where=where)
+        raise InputError("-o kubectl needs --node NAME")
     if args.node is not None and not _NODE_NAME.match(args.node):
-        raise InputError(f"{args.node!r} is not a node name", where=f"{where} --node")
+        raise InputError(f"{args.node!r} is not a node name", where="--node")
     if args.file == "-":
         text, source = sys.stdin.read(), "<stdin>"
     else:
@@ -201,6 +221,10 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, UnicodeDecodeError) as error:
             raise InputError(f"cannot read: {error}", where=args.file) from None
         source = args.file
-    matrix = bandwidth_matrix(parse_topo(text, source), args.nvlink_gbps, args.pcie_gbps)
+    kinds = parse_topo(text, source)
+    warning = symmetry_warning(kinds, source)
+    if warning is not None:
+        print(f"topogate gpu import: warning: {warning}", file=sys.stderr)
+    matrix = bandwidth_matrix(kinds, args.nvlink_gbps, args.pcie_gbps)
     sys.stdout.write(render(matrix, args.output, args.node))
     return 0

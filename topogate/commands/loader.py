@@ -11,17 +11,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from topogate.api.constants import API_VERSION, KUEUE_API_VERSIONS
 from topogate.api.errors import InputError
+from topogate.api.hypernodes import API_VERSION as HYPERNODE_API_VERSION
 from topogate.api.hypernodes import HyperNode, parse_hypernode
 from topogate.api.models import ResourceFlavor, Topology
 from topogate.api.validation import parse_model
 from topogate.cache.hypernodes import HyperNodeForest, build_forest
 from topogate.cache.nodes import NodeInfo, PodUsage, node_from_kube, pod_usage_from_kube
-from topogate.files import Document, documents, load_single
+from topogate.files import STDIN, Document, documents, load_single
 
 __all__ = ["ClusterInput", "Document", "documents", "load_cluster", "load_single"]
 
-HYPERNODE_GROUP = "topology.volcano.sh"
+# What load_cluster reads, kind by kind, and as which apiVersions. The same kind under any
+# other apiVersion (another project's Topology, an unknown version) is not guessed at: it is
+# skipped, and the warning names its apiVersion and what topogate reads instead.
+READ_AS: dict[str, tuple[str, ...]] = {
+    "Node": ("v1",),
+    "Pod": ("v1",),
+    "Topology": (API_VERSION, *sorted(KUEUE_API_VERSIONS)),
+    "ResourceFlavor": (API_VERSION, *sorted(KUEUE_API_VERSIONS)),
+    "HyperNode": (HYPERNODE_API_VERSION,),
+}
 
 
 @dataclass(slots=True)
@@ -31,7 +42,9 @@ class ClusterInput:
     topologies: dict[str, Topology] = field(default_factory=dict)
     flavors: dict[str, ResourceFlavor] = field(default_factory=dict)
     hypernodes: dict[str, HyperNode] = field(default_factory=dict)
-    skipped: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)  # kinds read in no apiVersion
+    # (kind, apiVersion) -> object names: a kind READ_AS knows, under an apiVersion it does not
+    unread: dict[tuple[str, str], list[str]] = field(default_factory=dict)
 
     def build_forest(self) -> HyperNodeForest | None:
         """The HyperNode forest over the input's nodes, or None without HyperNodes (built
@@ -41,19 +54,49 @@ class ClusterInput:
         return build_forest(list(self.hypernodes.values()), self.nodes)
 
 
-def _group(api_version: Any) -> str:
-    return str(api_version or "").rpartition("/")[0]
+def hypernode_warnings(forest: HyperNodeForest | None) -> list[str]:
+    """What is wrong in the HyperNodes (left out of the forest; the rest still places jobs),
+    one line per problem: ``plan`` and ``topology`` both print these."""
+    problems = forest.problems if forest is not None else {}
+    return [
+        f"HyperNode {name}: {problem}"
+        for name, found in sorted(problems.items())
+        for problem in found
+    ]
+
+
+def unread_warnings(cluster: ClusterInput) -> list[str]:
+    """One line per (kind, apiVersion) that was skipped although topogate reads the kind."""
+    out = []
+    for (kind, api_version), names in sorted(cluster.unread.items()):
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        noun = "object" if len(names) == 1 else "objects"
+        known = READ_AS[kind]
+        read = ", ".join(known[:-1]) + f" or {known[-1]}" if len(known) > 1 else known[0]
+        out.append(
+            f"{kind} {api_version} is not read ({len(names)} {noun}: {shown}); "
+            f"topogate reads {kind} as {read}"
+        )
+    return out
 
 
 def load_cluster(paths: list[Path]) -> ClusterInput:
     """Nodes, bound pods, Topologies and ResourceFlavors from files; other kinds are counted."""
     cluster = ClusterInput()
     node_sources: dict[str, str] = {}
+    if paths.count(STDIN) > 1:
+        raise InputError("stdin can be read once; give --cluster - once", where="--cluster")
     for path in paths:
         for doc in documents(path):
-            kind, group = doc.obj.get("kind"), _group(doc.obj.get("apiVersion"))
+            kind, api_version = doc.obj.get("kind"), doc.obj.get("apiVersion")
+            if isinstance(kind, str) and kind in READ_AS and api_version not in READ_AS[kind]:
+                key = (kind, str(api_version) if api_version else "(no apiVersion)")
+                meta = doc.obj.get("metadata")
+                name = meta.get("name") if isinstance(meta, Mapping) else None
+                cluster.unread.setdefault(key, []).append(str(name or "<no name>"))
+                continue
             try:
-                if kind == "Node" and group == "":
+                if kind == "Node":
                     node = node_from_kube(doc.obj)
                     if node.name in node_sources:
                         raise InputError(
@@ -63,19 +106,19 @@ def load_cluster(paths: list[Path]) -> ClusterInput:
                         )
                     node_sources[node.name] = doc.source
                     cluster.nodes.append(node)
-                elif kind == "Pod" and group == "":
+                elif kind == "Pod":
                     usage = pod_usage_from_kube(doc.obj)
                     if usage is not None:
                         cluster.pods.append(usage)
-                elif kind == "Topology" and group in ("topogate.dev", "kueue.x-k8s.io"):
+                elif kind == "Topology":
                     topology = parse_model(Topology, doc.obj, "")
                     _unique(cluster.topologies, topology.metadata.name, "Topology")
                     cluster.topologies[topology.metadata.name] = topology
-                elif kind == "ResourceFlavor" and group in ("topogate.dev", "kueue.x-k8s.io"):
+                elif kind == "ResourceFlavor":
                     flavor = parse_model(ResourceFlavor, doc.obj, "")
                     _unique(cluster.flavors, flavor.metadata.name, "ResourceFlavor")
                     cluster.flavors[flavor.metadata.name] = flavor
-                elif kind == "HyperNode" and group == HYPERNODE_GROUP:
+                elif kind == "HyperNode":
                     hypernode = parse_hypernode(doc.obj)
                     _unique(cluster.hypernodes, hypernode.name, "HyperNode")
                     cluster.hypernodes[hypernode.name] = hypernode
@@ -100,13 +143,17 @@ def add_cluster_argument(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=[],
         metavar="PATH",
-        help="file or directory of Nodes, Pods, Topologies, ResourceFlavors, HyperNodes",
+        help="file or directory of Nodes, Pods, Topologies, ResourceFlavors, HyperNodes; - "
+        "reads stdin (kubectl get nodes,pods -A -o yaml | topogate ... --cluster -)",
     )
 
 
 def load_cluster_reporting(paths: list[Path], command: str) -> ClusterInput:
-    """``load_cluster``, with one warning line on stderr for the kinds ``command`` skipped."""
+    """``load_cluster``, with warning lines on stderr for what ``command`` skipped: one per
+    known kind under an apiVersion it does not read, one for all other kinds."""
     cluster = load_cluster(paths)
+    for warning in unread_warnings(cluster):
+        print(f"topogate {command}: warning: {warning}", file=sys.stderr)
     if cluster.skipped:
         kinds = ", ".join(f"{kind} x{n}" for kind, n in sorted(cluster.skipped.items()))
         print(

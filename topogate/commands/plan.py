@@ -29,6 +29,7 @@ from topogate.admission.podsets import (
     wanted_topology,
 )
 from topogate.admission.request import (
+    Mode,
     PlacementDecision,
     PlacementRequest,
     PodSetRequest,
@@ -49,8 +50,15 @@ from topogate.cache.hypernodes import HyperNodeForest
 from topogate.cache.snapshot import ClusterSnapshot, IntArray
 from topogate.cache.sources import TopologySource, topology_sources
 from topogate.cache.topology import DomainTree
+from topogate.files import STDIN
 
-from .loader import ClusterInput, add_cluster_argument, load_cluster_reporting, load_single
+from .loader import (
+    ClusterInput,
+    add_cluster_argument,
+    hypernode_warnings,
+    load_cluster_reporting,
+    load_single,
+)
 
 EXIT_FITS, EXIT_NO_FIT = 0, 1
 
@@ -94,6 +102,7 @@ class PlanResult:
     usage: dict[str, list[DomainUsage]]  # per PodSet, for the table
     warnings: list[str] = field(default_factory=list)  # e.g. HyperNodes left out, and why
     gpus: dict[str, list[GpuRow]] = field(default_factory=dict)  # per PodSet, for the table
+    requests: tuple[PodSetRequest, ...] = ()  # what each PodSet asked, as the core read it
 
     @property
     def fits(self) -> bool:
@@ -111,6 +120,12 @@ def flavor_named(cluster: ClusterInput, name: str) -> ResourceFlavor:
     return flavor
 
 
+def topology_flavors(cluster: ClusterInput) -> dict[str, ResourceFlavor]:
+    """The ResourceFlavors with a topology: with exactly one, plan (and topology) use it
+    without --flavor."""
+    return {name: f for name, f in cluster.flavors.items() if f.spec.topology_name}
+
+
 def choose_flavor(
     cluster: ClusterInput,
     flavor_name: str | None,
@@ -124,7 +139,7 @@ def choose_flavor(
     HyperNode forest for Volcano's tier words), else the only topology in the input.
     """
     sources = topology_sources(cluster.topologies, forest)
-    tas = {name: f for name, f in cluster.flavors.items() if f.spec.topology_name}
+    tas = topology_flavors(cluster)
     flavor: ResourceFlavor | None = None
     if flavor_name is not None:
         flavor = flavor_named(cluster, flavor_name)
@@ -164,11 +179,7 @@ def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = Non
     forest = cluster.build_forest()
     # Structure problems leave the faulty part out and are reported; the sound part of the
     # forest still places jobs (one bad HyperNode must not stop everything, as in Volcano).
-    warnings = [
-        f"HyperNode {name}: {problem}"
-        for name, problems in sorted((forest.problems if forest else {}).items())
-        for problem in problems
-    ]
+    warnings = hypernode_warnings(forest)
     for node in cluster.nodes:  # serve skips a bad GPU annotation; plan refuses it
         if node.gpu_problem:
             raise InputError(node.gpu_problem)
@@ -192,7 +203,8 @@ def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = Non
     )
     workload.status = _status(decision, requests, choice)
     usage = _usage(decision, requests, snapshot, tree) if decision.fits else {}
-    return PlanResult(source, choice, decision, usage, warnings, _gpu_rows(decision, snapshot))
+    gpus = _gpu_rows(decision, snapshot)
+    return PlanResult(source, choice, decision, usage, warnings, gpus, requests)
 
 
 def _gpu_rows(decision: PlacementDecision, snapshot: ClusterSnapshot) -> dict[str, list[GpuRow]]:
@@ -284,6 +296,26 @@ def _usage(
     return out
 
 
+def describe_request(request: PodSetRequest) -> str:
+    """The topology request of one PodSet, in the level keys it was resolved to (whatever
+    vocabulary the job used: Kueue's, KAI's or Volcano's tiers)."""
+    parts = []
+    if request.mode is Mode.UNCONSTRAINED:
+        if not request.slices:  # slices alone say all there is
+            parts.append("unconstrained")
+    elif request.level is not None:
+        words = f"{request.mode.value} {request.level}"
+        if request.limit is not None:
+            words += f", climbing no higher than {request.limit}"
+        parts.append(words + (", balanced" if request.balanced else ""))
+    for layer in request.slices:
+        own = ", each its own" if request.exclusive_slices else ""
+        parts.append(f"slices of {layer.size} pod(s) in one {layer.level}{own}")
+    if request.gpu_min_bandwidth is not None:
+        parts.append(f"GPU sets of at least {request.gpu_min_bandwidth:g} GB/s")
+    return "; ".join(parts) or request.mode.value
+
+
 def render_table(result: PlanResult) -> str:
     workload = result.source.workload
     lines = [
@@ -291,12 +323,14 @@ def render_table(result: PlanResult) -> str:
         f"{result.choice.name!r} (topology {result.choice.source.name!r}: "
         f"{' > '.join(result.choice.source.level_keys)})"
     ]
+    asked = {request.name: describe_request(request) for request in result.requests}
     if not result.fits:
         lines.append(f"DOES NOT FIT: {result.decision.podset}: {result.decision.message}")
+        lines.extend(f"podset {name} asked: {text}" for name, text in asked.items())
         return "\n".join(lines) + "\n"
     for placement, podset in zip(result.decision.placements, workload.spec.pod_sets, strict=True):
         lines.append("")
-        lines.append(f"podset {placement.name}: {podset.count} pod(s)")
+        lines.append(f"podset {placement.name}: {podset.count} pod(s), {asked[placement.name]}")
         rows = result.usage.get(placement.name, [])
         header = ("DOMAIN", "PODS", "FREE AFTER")
         table = [
@@ -378,14 +412,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.example:
         if args.cluster or args.workload:
-            raise InputError(
-                "--example cannot be combined with --cluster or --workload", where="topogate plan"
-            )
+            raise InputError("--example cannot be combined with --cluster or --workload")
         cluster_path, workload_path = example_paths()
         args.cluster, args.workload = [cluster_path], workload_path
     if not args.cluster or args.workload is None:
+        raise InputError("needs --cluster PATH and --workload PATH (or --example)")
+    if args.workload == STDIN and STDIN in args.cluster:
         raise InputError(
-            "needs --cluster PATH and --workload PATH (or --example)", where="topogate plan"
+            "- reads stdin, which --cluster - already reads; give the workload as a file",
+            where="--workload",
         )
     cluster = load_cluster_reporting(args.cluster, "plan")
     document = load_single(args.workload)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,17 +21,31 @@ from typing import Any
 import numpy as np
 import yaml
 
-from topogate.admission.podsets import pick_source
+from topogate.admission.podsets import flavor_tolerations, pick_source
 from topogate.api.errors import InputError
-from topogate.api.quantity import format_units
-from topogate.cache.hypernodes import DiscoveryType, discover_offline, discovery_config
+from topogate.api.podspec import Toleration
+from topogate.api.quantity import MILLI_RESOURCES, format_units
+from topogate.cache.hypernodes import (
+    DiscoveryType,
+    HyperNodeForest,
+    discover_offline,
+    discovery_config,
+    missing_label_source,
+)
+from topogate.cache.selectors import NodeStates, node_states
 from topogate.cache.snapshot import ClusterSnapshot, IntArray
 from topogate.cache.sources import TopologySource, topology_sources
 from topogate.cache.topology import DomainTree
-from topogate.files import load_discovery_config
+from topogate.files import read_discovery_payload
 
-from .loader import ClusterInput, add_cluster_argument, load_cluster_reporting, write_output
-from .plan import flavor_named
+from .loader import (
+    ClusterInput,
+    add_cluster_argument,
+    hypernode_warnings,
+    load_cluster_reporting,
+    write_output,
+)
+from .plan import flavor_named, topology_flavors
 
 # The level DomainTree appends below a topology whose lowest level is not the hostname.
 NODE_LEVEL = "node"
@@ -52,8 +67,10 @@ EXIT_OK = 0
 class DomainRow:
     """One domain: its level key (``None`` for the synthetic root), path and sums per resource.
 
-    ``free`` sums each node's free capacity (never below zero), so it is capacity minus used
-    except where a node is over-committed.
+    ``free`` sums the free capacity (never below zero) of the domain's *available* nodes: a
+    node that is not ready, cordoned or carries a taint the flavor does not tolerate holds
+    nothing ``plan`` could use (the rule is ``plan``'s own, ``cache.selectors.node_states``).
+    So it is capacity minus used except where a node is over-committed or unavailable.
     """
 
     depth: int  # 0 for the root, tree level + 1 below it
@@ -64,6 +81,8 @@ class DomainRow:
     used: dict[str, int]
     free: dict[str, int]
     parent: int | None  # index of the parent's row; rows come parents first (sorted by path)
+    unavailable: int = 0  # nodes plan would not place on
+    reason: str = ""  # a single node's: why it is unavailable ("" when it is available)
 
     @property
     def name(self) -> str:
@@ -77,6 +96,7 @@ class TopologyView:
     levels: tuple[str, ...]  # the tree's levels, highest first (NODE_LEVEL when appended)
     resources: tuple[str, ...]
     rows: tuple[DomainRow, ...]  # sorted by path: the root, then each domain before its children
+    unavailable: tuple[tuple[str, str], ...] = ()  # (node, reason), by node name
 
     @property
     def main_resource(self) -> str:
@@ -115,18 +135,30 @@ def tree_levels(tree: DomainTree) -> tuple[str, ...]:
 
 
 def domain_rows(
-    tree: DomainTree, snapshot: ClusterSnapshot, resources: Sequence[str] | None = None
+    tree: DomainTree,
+    snapshot: ClusterSnapshot,
+    resources: Sequence[str] | None = None,
+    states: NodeStates | None = None,
 ) -> list[DomainRow]:
-    """Every domain of every level plus a root over all the tree's nodes, sorted by path."""
+    """Every domain of every level plus a root over all the tree's nodes, sorted by path.
+
+    ``states`` (default: no tolerations) says which nodes are available; the others count
+    as nodes and capacity, never as free.
+    """
     shown = tuple(resources) if resources is not None else shown_resources(tree, snapshot)
+    states = states if states is not None else node_states(snapshot, tree.nodes, ())
     columns = [snapshot.resource_index[name] for name in shown]
     width = len(columns)
-    # One matrix per node: capacity | used | free side by side, summed per domain in one pass.
+    unavailable = ~states.available
+    free = snapshot.free[tree.nodes][:, columns] * states.available[:, None]
+    # One matrix per node: capacity | used | free | unavailable side by side, summed per
+    # domain in one pass.
     per_node: IntArray = np.concatenate(
         [
             snapshot.allocatable[tree.nodes][:, columns],
             snapshot.used[tree.nodes][:, columns],
-            snapshot.free[tree.nodes][:, columns],
+            free,
+            unavailable[:, None].astype(np.int64),
         ],
         axis=1,
     )
@@ -139,33 +171,106 @@ def domain_rows(
         ]
         return parts[0], parts[1], parts[2]
 
-    unsorted: list[tuple[tuple[str, ...], int, str | None, int, Sequence[int]]] = [
-        ((), 0, None, len(tree.nodes), per_node.sum(axis=0).tolist())
+    unsorted: list[tuple[tuple[str, ...], int, str | None, int, Sequence[int], str]] = [
+        ((), 0, None, len(tree.nodes), per_node.sum(axis=0).tolist(), "")
     ]
     for level in range(tree.depth):
         size = tree.size(level)
         totals: IntArray = np.zeros((size, per_node.shape[1]), dtype=np.int64)
         np.add.at(totals, tree.member_domain[level], per_node)
         counts = np.bincount(tree.member_domain[level], minlength=size).tolist()
+        last = level == tree.depth - 1  # one node per domain: domain i is tree.nodes[i]
         for domain, domain_totals in enumerate(totals.tolist()):
             path = tree.path(level, domain)
-            unsorted.append((path, level + 1, levels[level], counts[domain], domain_totals))
+            reason = states.reason(domain) if last else ""
+            unsorted.append((path, level + 1, levels[level], counts[domain], domain_totals, reason))
     unsorted.sort(key=lambda item: item[0])  # a path sorts right before its extensions
     index = {item[0]: i for i, item in enumerate(unsorted)}
     rows = []
-    for path, depth, level_key, nodes, totals_list in unsorted:
-        capacity, used, free = sums(totals_list)
+    for path, depth, level_key, nodes, totals_list, reason in unsorted:
+        capacity, used, free_sums = sums(totals_list)
         parent = index[path[:-1]] if path else None
-        rows.append(DomainRow(depth, level_key, path, nodes, capacity, used, free, parent))
+        rows.append(
+            DomainRow(
+                depth,
+                level_key,
+                path,
+                nodes,
+                capacity,
+                used,
+                free_sums,
+                parent,
+                int(totals_list[3 * width]),
+                reason,
+            )
+        )
     return rows
 
 
 def build_view(
-    topology: str, tree: DomainTree, snapshot: ClusterSnapshot, flavor: str | None = None
+    topology: str,
+    tree: DomainTree,
+    snapshot: ClusterSnapshot,
+    flavor: str | None = None,
+    tolerations: Sequence[Toleration] = (),
 ) -> TopologyView:
+    """The view of ``tree``; ``tolerations`` are the flavor's (a taint they cover does not
+    make a node unavailable), as ``plan`` adds them to every pod's own."""
     resources = shown_resources(tree, snapshot)
-    rows = domain_rows(tree, snapshot, resources)
-    return TopologyView(topology, flavor, tree_levels(tree), resources, tuple(rows))
+    states = node_states(snapshot, tree.nodes, tolerations)
+    rows = domain_rows(tree, snapshot, resources, states)
+    unavailable = sorted(
+        (snapshot.node_names[int(row)], states.reason(position))
+        for position, row in enumerate(tree.nodes.tolist())
+        if not states.available[position]
+    )
+    return TopologyView(
+        topology, flavor, tree_levels(tree), resources, tuple(rows), tuple(unavailable)
+    )
+
+
+# --- units ------------------------------------------------------------------------------
+
+_BINARY_UNITS = (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """How one resource is written in every cell of a view, so a column compares at a glance
+    (never 16Ti next to 14080Gi). JSON and YAML keep exact quantities."""
+
+    suffix: str  # "Gi" ...; "" for counts and CPU cores
+    divisor: int  # cache units per shown unit
+    decimals: int
+
+    def number(self, units: int) -> str:
+        if units % self.divisor == 0:
+            return str(units // self.divisor)
+        text = f"{units / self.divisor:.{self.decimals}f}".rstrip("0").rstrip(".")
+        return text if text not in ("0", "-0") else f"<{10**-self.decimals:g}"
+
+    def quantity(self, units: int) -> str:
+        return self.number(units) + self.suffix
+
+    def header(self, resource: str) -> str:
+        return f"{resource} ({self.suffix})" if self.suffix else resource
+
+
+def resource_unit(view: TopologyView, resource: str) -> Unit:
+    """Memory and storage in Gi (Mi or Ki when everything is smaller), CPU in cores, others
+    as counts: one unit per resource over the whole view."""
+    if resource in MILLI_RESOURCES:
+        return Unit("", 1000, 3)
+    if "memory" in resource or "storage" in resource:
+        largest = max((row.capacity.get(resource, 0) for row in view.rows), default=0)
+        for suffix, size in _BINARY_UNITS:
+            if largest >= size:
+                return Unit(suffix, size, 1)
+    return Unit("", 1, 0)
+
+
+def resource_units(view: TopologyView) -> dict[str, Unit]:
+    return {resource: resource_unit(view, resource) for resource in view.resources}
 
 
 # --- text renderers ---------------------------------------------------------------------
@@ -178,23 +283,29 @@ def _title(view: TopologyView) -> str:
 
 def _fraction(view: TopologyView, row: DomainRow, measure: Mapping[str, int]) -> str:
     resource = view.main_resource
-    return (
-        f"{format_units(resource, measure.get(resource, 0))}/"
-        f"{format_units(resource, row.capacity.get(resource, 0))}"
-    )
+    unit = resource_unit(view, resource)
+    return f"{unit.number(measure.get(resource, 0))}/{unit.quantity(row.capacity.get(resource, 0))}"
 
 
 def render_table(view: TopologyView) -> str:
     """One row per domain; per resource its capacity, used and free, under a group header."""
     measures = ("CAPACITY", "USED", "FREE")
-    header = ["LEVEL", "PATH", "NODES", *(m for _ in view.resources for m in measures)]
+    units = resource_units(view)
+    header = [
+        "LEVEL",
+        "PATH",
+        "NODES",
+        "UNAVAILABLE",
+        *(m for _ in view.resources for m in measures),
+    ]
     body = [
         [
             row.level or "-",
             "/".join(row.path) or ROOT_PATH_LABEL,
             str(row.nodes),
+            str(row.unavailable),
             *(
-                format_units(resource, amounts[resource])
+                units[resource].number(amounts[resource])
                 for resource in view.resources
                 for amounts in (row.capacity, row.used, row.free)
             ),
@@ -209,12 +320,25 @@ def render_table(view: TopologyView) -> str:
         return "  ".join(left + right).rstrip()
 
     # The group header names each resource over its three columns.
-    group = " " * (sum(widths[:3]) + 2 * 3)
+    fixed = 4  # level, path, nodes, unavailable
+    group = " " * (sum(widths[:fixed]) + 2 * fixed)
     for i, resource in enumerate(view.resources):
-        span = sum(widths[3 + 3 * i : 6 + 3 * i]) + 2 * 2
-        group += f"{resource:<{span}}  "
+        span = sum(widths[fixed + 3 * i : fixed + 3 + 3 * i]) + 2 * 2
+        group += f"{units[resource].header(resource):<{span}}  "
     lines = [_title(view), "", group.rstrip(), line(header), *(line(cells) for cells in body)]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _unavailable_lines(view)) + "\n"
+
+
+def _unavailable_lines(view: TopologyView) -> list[str]:
+    """The nodes no job can use, each with its reason (FREE leaves them out)."""
+    if not view.unavailable:
+        return []
+    return [
+        "",
+        f"{len(view.unavailable)} unavailable node(s), not counted as free "
+        "(plan places no pod there):",
+        *(f"  {name}: {reason}" for name, reason in view.unavailable),
+    ]
 
 
 def render_tree(view: TopologyView) -> str:
@@ -235,11 +359,14 @@ def render_tree(view: TopologyView) -> str:
     name_width = max(len(label) for label, _ in labels)
     node_width = max(len(str(row.nodes)) for _, row in labels)
     free_width = max(len(_fraction(view, row, row.free)) for _, row in labels)
-    lines = [_title(view), f"(nodes, free/capacity of {view.main_resource})"]
+    caption = f"(nodes, free/capacity of {view.main_resource}"
+    caption += ", unavailable nodes)" if view.unavailable else ")"
+    lines = [_title(view), caption]
     for label, row in labels:
         nodes = f"{row.nodes:>{node_width}} node{'s' if row.nodes != 1 else ' '}"
         free = _fraction(view, row, row.free)
-        lines.append(f"{label:<{name_width}}  {nodes}  {free:>{free_width}}")
+        note = row.reason or (f"{row.unavailable} unavailable" if row.unavailable else "")
+        lines.append(f"{label:<{name_width}}  {nodes}  {free:>{free_width}}  {note}".rstrip())
     return "\n".join(lines) + "\n"
 
 
@@ -259,12 +386,14 @@ def view_document(view: TopologyView) -> dict[str, Any]:
                 "level": row.level,
                 "path": list(row.path),
                 "nodes": row.nodes,
+                "unavailable": row.unavailable,
                 "capacity": quantities(row.capacity),
                 "used": quantities(row.used),
                 "free": quantities(row.free),
             }
             for row in view.rows
         ],
+        "unavailableNodes": [{"name": name, "reason": reason} for name, reason in view.unavailable],
     }
 
 
@@ -363,12 +492,19 @@ def _box(view: TopologyView, box: PlacedBox) -> str:
     name = view.topology if row.parent is None else row.name
     capacity, used = row.capacity.get(main, 0), row.used.get(main, 0)
     fraction = min(used / capacity, 1.0) if capacity else 0.0  # over-commit: a full bar
-    usage = f"{format_units(main, used)}/{format_units(main, capacity)} {_short_resource(main)}"
+    unit = resource_unit(view, main)
+    usage = f"{unit.number(used)}/{unit.quantity(capacity)} {_short_resource(main)}"
     tooltip = (
         f"{'/'.join(row.path) or view.topology}: {row.nodes} node(s); {main}: "
-        f"{format_units(main, used)} used of {format_units(main, capacity)}, "
-        f"{format_units(main, row.free.get(main, 0))} free"
+        f"{unit.quantity(used)} used of {unit.quantity(capacity)}, "
+        f"{unit.quantity(row.free.get(main, 0))} free"
     )
+    if row.reason:
+        tooltip += f"; unavailable: {row.reason}"
+        usage = row.reason.split(" ")[0] if row.reason.startswith("taint") else row.reason
+        usage = "tainted" if usage == "taint" else usage
+    elif row.unavailable:
+        tooltip += f"; {row.unavailable} unavailable node(s), not counted as free"
     x, y, inner = box.x, box.y, BOX_WIDTH - 12
     lines = [
         f'<text class="name" x="{x + 6:.1f}" y="{y + 16:.1f}">{esc(_shorten(name, inner))}</text>'
@@ -376,12 +512,16 @@ def _box(view: TopologyView, box: PlacedBox) -> str:
     baseline = y + 30
     if box.height == DOMAIN_BOX_HEIGHT:
         count = f"{row.nodes} node{'' if row.nodes == 1 else 's'}"
+        count += f", {row.unavailable} off" if row.unavailable else ""
         lines.append(f'<text class="small" x="{x + 6:.1f}" y="{baseline:.1f}">{esc(count)}</text>')
         baseline += 14
     lines.append(f'<text class="small" x="{x + 6:.1f}" y="{baseline:.1f}">{esc(usage)}</text>')
     bar_y = baseline + 5
+    # An unavailable node is greyed out: its use shows in grey, it has nothing free.
+    colour = "#9ca3af" if row.reason else _bar_colour(fraction)
+    state = " off" if row.reason else ""
     return (
-        f'<g class="domain" data-path="{esc("/".join(row.path))}">'
+        f'<g class="domain{state}" data-path="{esc("/".join(row.path))}">'
         f"<title>{esc(tooltip)}</title>"
         f'<rect class="box" x="{x:.1f}" y="{y:.1f}" width="{BOX_WIDTH:.0f}" '
         f'height="{box.height:.0f}" rx="5"/>'
@@ -389,7 +529,7 @@ def _box(view: TopologyView, box: PlacedBox) -> str:
         + f'<rect class="track" x="{x + 6:.1f}" y="{bar_y:.1f}" width="{inner:.0f}" '
         f'height="7" rx="2"/>'
         f'<rect x="{x + 6:.1f}" y="{bar_y:.1f}" width="{inner * fraction:.1f}" height="7" '
-        f'rx="2" fill="{_bar_colour(fraction)}"/>'
+        f'rx="2" fill="{colour}"/>'
         "</g>"
     )
 
@@ -444,6 +584,8 @@ svg .box { fill: #f8fafc; stroke: #64748b; stroke-width: 1; }
 svg .name { font-size: 11px; font-weight: 600; fill: #111827; }
 svg .small { font-size: 10px; fill: #374151; }
 svg .track { fill: #e5e7eb; }
+svg .off .box { fill: #f3f4f6; stroke: #9ca3af; stroke-dasharray: 4 3; }
+svg .off .name, svg .off .small { fill: #6b7280; }
 table { border-collapse: collapse; font-size: 13px; }
 th, td { padding: 3px 10px; border-bottom: 1px solid #e5e7eb; text-align: right;
          white-space: nowrap; }
@@ -467,25 +609,46 @@ window.addEventListener("load", function () {
 
 def _summary_table(view: TopologyView, picture: Picture) -> str:
     esc = html.escape
-    groups = "".join(f'<th colspan="3">{esc(resource)}</th>' for resource in view.resources)
+    units = resource_units(view)
+    groups = "".join(
+        f'<th colspan="3">{esc(units[resource].header(resource))}</th>'
+        for resource in view.resources
+    )
     measures = "<th>capacity</th><th>used</th><th>free</th>" * len(view.resources)
     body = []
     for box in picture.boxes:
         row = view.rows[box.row]
         cells = "".join(
-            f"<td>{esc(format_units(resource, amounts[resource]))}</td>"
+            f"<td>{esc(units[resource].number(amounts[resource]))}</td>"
             for resource in view.resources
             for amounts in (row.capacity, row.used, row.free)
         )
         body.append(
             f'<tr><td class="text">{esc(row.level or "-")}</td>'
             f'<td class="text">{esc("/".join(row.path) or ROOT_PATH_LABEL)}</td>'
-            f"<td>{row.nodes}</td>{cells}</tr>"
+            f"<td>{row.nodes}</td><td>{row.unavailable}</td>{cells}</tr>"
         )
     return (
         '<table><thead><tr><th class="text" rowspan="2">level</th>'
-        f'<th class="text" rowspan="2">domain</th><th rowspan="2">nodes</th>{groups}</tr>'
+        f'<th class="text" rowspan="2">domain</th><th rowspan="2">nodes</th>'
+        f'<th rowspan="2">unavailable</th>{groups}</tr>'
         f"<tr>{measures}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    )
+
+
+def _unavailable_html(view: TopologyView, shown: int = 20) -> str:
+    esc = html.escape
+    if not view.unavailable:
+        return ""
+    items = ", ".join(
+        f"<b>{esc(name)}</b> ({esc(reason)})" for name, reason in view.unavailable[:shown]
+    )
+    more = len(view.unavailable) - shown
+    if more > 0:
+        items += f" and {more} more (<code>topogate topology -o table</code> lists them all)"
+    return (
+        f"<p>{len(view.unavailable)} unavailable node(s), grey and dashed, not counted as "
+        f"free (plan places no pod there): {items}</p>"
     )
 
 
@@ -495,11 +658,20 @@ def render_html(view: TopologyView, max_boxes: int = MAX_BOXES_PER_ROW) -> str:
     picture = layout_picture(view, max_boxes)
     main = view.main_resource
     root = view.root
+    units = resource_units(view)
+    unit = resource_unit(view, main)  # main may be absent (cpu on nodes without it)
     flavor = f" on flavor {esc(view.flavor)}" if view.flavor else ""
+    # Every resource once, each in its one unit (the table's), used of capacity.
+    every = " · ".join(
+        f"{esc(resource)} {esc(units[resource].number(root.used.get(resource, 0)))}/"
+        f"{esc(units[resource].quantity(root.capacity.get(resource, 0)))}"
+        for resource in view.resources
+    )
     totals = (
-        f"{root.nodes} nodes · {esc(main)}: {esc(format_units(main, root.used.get(main, 0)))} "
-        f"used of {esc(format_units(main, root.capacity.get(main, 0)))}, "
-        f"{esc(format_units(main, root.free.get(main, 0)))} free"
+        f"{root.nodes} nodes · {esc(main)}: {esc(unit.quantity(root.used.get(main, 0)))} "
+        f"used of {esc(unit.quantity(root.capacity.get(main, 0)))}, "
+        f"{esc(unit.quantity(root.free.get(main, 0)))} free"
+        + (f" · {len(view.unavailable)} unavailable" if view.unavailable else "")
     )
     if picture.hidden_levels:
         hidden = ", ".join(picture.hidden_levels)
@@ -517,10 +689,11 @@ def render_html(view: TopologyView, max_boxes: int = MAX_BOXES_PER_ROW) -> str:
         f"<title>topology {esc(view.topology)}</title><style>{_STYLE}</style></head>"
         f"<body><h1>Topology {esc(view.topology)}{flavor}</h1>"
         f"<p>Levels: {esc(' > '.join(view.levels))}</p><p>{totals}</p>"
+        f"<p class=note>Used/capacity: {every}</p>"
         f"<p class=note>Each box: its name, node count and {esc(main)} used/capacity, with "
-        "a bar that is green below 50% used, amber below 85%, red above. "
-        "Hover a box for its full path.</p>"
-        f"{collapsed}"
+        "a bar that is green below 50% used, amber below 85%, red above; “N off” counts "
+        "the nodes no pod can use. Hover a box for its full path.</p>"
+        f"{collapsed}{_unavailable_html(view)}"
         f'<div class="picture">{_svg(view, picture)}</div>'
         f"{_summary_table(view, picture)}"
         f"<script>{_SCRIPT}</script></body></html>\n"
@@ -531,6 +704,7 @@ RENDERERS: dict[str, Callable[[TopologyView], str]] = {
     "table": render_table,
     "tree": render_tree,
     "json": lambda view: json.dumps(view_document(view), indent=2) + "\n",
+    "yaml": lambda view: yaml.safe_dump(view_document(view), sort_keys=False),
     "html": render_html,
 }
 
@@ -565,16 +739,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--flavor", metavar="NAME", help="show the topology of this ResourceFlavor, on its nodes"
     )
-    parser.add_argument("--output", "-o", choices=tuple(RENDERERS), default="table")
+    parser.add_argument(
+        "--output",
+        "-o",
+        choices=tuple(RENDERERS),
+        help="show: table (default), tree, json, yaml or html; discover: yaml (default) or json",
+    )
     parser.add_argument("--out", type=Path, metavar="FILE", help="write here, not to stdout")
 
 
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """What to show: the topology, and the node labels and tolerations of the flavor."""
+
+    source: TopologySource
+    node_labels: dict[str, str]
+    tolerations: tuple[Toleration, ...] = ()
+    flavor: str | None = None
+
+
 def choose_source(
-    cluster: ClusterInput, topology: str | None, flavor: str | None
-) -> tuple[TopologySource, dict[str, str]]:
-    """The topology to show and the node labels its nodes must carry (a flavor's)."""
-    sources = topology_sources(cluster.topologies, cluster.build_forest())
+    cluster: ClusterInput,
+    topology: str | None,
+    flavor: str | None,
+    forest: HyperNodeForest | None = None,
+) -> Shown:
+    """The topology to show, and the nodes and tolerations of the flavor plan would use.
+
+    Without --flavor that is plan's choice too: the only topology flavor when there is
+    exactly one (its topology, unless --topology names another, as a job may).
+    """
+    sources = topology_sources(cluster.topologies, forest)
     known = ", ".join(sorted(sources)) or "none"
+    implicit = topology_flavors(cluster) if flavor is None else {}
+    if len(implicit) == 1:
+        (only,) = implicit.values()
+        if topology is None:
+            flavor = only.metadata.name
+        elif topology in sources:
+            labels, tolerations = dict(only.spec.node_labels), flavor_tolerations(only)
+            return Shown(sources[topology], labels, tolerations, only.metadata.name)
     if flavor is not None:
         chosen = flavor_named(cluster, flavor)
         where = f"ResourceFlavor {flavor}"
@@ -587,16 +791,16 @@ def choose_source(
                 f"{topology!r} is not the topology of ResourceFlavor {flavor!r} ({name!r})",
                 where="--topology",
             )
-        return source, dict(chosen.spec.node_labels)
+        return Shown(source, dict(chosen.spec.node_labels), flavor_tolerations(chosen), flavor)
     if topology is not None:
         if topology not in sources:
             raise InputError(
                 f"no topology {topology!r} in the cluster input (found: {known})",
                 where="--topology",
             )
-        return sources[topology], {}
+        return Shown(sources[topology], {})
     if len(sources) == 1:
-        return next(iter(sources.values())), {}
+        return Shown(next(iter(sources.values())), {})
     if not sources:
         raise InputError("holds no Topology and no HyperNodes", where="--cluster")
     raise InputError(
@@ -610,23 +814,33 @@ def run(args: argparse.Namespace) -> int:
     cluster = load_cluster_reporting(args.cluster, "topology")
     if args.action == "discover":
         return _discover(args, cluster)
-    source, node_labels = choose_source(cluster, args.topology, args.flavor)
+    forest = cluster.build_forest()
+    for warning in hypernode_warnings(forest):  # the same warnings as plan's
+        print(f"topogate topology: warning: {warning}", file=sys.stderr)
+    shown = choose_source(cluster, args.topology, args.flavor, forest)
+    output = args.output or "table"
     snapshot = ClusterSnapshot.build(cluster.nodes, cluster.pods)
-    tree = source.tree(snapshot, node_labels)
-    view = build_view(source.name, tree, snapshot, args.flavor)
-    write_output(RENDERERS[args.output](view), args.out)
+    tree = shown.source.tree(snapshot, shown.node_labels)
+    view = build_view(shown.source.name, tree, snapshot, shown.flavor, shown.tolerations)
+    write_output(RENDERERS[output](view), args.out)
     return EXIT_OK
 
 
 def _discover(args: argparse.Namespace, cluster: ClusterInput) -> int:
-
+    if args.output not in (None, "yaml", "json"):
+        raise InputError(f"discover writes yaml or json, not {args.output}", where="--output")
     types = types_from_flag(args.labels)
     if args.discovery_config is not None:
-        types += load_discovery_config(args.discovery_config)
+        path = args.discovery_config
+        payload = read_discovery_payload(path)
+        from_file = discovery_config(payload, where=str(path))
+        if not from_file:  # say what the file lacks, not just that nothing came of it
+            field, message = missing_label_source(payload)
+            raise InputError(message, where=str(path), field=field)
+        types += from_file
     if not types:
         raise InputError(
             "discover needs --labels TYPE=LABEL,... or --discovery-config FILE",
-            where="topogate topology",
         )
     found = discover_offline(cluster.nodes, types)
     if args.output == "json":
