@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.kit import written_domains
 from topogate.cli import main
 
 BLOCK = "cloud.example.com/topology-block"
@@ -120,7 +121,7 @@ def test_fits_json_is_a_workload_with_admission(
     topology = assignment["topologyAssignment"]
     assert topology["levels"] == ["kubernetes.io/hostname"]
     # Required rack, 2 pods of 8 GPUs: the first rack by path, both its hosts.
-    assert topology["domains"] == [
+    assert written_domains(topology) == [
         {"values": ["h000"], "count": 1},
         {"values": ["h001"], "count": 1},
     ]
@@ -197,7 +198,17 @@ def test_non_hostname_lowest_level_writes_full_paths(
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     topo = out["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
-    assert topo == {"levels": [BLOCK, RACK], "domains": [{"values": ["b1", "r1"], "count": 2}]}
+    # Kueue v1beta2's slices: one domain, so every level and the pod count are universal.
+    assert topo == {
+        "levels": [BLOCK, RACK],
+        "slices": [
+            {
+                "domainCount": 1,
+                "valuesPerLevel": [{"universal": "b1"}, {"universal": "r1"}],
+                "podCounts": {"universal": 2},
+            }
+        ],
+    }
 
 
 def test_other_kinds_are_skipped_with_one_warning(
@@ -252,7 +263,9 @@ def test_bound_pods_count_as_usage(
     )
     out = json.loads(capsys.readouterr().out)
     assert code == 0
-    domains = out["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]["domains"]
+    domains = written_domains(
+        out["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
+    )
     # Rack b0/r0 is partly busy (running + pending pods); the succeeded pod on h010 frees it.
     assert domains == [{"values": ["h010"], "count": 1}, {"values": ["h011"], "count": 1}]
 
@@ -378,7 +391,7 @@ def test_flavor_choice(cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixt
     out = json.loads(capsys.readouterr().out)
     assignment = out["status"]["admission"]["podSetAssignments"][0]
     assert assignment["flavors"] == {"nvidia.com/gpu": "rack1"}
-    assert assignment["topologyAssignment"]["domains"] == [{"values": ["h010"], "count": 1}]
+    assert written_domains(assignment["topologyAssignment"]) == [{"values": ["h010"], "count": 1}]
     assert main(["plan", "--cluster", str(cluster), "--workload", job, "--flavor", "nope"]) == 2
     assert "no ResourceFlavor 'nope'" in capsys.readouterr().err
 
