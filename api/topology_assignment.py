@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 from .constants import HOSTNAME_LABEL
@@ -175,11 +176,9 @@ def hostname_prefix_keys(hostnames: Sequence[str]) -> list[str] | None:
 
 def _dash_prefixes(hostname: str) -> list[str]:
     """The prefixes ending at a ``-`` that is not the last character, shortest first."""
-    out, at = [], hostname.find("-")
-    while 0 <= at < len(hostname) - 1:
-        out.append(hostname[: at + 1])
-        at = hostname.find("-", at + 1)
-    return out
+    parts = hostname.split("-")
+    count = len(parts) - 1 if parts[-1] else len(parts) - 2
+    return list(accumulate(part + "-" for part in parts[:count])) if count > 0 else []
 
 
 def _longest_reusable(prefixes: Sequence[str], reusable: set[str]) -> str:
