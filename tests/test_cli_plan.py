@@ -355,6 +355,32 @@ def test_invalid_topology_names_the_field(
     )
 
 
+def test_a_workload_s_written_assignment_is_read_in_either_form_and_checked(
+    cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A Workload plans afresh whatever its status says; a malformed slice is still bad input.
+    plan = ["plan", "--cluster", str(cluster), "-o", "json", "--workload"]
+    assert main([*plan, str(_write(tmp_path, _job(2)))]) == 0
+    first = json.loads(capsys.readouterr().out)
+    expected = json.loads(json.dumps(first["status"]["admission"]))
+    (assignment,) = first["status"]["admission"]["podSetAssignments"]
+    topology = assignment["topologyAssignment"]
+    old = {"levels": topology["levels"], "domains": written_domains(topology)}
+    for form in (topology, old):
+        assignment["topologyAssignment"] = form
+        assert main([*plan, str(_write(tmp_path, first, "again.yaml"))]) == 0
+        assert json.loads(capsys.readouterr().out)["status"]["admission"] == expected
+    topology["slices"][0]["podCounts"] = {"individual": [1]}
+    assignment["topologyAssignment"] = topology
+    path = _write(tmp_path, first, "broken.yaml")
+    assert main([*plan, str(path)]) == 2
+    assert capsys.readouterr().err == (
+        f"topogate plan: error: {path}: Workload {first['metadata']['namespace']}/"
+        f"{first['metadata']['name']}: status.admission.podSetAssignments[0].topologyAssignment: "
+        "slices[0].podCounts.individual: has 1 entries; it must have domainCount (2)\n"
+    )
+
+
 def test_flavor_choice(cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     flavors = [
         {
