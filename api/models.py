@@ -473,6 +473,15 @@ class TopologyAssignmentSlice(ApiModel):
     pod_counts: TopologyAssignmentSlicePodCounts
 
 
+def _plain(value: Any) -> Any:
+    """Wire data for the decoder, also when a caller built the assignment from models."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(by_alias=True, exclude_none=True)
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
+
+
 class TopologyAssignment(ApiModel):
     """Where a PodSet's pods go. Written as Kueue v1beta2 ``slices``; the older ``domains``
     form is read too. ``api.topology_assignment`` encodes and decodes both; the check below
@@ -500,8 +509,9 @@ class TopologyAssignment(ApiModel):
     @model_validator(mode="before")
     @classmethod
     def _decodes(cls, data: Any) -> Any:
+        plain = {k: _plain(v) for k, v in data.items()} if isinstance(data, dict) else data
         try:
-            decode(data)
+            decode(plain)
         except InputError as error:
             raise ValueError(error.describe()) from None
         return data

@@ -338,6 +338,13 @@ def test_the_model_writes_slices_and_reads_domains() -> None:
     assert model.to_wire() == encode([H], domains)
     old = TopologyAssignment.model_validate(encode_domains([H], domains))
     assert old.decoded() == model.decoded() == Assignment((H,), tuple(domains))
+    # Built from models (not wire data), it is checked alike.
+    rebuilt = TopologyAssignment(levels=[H], slices=model.slices)
+    assert rebuilt.to_wire() == model.to_wire()
+    (only,) = TopologyAssignment.encoded([H], domains[:2]).slices or []
+    only.domain_count = 3
+    with pytest.raises(ValidationError, match=r"slices\[0\].*domainCount \(3\)"):
+        TopologyAssignment(levels=[H], slices=[only])
 
 
 values = st.text(alphabet="ab-.0", max_size=6)
