@@ -28,6 +28,7 @@ from topogate.api.gpus import GpuAssignment
 from topogate.api.models import Admission
 from topogate.api.objects import condition, is_evicted, is_finished, meta, owner_job
 from topogate.api.times import parse_time
+from topogate.api.topology_assignment import decode
 from topogate.kube.errors import API_ERRORS
 from topogate.kube.events import EventRecorder
 from topogate.kube.protocol import KubeApi
@@ -406,9 +407,8 @@ def _admission(admitted: Admitted, request: PlacementRequest) -> Obj:
 def _describe(admission: Obj) -> str:
     parts = []
     for assignment in admission.get("podSetAssignments") or []:
-        topo = assignment.get("topologyAssignment") or {}
-        domains = ", ".join(
-            f"{'/'.join(d['values'])} x{d['count']}" for d in topo.get("domains") or []
-        )
-        parts.append(f"{assignment['name']}: {domains or 'no topology'}")
+        topology = assignment.get("topologyAssignment")
+        domains = decode(topology).domains if topology else ()
+        text = ", ".join(f"{'/'.join(d.values)} x{d.count}" for d in domains)
+        parts.append(f"{assignment['name']}: {text or 'no topology'}")
     return "; ".join(parts)

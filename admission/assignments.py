@@ -9,10 +9,11 @@ from typing import Any
 
 from topogate.api.constants import HOSTNAME_LABEL
 from topogate.api.errors import InputError
-from topogate.api.models import PodSetAssignment, TopologyAssignment, TopologyDomainAssignment
+from topogate.api.models import PodSetAssignment, TopologyAssignment
 from topogate.api.objects import as_mapping
 from topogate.api.podspec import pod_requests
 from topogate.api.quantity import format_units
+from topogate.api.topology_assignment import AssignedDomain, decode
 from topogate.cache.nodes import PODS
 
 from .request import PlacementDecision, PlacementRequest
@@ -30,12 +31,9 @@ def pod_set_assignments(
         placement = placements.get(podset.name)
         topology = None
         if placement is not None and podset.count:
-            topology = TopologyAssignment(
-                levels=list(placement.levels),
-                domains=[
-                    TopologyDomainAssignment(values=list(d.values), count=d.count)
-                    for d in placement.domains
-                ],
+            topology = TopologyAssignment.encoded(
+                placement.levels,
+                [AssignedDomain(tuple(d.values), d.count) for d in placement.domains],
             )
         out.append(
             PodSetAssignment(
@@ -79,7 +77,9 @@ def usage_from_admission(
     restart path: no decision is at hand). With a hostname level the node is exact; above
     it, pods are spread over the domain's nodes in name order, one per node per round (the
     scheduler picks within the domain anyway). A PodSet whose template cannot be read holds
-    nothing (it was validated at admission; a later bad edit must not stop the restart)."""
+    nothing (it was validated at admission; a later bad edit must not stop the restart).
+    The assignment may be in either form (``slices`` or ``domains``); a malformed one raises
+    :class:`InputError` naming the Workload and the field."""
     status = as_mapping(workload.get("status"))
     admission = as_mapping(status.get("admission"))
     spec = as_mapping(workload.get("spec"))
@@ -89,19 +89,21 @@ def usage_from_admission(
         if isinstance(p, Mapping)
     }
     per_node: dict[str, dict[str, int]] = {}
-    for assignment in admission.get("podSetAssignments") or []:
+    for index, assignment in enumerate(admission.get("podSetAssignments") or []):
         topology = assignment.get("topologyAssignment")
         if not topology:
             continue
+        field = f"status.admission.podSetAssignments[{index}].topologyAssignment"
+        decoded = decode(topology, where, field)
         template = templates.get(assignment.get("name")) or {}
         try:
             requests = {**pod_requests(template.get("spec") or {}, where), PODS: 1}
         except InputError:
             continue
-        levels = [str(level) for level in topology.get("levels") or []]
-        for domain in topology.get("domains") or []:
-            values = [str(v) for v in domain.get("values") or []]
-            for node, count in _spread(levels, values, int(domain["count"]), nodes_in_domain):
+        for domain in decoded.domains:
+            for node, count in _spread(
+                decoded.levels, domain.values, domain.count, nodes_in_domain
+            ):
                 slot = per_node.setdefault(node, {})
                 for name, amount in requests.items():
                     slot[name] = slot.get(name, 0) + amount * count

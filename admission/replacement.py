@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from topogate.api.constants import HOSTNAME_LABEL
-from topogate.api.models import TopologyAssignment, TopologyDomainAssignment
+from topogate.api.errors import InputError
 from topogate.api.objects import as_mapping
 from topogate.api.podspec import NodeConstraints, Requirement, SelectorTerm
+from topogate.api.topology_assignment import AssignedDomain, Assignment, decode, encode
 
 from .assignments import DomainNodes
 from .queues import Held
@@ -90,14 +91,18 @@ def plan_replacement(
     held: Held = []
     moves: list[Move] = []
     assignments = []
-    for raw in as_mapping(admission).get("podSetAssignments") or []:
+    for index, raw in enumerate(as_mapping(admission).get("podSetAssignments") or []):
         assignment = dict(raw)
         topology = assignment.get("topologyAssignment")
         if not topology:
             assignments.append(assignment)
             continue
         name = str(assignment.get("name"))
-        parsed = TopologyAssignment.model_validate(topology)
+        field = f"status.admission.podSetAssignments[{index}].topologyAssignment"
+        try:
+            parsed = decode(topology, "", field)
+        except InputError as error:
+            return ReplacementPlan(None, tuple(moves), f"cannot read the admission: {error}")
         losses = _losses(name, parsed, failed, bound.get(name, {}))
         podset = podsets.get(name)
         if losses and podset is None:
@@ -116,7 +121,8 @@ def plan_replacement(
             placed.setdefault(loss.index, []).extend(to)
             moves.append(Move(name, loss.node, loss.count, to))
         if losses:
-            assignment["topologyAssignment"] = _merged(parsed, losses, placed).to_wire()
+            merged = _merged(parsed, losses, placed)
+            assignment["topologyAssignment"] = encode(merged.levels, merged.domains)
         assignments.append(assignment)
     new = {**admission, "podSetAssignments": assignments}
     return ReplacementPlan(new, tuple(moves))
@@ -124,7 +130,7 @@ def plan_replacement(
 
 def _losses(
     podset: str,
-    topology: TopologyAssignment,
+    topology: Assignment,
     failed: Mapping[str, Mapping[str, str]],
     bound: Mapping[str, int],
 ) -> list[_Loss]:
@@ -228,10 +234,10 @@ def _confined(podset: PodSetRequest, count: int, level: str, nodes: Sequence[str
 
 
 def _merged(
-    topology: TopologyAssignment,
+    topology: Assignment,
     losses: Sequence[_Loss],
     placed: Mapping[int, Sequence[tuple[Values, int]]],
-) -> TopologyAssignment:
+) -> Assignment:
     """The assignment with each loss taken from its domain and its replacement put in that
     domain's place (a domain already listed gets the count added instead)."""
     taken: dict[int, int] = {}
@@ -246,7 +252,4 @@ def _merged(
     counts: dict[Values, int] = {}
     for values, count in ordered:
         counts[values] = counts.get(values, 0) + count
-    return TopologyAssignment(
-        levels=list(topology.levels),
-        domains=[TopologyDomainAssignment(values=list(v), count=n) for v, n in counts.items()],
-    )
+    return Assignment(topology.levels, tuple(AssignedDomain(v, n) for v, n in counts.items()))

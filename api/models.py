@@ -5,14 +5,17 @@ Field names are snake_case in Python and camelCase on the wire, as in Kubernetes
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from .constants import API_VERSION, HOSTNAME_LABEL, KUEUE_API_VERSIONS
+from .errors import InputError
 from .names import label_key_problem
 from .quantity import QuantityError, parse_quantity
+from .topology_assignment import MAX_SLICES, AssignedDomain, Assignment, decode, encode
 
 
 class ApiModel(BaseModel):
@@ -404,13 +407,124 @@ class WorkloadSpec(ApiModel):
 
 
 class TopologyDomainAssignment(ApiModel):
+    """One domain of the older ``domains`` form (Kueue v1beta1): read, never written."""
+
     values: list[str]
-    count: int
+    count: int = Field(ge=1)
+
+
+class TopologyAssignmentSliceLevelIndividualValues(ApiModel):
+    prefix: str | None = Field(default=None, max_length=63)
+    suffix: str | None = Field(default=None, max_length=63)
+    roots: list[Annotated[str, Field(max_length=63)]] = Field(min_length=1, max_length=100_000)
+
+
+class TopologyAssignmentSliceLevelValues(ApiModel):
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            (
+                "has(self.universal) != has(self.individual)",
+                "exactly one of the fields in [universal individual] must be set",
+            )
+        )
+    )
+
+    universal: str | None = Field(default=None, max_length=63)
+    individual: TopologyAssignmentSliceLevelIndividualValues | None = None
+
+
+class TopologyAssignmentSlicePodCounts(ApiModel):
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            (
+                "has(self.universal) != has(self.individual)",
+                "exactly one of the fields in [universal individual] must be set",
+            )
+        )
+    )
+
+    universal: int | None = Field(default=None, ge=1)
+    individual: list[Annotated[int, Field(ge=1)]] | None = Field(
+        default=None, min_length=1, max_length=100_000
+    )
+
+
+class TopologyAssignmentSlice(ApiModel):
+    """Consecutive domains of an assignment, each level's values compacted (Kueue v1beta2)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            (
+                "!has(self.podCounts.individual) || "
+                "size(self.podCounts.individual) == self.domainCount",
+                "podCounts.individual must have length equal to domainCount",
+            ),
+            (
+                "self.valuesPerLevel.all(x, !has(x.individual) || "
+                "size(x.individual.roots) == self.domainCount)",
+                "valuesPerLevel.individual, if set, must have roots of length equal to "
+                "domainCount of this TopologyAssignmentSlice",
+            ),
+        )
+    )
+
+    domain_count: int = Field(ge=1)
+    values_per_level: list[TopologyAssignmentSliceLevelValues] = Field(min_length=1, max_length=16)
+    pod_counts: TopologyAssignmentSlicePodCounts
+
+
+def _plain(value: Any) -> Any:
+    """Wire data for the decoder, also when a caller built the assignment from models."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(by_alias=True, exclude_none=True)
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
 
 
 class TopologyAssignment(ApiModel):
-    levels: list[str]
-    domains: list[TopologyDomainAssignment]
+    """Where a PodSet's pods go. Written as Kueue v1beta2 ``slices``; the older ``domains``
+    form is read too. ``api.topology_assignment`` encodes and decodes both; the check below
+    is its decoder, so a malformed slice is refused with the field that is wrong."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            (
+                "!has(self.slices) || "
+                "self.slices.all(x, size(x.valuesPerLevel) == size(self.levels))",
+                "valuesPerLevel must have the same length as the number of levels in this "
+                "TopologyAssignment",
+            ),
+            (
+                "!has(self.slices) || !has(self.domains)",
+                "set either slices or domains, not both",
+            ),
+        )
+    )
+
+    levels: list[Annotated[str, Field(max_length=317)]] = Field(min_length=1, max_length=16)
+    slices: list[TopologyAssignmentSlice] | None = Field(default=None, max_length=MAX_SLICES)
+    domains: list[TopologyDomainAssignment] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _decodes(cls, data: Any) -> Any:
+        plain = {k: _plain(v) for k, v in data.items()} if isinstance(data, dict) else data
+        try:
+            decode(plain)
+        except InputError as error:
+            raise ValueError(error.describe()) from None
+        return data
+
+    @classmethod
+    def encoded(
+        cls, levels: Sequence[str], domains: Sequence[AssignedDomain]
+    ) -> TopologyAssignment:
+        """The slices Kueue would write for these domains."""
+        return cls.model_validate(encode(levels, domains))
+
+    def decoded(self) -> Assignment:
+        return decode(self.to_wire())
 
 
 class PodSetAssignment(ApiModel):
@@ -423,7 +537,9 @@ class PodSetAssignment(ApiModel):
 
 class Admission(ApiModel):
     cluster_queue: str | None = None
-    pod_set_assignments: list[PodSetAssignment]
+    # At most 8, as Kueue and as spec.podSets: the API server bounds the cost of the CEL
+    # rules inside each topologyAssignment by it.
+    pod_set_assignments: list[PodSetAssignment] = Field(max_length=8)
 
 
 class Condition(ApiModel):

@@ -17,6 +17,7 @@ import statistics
 import time
 from typing import Any
 
+from topogate.api.topology_assignment import AssignedDomain, encode
 from topogate.kube.resources import NODES, WORKLOADS
 from topogate.state import ControllerState
 
@@ -37,12 +38,13 @@ def node(name: str, block: int, rack: int) -> dict[str, Any]:
 
 
 def workload(index: int, hosts: list[str], rack: tuple[str, str], per_host: bool) -> dict[str, Any]:
+    # As the admitter writes them: Kueue v1beta2 slices, the host alone at a hostname level.
     if per_host:
-        levels = [BLOCK, RACK, HOST]
-        domains = [{"values": [rack[0], rack[1], h], "count": 1} for h in hosts]
+        levels = [HOST]
+        domains = [AssignedDomain((h,), 1) for h in hosts]
     else:
         levels = [BLOCK, RACK]
-        domains = [{"values": list(rack), "count": len(hosts)}]
+        domains = [AssignedDomain(rack, len(hosts))]
     template = {
         "spec": {
             "containers": [
@@ -66,7 +68,7 @@ def workload(index: int, hosts: list[str], rack: tuple[str, str], per_host: bool
                     {
                         "name": "main",
                         "count": len(hosts),
-                        "topologyAssignment": {"levels": levels, "domains": domains},
+                        "topologyAssignment": encode(levels, domains),
                     }
                 ],
             }

@@ -16,6 +16,7 @@ from topogate.admission.request import (
 )
 from topogate.api.podspec import NodeConstraints, SelectorTerm, Taint, Toleration
 from topogate.api.quantity import to_units
+from topogate.api.topology_assignment import decode
 from topogate.cache.nodes import NodeInfo, PodUsage
 from topogate.cache.snapshot import ClusterSnapshot
 from topogate.cache.topology import DomainTree
@@ -245,3 +246,10 @@ def review_for(
             "dryRun": False,
         },
     }
+
+
+def written_domains(topology: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The domains of a topologyAssignment topogate wrote, decoded: it is always written in
+    Kueue v1beta2's ``slices`` form, never the older ``domains``."""
+    assert "slices" in topology and "domains" not in topology, topology
+    return [{"values": list(d.values), "count": d.count} for d in decode(topology).domains]

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.kit import written_domains
 from topogate.cli import main
 
 BLOCK = "cloud.example.com/topology-block"
@@ -121,7 +122,7 @@ def test_fits_json_is_a_workload_with_admission(
     topology = assignment["topologyAssignment"]
     assert topology["levels"] == ["kubernetes.io/hostname"]
     # Required rack, 2 pods of 8 GPUs: the first rack by path, both its hosts.
-    assert topology["domains"] == [
+    assert written_domains(topology) == [
         {"values": ["h000"], "count": 1},
         {"values": ["h001"], "count": 1},
     ]
@@ -198,7 +199,17 @@ def test_non_hostname_lowest_level_writes_full_paths(
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     topo = out["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
-    assert topo == {"levels": [BLOCK, RACK], "domains": [{"values": ["b1", "r1"], "count": 2}]}
+    # Kueue v1beta2's slices: one domain, so every level and the pod count are universal.
+    assert topo == {
+        "levels": [BLOCK, RACK],
+        "slices": [
+            {
+                "domainCount": 1,
+                "valuesPerLevel": [{"universal": "b1"}, {"universal": "r1"}],
+                "podCounts": {"universal": 2},
+            }
+        ],
+    }
 
 
 def test_other_kinds_are_skipped_with_one_warning(
@@ -288,7 +299,9 @@ def test_bound_pods_count_as_usage(
     )
     out = json.loads(capsys.readouterr().out)
     assert code == 0
-    domains = out["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]["domains"]
+    domains = written_domains(
+        out["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
+    )
     # Rack b0/r0 is partly busy (running + pending pods); the succeeded pod on h010 frees it.
     assert domains == [{"values": ["h010"], "count": 1}, {"values": ["h011"], "count": 1}]
 
@@ -378,6 +391,32 @@ def test_invalid_topology_names_the_field(
     )
 
 
+def test_a_workload_s_written_assignment_is_read_in_either_form_and_checked(
+    cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A Workload plans afresh whatever its status says; a malformed slice is still bad input.
+    plan = ["plan", "--cluster", str(cluster), "-o", "json", "--workload"]
+    assert main([*plan, str(_write(tmp_path, _job(2)))]) == 0
+    first = json.loads(capsys.readouterr().out)
+    expected = json.loads(json.dumps(first["status"]["admission"]))
+    (assignment,) = first["status"]["admission"]["podSetAssignments"]
+    topology = assignment["topologyAssignment"]
+    old = {"levels": topology["levels"], "domains": written_domains(topology)}
+    for form in (topology, old):
+        assignment["topologyAssignment"] = form
+        assert main([*plan, str(_write(tmp_path, first, "again.yaml"))]) == 0
+        assert json.loads(capsys.readouterr().out)["status"]["admission"] == expected
+    topology["slices"][0]["podCounts"] = {"individual": [1]}
+    assignment["topologyAssignment"] = topology
+    path = _write(tmp_path, first, "broken.yaml")
+    assert main([*plan, str(path)]) == 2
+    assert capsys.readouterr().err == (
+        f"topogate plan: error: {path}: Workload {first['metadata']['namespace']}/"
+        f"{first['metadata']['name']}: status.admission.podSetAssignments[0].topologyAssignment: "
+        "slices[0].podCounts.individual: has 1 entries; it must have domainCount (2)\n"
+    )
+
+
 def test_flavor_choice(cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     flavors = [
         {
@@ -414,7 +453,7 @@ def test_flavor_choice(cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixt
     out = json.loads(capsys.readouterr().out)
     assignment = out["status"]["admission"]["podSetAssignments"][0]
     assert assignment["flavors"] == {"nvidia.com/gpu": "rack1"}
-    assert assignment["topologyAssignment"]["domains"] == [{"values": ["h010"], "count": 1}]
+    assert written_domains(assignment["topologyAssignment"]) == [{"values": ["h010"], "count": 1}]
     assert main(["plan", "--cluster", str(cluster), "--workload", job, "--flavor", "nope"]) == 2
     assert "no ResourceFlavor 'nope'" in capsys.readouterr().err
 

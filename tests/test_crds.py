@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from topogate.api.topology_assignment import AssignedDomain, decode, encode
+
 ROOT = Path(__file__).resolve().parent.parent
 BASES = ROOT / "config" / "crd" / "bases"
 
@@ -193,3 +195,56 @@ def test_cohort_fields_are_stored_and_limits_need_a_cohort(crds: client.ApiClien
     assert "cohort and cohortName must agree" in _refused(
         crds, "clusterqueues", queue("crd-cohort3", cohort="a", cohortName="b")
     )
+
+
+def test_the_api_server_stores_slices_keeps_domains_and_refuses_a_malformed_slice(
+    crds: client.ApiClient,
+) -> None:
+    client.CoreV1Api(crds).create_namespace({"metadata": {"name": "crd-ta"}})
+    custom = client.CustomObjectsApi(crds)
+    hosts = [AssignedDomain((f"gke-p-{p}-n{n:03d}",), 1 + n % 2) for p in "ab" for n in range(40)]
+    written = encode(["kubernetes.io/hostname"], hosts)
+    old = {"levels": ["r"], "domains": [{"values": ["r1"], "count": 2}]}
+
+    def admit(name: str, topology: dict[str, Any]) -> Any:
+        body = {
+            "apiVersion": "topogate.dev/v1alpha1",
+            "kind": "Workload",
+            "metadata": {"name": name},
+            "spec": {"podSets": [{"name": "main", "count": 2, "template": {"spec": {}}}]},
+        }
+        _create(crds, "workloads", body, "crd-ta")
+        status = {
+            "admission": {
+                "podSetAssignments": [{"name": "main", "count": 2, "topologyAssignment": topology}]
+            }
+        }
+        return custom.patch_namespaced_custom_object_status(
+            "topogate.dev", "v1alpha1", "crd-ta", "workloads", name, {"status": status}
+        )
+
+    def stored(name: str) -> Any:
+        got = custom.get_namespaced_custom_object(
+            "topogate.dev", "v1alpha1", "crd-ta", "workloads", name
+        )
+        return got["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
+
+    admit("slices", written)
+    assert stored("slices") == written  # nothing pruned
+    assert decode(stored("slices")).domains == tuple(hosts)
+    admit("domains", old)  # written by an earlier release: kept, not pruned
+    assert stored("domains") == old
+    first = written["slices"][0]
+    short = {**first, "podCounts": {"individual": [1]}}
+    no_level = {**first, "valuesPerLevel": [{}]}
+    for name, slices, says in [
+        ("w-short", [short], "podCounts.individual must have length equal to domainCount"),
+        ("w-none", [no_level], "exactly one of the fields in [universal individual] must be set"),
+    ]:
+        with pytest.raises(client.ApiException) as error:
+            admit(name, {"levels": ["kubernetes.io/hostname"], "slices": slices})
+        assert error.value.status == 422, error.value.body
+        assert says in str(error.value.body)
+    with pytest.raises(client.ApiException) as error:
+        admit("w-both", {**written, "domains": old["domains"]})
+    assert "set either slices or domains, not both" in str(error.value.body)

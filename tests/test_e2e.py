@@ -23,6 +23,7 @@ import pytest
 from kubernetes import client, watch
 
 from tests.cluster import api_client, drop_webhooks, eventually, fake_node
+from tests.kit import written_domains
 from topogate.testing.controlplane import ControlPlane, free_port
 from topogate.testing.localcluster import create_all, install_crds, serving, stop
 
@@ -277,7 +278,7 @@ def test_required_rack_job_lands_in_one_rack_in_rank_order(serve: Serve, pool: P
     workload = pool.workload_of("train")
     assert condition(workload, "Admitted")["status"] == "True"
     assignment = workload["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
-    expanded = [d["values"][-1] for d in assignment["domains"] for _ in range(d["count"])]
+    expanded = [d["values"][-1] for d in written_domains(assignment) for _ in range(d["count"])]
     by_rank = {
         int(p.metadata.labels["batch.kubernetes.io/job-completion-index"]): p.spec.node_name
         for p in pods
@@ -355,7 +356,7 @@ def test_jobset_is_admitted_as_one_gang(serve: Serve, pool: Pool) -> None:
     assert {labels[p.spec.node_name][RACK] for p in pods} == {"r1"}
     workload = pool.workload_of("ring")
     assignment = workload["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
-    expanded = [d["values"][-1] for d in assignment["domains"] for _ in range(d["count"])]
+    expanded = [d["values"][-1] for d in written_domains(assignment) for _ in range(d["count"])]
     by_rank = {
         int(p.metadata.labels["jobset.sigs.k8s.io/job-index"]) * 2
         + int(p.metadata.labels["batch.kubernetes.io/job-completion-index"]): p.spec.node_name
@@ -508,7 +509,7 @@ def test_killing_serve_mid_ungating_releases_every_pod_exactly_once(
     assert firsts == 1  # the recorder watched from before the job existed
     # The restart sent no pod elsewhere: rank r sits on the r-th slot of the one admission.
     assignment = written[0]["podSetAssignments"][0]["topologyAssignment"]
-    expanded = [d["values"][-1] for d in assignment["domains"] for _ in range(d["count"])]
+    expanded = [d["values"][-1] for d in written_domains(assignment) for _ in range(d["count"])]
     by_rank = {
         int(p.metadata.labels["batch.kubernetes.io/job-completion-index"]): p.spec.node_name
         for p in pods

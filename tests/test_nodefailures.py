@@ -7,6 +7,7 @@ import copy
 
 import aiohttp
 
+from tests.kit import written_domains
 from tests.test_shells import HOST, RACK, Harness, workload
 from topogate.admission.nodefailures import NodeFailures
 from topogate.api import constants as c
@@ -49,7 +50,7 @@ def bind_pods(h: Harness, name: str) -> None:
     assert stored is not None
     domains = stored["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
     index = 0
-    for domain in domains["domains"]:
+    for domain in written_domains(domains):
         for _ in range(domain["count"]):
             h.kube.seed(
                 PODS,
@@ -88,7 +89,7 @@ def hosts(h: Harness) -> dict[str, int]:
     stored = h.kube.stored(WORKLOADS, "w", "ml")
     assert stored is not None
     topology = stored["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
-    return {d["values"][-1]: d["count"] for d in topology["domains"]}
+    return {d["values"][-1]: d["count"] for d in written_domains(topology)}
 
 
 async def test_a_failed_node_s_pods_move_to_a_spare_in_the_same_rack() -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tests.kit import BLOCK, GPU, HOST, L3, RACK, node, podset
+from tests.kit import BLOCK, GPU, HOST, L3, RACK, node, podset, written_domains
 from topogate.admission.queues import FlavorTopology, SnapshotPlacer
 from topogate.admission.replacement import ReplacementPlan, plan_replacement
 from topogate.admission.request import PlacementRequest, PodSetRequest
+from topogate.api.topology_assignment import AssignedDomain, decode, encode, encode_domains
 from topogate.cache.nodes import NodeInfo
 from topogate.cache.snapshot import ClusterSnapshot
 from topogate.cache.topology import DomainTree
@@ -25,12 +26,19 @@ def racks(per_rack: int = 3, gpus: int = 8) -> list[NodeInfo]:
 
 
 def admission(
-    hosts: Mapping[str, int], name: str = "main", levels: Sequence[str] = (HOST,)
+    hosts: Mapping[str, int],
+    name: str = "main",
+    levels: Sequence[str] = (HOST,),
+    *,
+    old_form: bool = False,
 ) -> dict[str, Any]:
+    """A written admission: in the slices form topogate writes, or (``old_form``) in the
+    ``domains`` form of earlier releases and Kueue v1beta1, which must read the same."""
     domains = [
-        {"values": [h] if len(levels) == 1 else list(h.split("/")), "count": n}
+        AssignedDomain((h,) if len(levels) == 1 else tuple(h.split("/")), n)
         for h, n in hosts.items()
     ]
+    topology = (encode_domains if old_form else encode)(levels, domains)
     return {
         "clusterQueue": "cq",
         "podSetAssignments": [
@@ -39,7 +47,7 @@ def admission(
                 "count": sum(hosts.values()),
                 "flavors": {GPU: "f"},
                 "resourceUsage": {GPU: str(8 * sum(hosts.values()))},
-                "topologyAssignment": {"levels": list(levels), "domains": domains},
+                "topologyAssignment": topology,
             }
         ],
     }
@@ -65,12 +73,12 @@ def replan(
     ]
     held: dict[str, dict[str, int]] = {}
     for a in written["podSetAssignments"]:
-        for d in a["topologyAssignment"]["domains"]:
-            host = d["values"][-1]
+        for d in decode(a["topologyAssignment"]).domains:
+            host = d.values[-1]
             if host not in down and host in labels:
                 slot = held.setdefault(host, {GPU: 0, "pods": 0})
-                slot[GPU] += 8 * d["count"]
-                slot["pods"] += d["count"]
+                slot[GPU] += 8 * d.count
+                slot["pods"] += d.count
     for host, gpus in (others or {}).items():
         slot = held.setdefault(host, {GPU: 0, "pods": 0})
         slot[GPU] += gpus
@@ -96,7 +104,7 @@ def replan(
 def domains(plan: ReplacementPlan, podset: int = 0) -> list[tuple[str, int]]:
     assert plan.admission is not None, plan.message
     topology = plan.admission["podSetAssignments"][podset]["topologyAssignment"]
-    return [("/".join(d["values"]), d["count"]) for d in topology["domains"]]
+    return [("/".join(d["values"]), d["count"]) for d in written_domains(topology)]
 
 
 def test_a_lost_pod_stays_in_its_required_rack_and_takes_the_failed_nodes_place() -> None:
@@ -104,6 +112,28 @@ def test_a_lost_pod_stays_in_its_required_rack_and_takes_the_failed_nodes_place(
     plan = replan(racks(), podset(2, gpu=8, required=RACK), written, ["b1-r1-x1"])
     assert domains(plan) == [("b1-r1-x3", 1), ("b1-r1-x2", 1)]  # rank 0 keeps its slot
     assert [m.describe() for m in plan.moves] == ["1 pod(s) of main from b1-r1-x1 to b1-r1-x3 x1"]
+
+
+def test_an_admission_in_the_older_domains_form_is_replaced_alike() -> None:
+    # Written by an earlier topogate (or Kueue v1beta1): read, and written back as slices.
+    written = admission({"b1-r1-x1": 1, "b1-r1-x2": 1}, old_form=True)
+    assert "domains" in written["podSetAssignments"][0]["topologyAssignment"]
+    plan = replan(racks(), podset(2, gpu=8, required=RACK), written, ["b1-r1-x1"])
+    assert domains(plan) == [("b1-r1-x3", 1), ("b1-r1-x2", 1)]
+
+
+def test_a_malformed_admission_is_no_replacement_and_says_where() -> None:
+    written = admission({"b1-r1-x1": 1, "b1-r1-x2": 1})
+    (only,) = written["podSetAssignments"][0]["topologyAssignment"]["slices"]
+    only["valuesPerLevel"][0]["individual"]["roots"].pop()
+    failed = {"b1-r1-x1": {RACK: "r1"}}
+    request = PlacementRequest("ns/wl", (podset(2, gpu=8, required=RACK),))
+    plan = plan_replacement(request, written, failed, {}, L3, lambda s, v: [], lambda o, h: None)
+    assert not plan.fits
+    assert plan.message.startswith(
+        "cannot read the admission: status.admission.podSetAssignments[0].topologyAssignment"
+        ".slices[0].valuesPerLevel[0].individual.roots: has 1 entries"
+    ), plan.message
 
 
 def test_no_room_in_the_required_rack_is_no_replacement_though_another_rack_is_free() -> None:

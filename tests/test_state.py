@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from topogate.admission.assignments import usage_from_admission
+from topogate.api.errors import InputError
+from topogate.api.topology_assignment import AssignedDomain, encode
 from topogate.kube.resources import (
     CLUSTER_QUEUES,
     JOBS,
@@ -108,6 +112,41 @@ def test_a_restart_reholds_admitted_workloads_from_their_status() -> None:
     on_workload(None, finished)
     assert state.held() == {"ml/host"}
     assert used_gpus(state) == {"a1": 4, "b1": 2}
+
+
+def as_slices(workload: Obj) -> Obj:
+    """The same admission in Kueue v1beta2's slices form (what topogate and Kueue write)."""
+    for assignment in workload["status"]["admission"]["podSetAssignments"]:
+        old = assignment["topologyAssignment"]
+        domains = [AssignedDomain(tuple(d["values"]), d["count"]) for d in old["domains"]]
+        assignment["topologyAssignment"] = encode(old["levels"], domains)
+    return workload
+
+
+def test_a_restart_reholds_slices_as_it_did_domains() -> None:
+    state = state_with_nodes()
+    on_workload = state.handler(WORKLOADS)
+    host = as_slices(admitted("host", [RACK, HOST], [(["r1", "a1"], 2), (["r2", "b1"], 1)]))
+    assert "slices" in host["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
+    on_workload(None, host)
+    on_workload(None, as_slices(admitted("rack", [RACK], [(["r1"], 3)])))
+    assert used_gpus(state) == {"a1": 4 + 2, "a2": 2, "a3": 2, "b1": 2}
+
+
+def test_a_malformed_assignment_names_its_field_and_does_not_stop_the_watch() -> None:
+    broken = as_slices(admitted("w", [RACK, HOST], [(["r1", "a1"], 2), (["r2", "b1"], 1)]))
+    topology = broken["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
+    topology["slices"][0]["podCounts"] = {"universal": 1, "individual": [2, 1]}
+    with pytest.raises(InputError) as caught:
+        usage_from_admission(broken, "Workload ml/w", lambda lv, v: [])
+    assert caught.value.where == "Workload ml/w"
+    assert caught.value.field == (
+        "status.admission.podSetAssignments[0].topologyAssignment.slices[0].podCounts"
+    )
+    state = state_with_nodes()
+    state.handler(WORKLOADS)(None, broken)  # logged; nothing held, nothing raised
+    assert used_gpus(state) == {}
+    assert state.admission_of("ml/w") is not None
 
 
 def test_the_node_index_follows_relabelled_nodes() -> None:

@@ -27,6 +27,7 @@ from topogate.commands.status import (
     pod_state,
     render_json,
     render_table,
+    render_workload,
     render_yaml,
     select,
     summarize,
@@ -204,6 +205,41 @@ def test_pods_are_counted_per_domain_and_state() -> None:
         PodCounts(gated=1, ungated=1, finished=1),
     )
     assert main_set.unassigned == PodCounts(gated=1, ungated=1)
+
+
+def test_kueue_v1beta2_slices_read_as_domains_do() -> None:
+    workloads, pods = _admitted_scenario()
+    (assignment,) = workloads[0]["status"]["admission"]["podSetAssignments"]
+    old = summarize(workloads, pods)
+    assignment["topologyAssignment"] = {
+        "levels": [BLOCK, RACK],
+        "slices": [
+            {
+                "domainCount": 2,
+                "valuesPerLevel": [
+                    {"universal": "b1"},
+                    {"individual": {"prefix": "r", "roots": ["1", "2"]}},
+                ],
+                "podCounts": {"universal": 3},
+            }
+        ],
+    }
+    assert summarize(workloads, pods) == old
+    assert [d.values for d in old[0].pod_sets[0].domains] == [("b1", "r1"), ("b1", "r2")]
+
+
+def test_a_malformed_assignment_is_shown_not_a_traceback() -> None:
+    workloads, pods = _admitted_scenario()
+    (before,) = summarize(workloads, pods)[0].pod_sets
+    members = before.unassigned.total + sum(d.pods.total for d in before.domains)
+    (assignment,) = workloads[0]["status"]["admission"]["podSetAssignments"]
+    assignment["topologyAssignment"]["slices"] = []  # beside domains: not both
+    [summary] = summarize(workloads, pods)
+    (pod_set,) = summary.pod_sets
+    assert pod_set.problem == "topologyAssignment.domains: set either slices or domains, not both"
+    assert pod_set.domains == [] and pod_set.unassigned.total == members
+    assert "UNREADABLE ASSIGNMENT topologyAssignment.domains" in render_workload(summary)
+    assert document([summary])["workloads"][0]["podSets"][0]["problem"] == pod_set.problem
 
 
 def test_pending_workload_has_its_message_and_unassigned_pods() -> None:

@@ -104,9 +104,10 @@ def test_assignment_from_model() -> None:
     model = TopologyAssignment.model_validate(
         {"levels": [BLOCK, RACK], "domains": [{"values": ["b1", "r1"], "count": 2}]}
     )
-    assert DomainAssignment.from_model(model) == DomainAssignment(
-        LEVELS, (Domain(("b1", "r1"), 2),)
-    )
+    assert model.decoded() == DomainAssignment(LEVELS, (Domain(("b1", "r1"), 2),))
+    written = TopologyAssignment.encoded(LEVELS, DOMAINS)
+    assert written.domains is None and written.slices is not None
+    assert written.decoded() == DomainAssignment(LEVELS, DOMAINS)
 
 
 def test_jobset_ranks_use_job_index() -> None:

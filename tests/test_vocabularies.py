@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.kit import hypernode_object
+from tests.kit import hypernode_object, written_domains
 from topogate.api.errors import InputError
 from topogate.api.hypernodes import parse_hypernode
 from topogate.api.jobs import workload_from_object
@@ -495,7 +495,7 @@ def test_builtin_hypernode_example_plans_within_a_spine(capsys: pytest.CaptureFi
     out = capsys.readouterr().out
     assert code == 0
     assignment = json.loads(out)["status"]["admission"]["podSetAssignments"][0]
-    hosts = [d["values"][-1] for d in assignment["topologyAssignment"]["domains"]]
+    hosts = [d["values"][-1] for d in written_domains(assignment["topologyAssignment"])]
     # node0 is busy; s4 (node0-3) has exactly the 3 free nodes: the tightest spine.
     assert sorted(hosts) == ["node1", "node2", "node3"]
 

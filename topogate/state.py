@@ -419,7 +419,11 @@ class ControllerState:
             self.signals.admit()
 
     def _rehold(self, key: str, workload: Obj) -> None:
-        per_node = usage_from_admission(workload, f"Workload {key}", self.nodes_in_domain)
+        try:
+            per_node = usage_from_admission(workload, f"Workload {key}", self.nodes_in_domain)
+        except InputError as error:  # a hand-edited admission must not stop the watch
+            log.warning("cannot hold the usage of an admitted workload: %s", error)
+            per_node = {}
         self._hold(key, per_node, gpu_assignment_of(workload, key))
 
     def _on_queue_object(self, old: Obj | None, new: Obj | None) -> None:

@@ -19,8 +19,8 @@ import time
 from typing import Any
 
 from topogate.api import constants as c
+from topogate.api.errors import InputError
 from topogate.api.gpus import ALLOCATION_ANNOTATION, GpuAssignment
-from topogate.api.models import TopologyAssignment
 from topogate.api.objects import (
     gpu_assignment_of,
     is_evicted,
@@ -30,6 +30,7 @@ from topogate.api.objects import (
     workload_of_pod,
 )
 from topogate.api.times import parse_time
+from topogate.api.topology_assignment import decode
 from topogate.kube.errors import API_ERRORS, KubeError
 from topogate.kube.protocol import KubeApi
 from topogate.kube.resources import JSON_PATCH, PODS, WORKLOADS, Obj
@@ -37,7 +38,7 @@ from topogate.metrics import Metrics
 from topogate.state import ControllerState
 
 from .gpus import gpu_allocations, visible_gpus
-from .ranks import DomainAssignment, Expectations, Ungate, plan_ungates, pod_view
+from .ranks import Expectations, Ungate, plan_ungates, pod_view
 
 log = logging.getLogger("topogate.ungater")
 
@@ -126,7 +127,7 @@ class Ungater:
         gpus = self._gpus(key, workload)
         visible = visible_gpus(gpus)
         out: list[tuple[Obj, Ungate]] = []
-        for assignment in admission.get("podSetAssignments") or []:
+        for index, assignment in enumerate(admission.get("podSetAssignments") or []):
             podset = str(assignment.get("name"))
             pods = [
                 p for p in members if (meta(p).get("labels") or {}).get(c.PODSET_LABEL) == podset
@@ -141,7 +142,11 @@ class Ungater:
                     if _gated(p)
                 )
                 continue
-            parsed = DomainAssignment.from_model(TopologyAssignment.model_validate(topology))
+            try:
+                parsed = decode(topology, f"Workload {key}", _field(index))
+            except InputError as error:  # its pods stay gated: no domain to send them to
+                log.warning("cannot release pods of PodSet %s: %s", podset, error)
+                continue
             request = requests.get(podset, {})
             ungates = plan_ungates(
                 parsed.levels,
@@ -213,3 +218,7 @@ def _topology_requests(workload: Obj | None) -> dict[str, dict[str, Any]]:
     for podset in ((workload or {}).get("spec") or {}).get("podSets") or []:
         out[str(podset.get("name"))] = dict(podset.get("topologyRequest") or {})
     return out
+
+
+def _field(index: int) -> str:
+    return f"status.admission.podSetAssignments[{index}].topologyAssignment"

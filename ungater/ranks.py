@@ -19,30 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from topogate.api.constants import JOB_COMPLETION_INDEX, TOPOLOGY_GATE
-from topogate.api.models import TopologyAssignment
+from topogate.api.topology_assignment import AssignedDomain, Assignment
 
 TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
 
 
-@dataclass(frozen=True, slots=True)
-class Domain:
-    values: tuple[str, ...]  # one value per assignment level
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
-class DomainAssignment:
-    """The TopologyAssignment of one PodSet."""
-
-    levels: tuple[str, ...]
-    domains: tuple[Domain, ...]
-
-    @classmethod
-    def from_model(cls, model: TopologyAssignment) -> DomainAssignment:
-        return cls(
-            levels=tuple(model.levels),
-            domains=tuple(Domain(tuple(d.values), d.count) for d in model.domains),
-        )
+# A domain of an assignment, and the decoded TopologyAssignment of one PodSet (either wire
+# form, through ``api.topology_assignment``).
+Domain = AssignedDomain
+DomainAssignment = Assignment
 
 
 @dataclass(frozen=True, slots=True)

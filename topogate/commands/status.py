@@ -22,8 +22,10 @@ import yaml
 from topogate.admission.podsets import build_catalog
 from topogate.admission.queues import QuotaRow, quota_rows, usage_of
 from topogate.api.constants import GROUP, PODSET_LABEL, TOPOLOGY_GATE, VERSION, WORKLOAD_ANNOTATION
+from topogate.api.errors import InputError
 from topogate.api.kinds import JOB_KINDS
 from topogate.api.quantity import format_units
+from topogate.api.topology_assignment import decode
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -81,6 +83,7 @@ class PodSetStatus:
     levels: tuple[str, ...] = ()
     domains: list[DomainStatus] = field(default_factory=list)
     unassigned: PodCounts = field(default_factory=PodCounts)
+    problem: str = ""  # why its topologyAssignment could not be read ("" when it could)
 
 
 @dataclass(slots=True)
@@ -192,17 +195,21 @@ def _domain_key(pod: Obj, levels: Sequence[str]) -> tuple[str, ...] | None:
 def _pod_set(spec_set: Obj | None, assignment: Obj | None, pods: Iterable[Obj]) -> PodSetStatus:
     name = str((spec_set or assignment or {}).get("name") or "")
     count = (spec_set if spec_set is not None else assignment or {}).get("count")
-    topology = _dict((assignment or {}).get("topologyAssignment"))
-    levels = tuple(str(level) for level in _list(topology.get("levels")))
-    result = PodSetStatus(name=name, count=int(count or 0), levels=levels)
+    result = PodSetStatus(name=name, count=int(count or 0))
     by_values: dict[tuple[str, ...], DomainStatus] = {}
-    for domain in map(_dict, _list(topology.get("domains"))):
-        values = tuple(str(v) for v in _list(domain.get("values")))
-        status = DomainStatus(values=values, assigned=int(domain.get("count") or 0))
-        result.domains.append(status)
-        by_values.setdefault(values, status)
+    topology = (assignment or {}).get("topologyAssignment")
+    try:
+        decoded = decode(topology, field="topologyAssignment") if topology else None
+    except InputError as error:
+        decoded, result.problem = None, error.describe()
+    if decoded is not None:
+        result.levels = decoded.levels
+        for domain in decoded.domains:
+            status = DomainStatus(values=domain.values, assigned=domain.count)
+            result.domains.append(status)
+            by_values.setdefault(domain.values, status)
     for pod in pods:
-        key = _domain_key(pod, levels)
+        key = _domain_key(pod, result.levels)
         target = by_values.get(key) if key is not None else None
         (target.pods if target is not None else result.unassigned).add(pod_state(pod))
     return result
@@ -285,6 +292,7 @@ def document(workloads: Sequence[WorkloadStatus]) -> dict[str, Any]:
                             for d in p.domains
                         ],
                         "unassigned": p.unassigned.as_dict(),
+                        **({"problem": p.problem} if p.problem else {}),
                     }
                     for p in w.pod_sets
                 ],
@@ -331,6 +339,8 @@ def render_workload(workload: WorkloadStatus) -> str:
     for pod_set in workload.pod_sets:
         levels = ", ".join(pod_set.levels) or "-"
         lines.append(f"  PODSET {pod_set.name}  COUNT {pod_set.count}  LEVELS {levels}")
+        if pod_set.problem:
+            lines.append(f"    UNREADABLE ASSIGNMENT {pod_set.problem}")
         rows: list[list[str]] = [list(_COLUMNS)]
         for domain in pod_set.domains:
             counts = domain.pods.as_dict()
