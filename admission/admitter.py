@@ -198,7 +198,8 @@ class Admitter:
         self.cycles += 1
         requests = {p.key: p.request for p in pending}
         for admitted_one in result.admitted:
-            self._assume(waiting[admitted_one.key], admitted_one, requests[admitted_one.key])
+            request = admitted_one.request or requests[admitted_one.key]  # partial: fewer pods
+            self._assume(waiting[admitted_one.key], admitted_one, request)
         for key, message in {**problems, **result.pending}.items():
             self.metrics.admission_attempts.labels("pending").inc()
             if self._said.get(key) == message:

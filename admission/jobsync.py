@@ -30,6 +30,7 @@ from .integration import (
     finished,
     is_marked,
     is_suspended,
+    suspended_job,
     workload_name,
 )
 from .writes import new_condition, write_status
@@ -100,7 +101,7 @@ class JobSync:
             if done:
                 return
             if not is_suspended(job):
-                await self._suspend(resource, job, "it has no admitted Workload yet")
+                await self._suspend(resource, job, None, "it has no admitted Workload yet")
             await self._create_workload(kind, key, job)
             return
         if done:
@@ -113,7 +114,7 @@ class JobSync:
             if is_suspended(job) or not is_marked(job):
                 await self._start(resource, job, workload_key.split("/", 1)[1], admission)
         elif not is_suspended(job):
-            await self._suspend(resource, job, "its Workload is not admitted")
+            await self._suspend(resource, job, workload, "its Workload is not admitted")
 
     async def _create_workload(self, kind: str, key: str, job: Obj) -> None:
         version = str(meta(job).get("resourceVersion"))
@@ -141,14 +142,10 @@ class JobSync:
             key,
         )
 
-    async def _suspend(self, resource: Resource, job: Obj, why: str) -> None:
+    async def _suspend(self, resource: Resource, job: Obj, workload: Obj | None, why: str) -> None:
+        """Suspend the job; a partially admitted Job gets its full parallelism back."""
         m = meta(job)
-        await self.kube.patch(
-            resource,
-            m["name"],
-            {"metadata": {"resourceVersion": m.get("resourceVersion")}, "spec": {"suspend": True}},
-            m.get("namespace"),
-        )
+        await self.kube.patch(resource, m["name"], suspended_job(job, workload), m.get("namespace"))
         log.info("suspended %s %s/%s: %s", job.get("kind"), m.get("namespace"), m["name"], why)
 
     async def _start(self, resource: Resource, job: Obj, workload: str, admission: Obj) -> None:
@@ -173,7 +170,12 @@ class JobSync:
                     t.to_wire() for t in flavor.spec.tolerations
                 )
             selectors[podset] = selector
-        body = admitted_job(job, workload, selectors, tolerations)
+        counts = {
+            str(a.get("name")): int(a["count"])
+            for a in admission.get("podSetAssignments") or []
+            if isinstance(a.get("count"), int)
+        }
+        body = admitted_job(job, workload, selectors, tolerations, counts)
         await self.kube.replace(resource, body)
         m = meta(job)
         log.info("started %s %s/%s", job.get("kind"), m.get("namespace"), m["name"])
@@ -188,7 +190,7 @@ class JobSync:
         """An evicted workload's job is suspended (its controller deletes the pods); once no
         pod of it runs, its admission is taken back and it waits in its queue again."""
         if not is_suspended(job):
-            await self._suspend(resource, job, "its Workload was evicted")
+            await self._suspend(resource, job, workload, "its Workload was evicted")
             return
         running = [p for p in self.state.pods_of(key_of(workload)) if not self._gone(p)]
         if running:
