@@ -32,6 +32,7 @@ from topogate.api.errors import InputError
 from topogate.api.jobs import workload_from_object
 from topogate.cache.snapshot import ClusterSnapshot
 from topogate.cache.topology import DomainTree
+from topogate.commands.status import document, render_table, summarize
 
 MIN = "kueue.x-k8s.io/job-min-parallelism"
 
@@ -354,3 +355,34 @@ def test_completions_follow_parallelism_with_kueues_sync_annotation() -> None:
         "parallelism": 6,
         "completions": 6,
     }
+
+
+# --- topogate status ---------------------------------------------------------------------
+
+
+def test_status_shows_the_admitted_count_of_the_requested() -> None:
+    spec = {"queueName": "q", "podSets": [{"name": "main", "count": 4, "minCount": 1}]}
+    assignment = {
+        "name": "main",
+        "count": 2,
+        "topologyAssignment": {
+            "levels": ["kubernetes.io/hostname"],
+            "domains": [{"values": ["n1"], "count": 1}, {"values": ["n2"], "count": 1}],
+        },
+    }
+    admitted = {
+        "metadata": {"name": "w", "namespace": "ml"},
+        "spec": spec,
+        "status": {
+            "conditions": [{"type": "Admitted", "status": "True", "reason": "Admitted"}],
+            "admission": {"clusterQueue": "cq", "podSetAssignments": [assignment]},
+        },
+    }
+    waiting = {"metadata": {"name": "v", "namespace": "ml"}, "spec": spec}
+    summaries = summarize([admitted, waiting], [])
+    table = render_table(summaries, "ml")
+    assert "PODSET main  COUNT 2 of 4 (partial admission, minCount 1)  LEVELS" in table
+    assert "PODSET main  COUNT 4 (minCount 1)  LEVELS" in table
+    [v, w] = document(summaries)["workloads"]
+    assert (w["podSets"][0]["admittedCount"], w["podSets"][0]["minCount"]) == (2, 1)
+    assert (v["podSets"][0]["admittedCount"], v["podSets"][0]["count"]) == (None, 4)

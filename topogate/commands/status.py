@@ -81,6 +81,18 @@ class PodSetStatus:
     levels: tuple[str, ...] = ()
     domains: list[DomainStatus] = field(default_factory=list)
     unassigned: PodCounts = field(default_factory=PodCounts)
+    # Partial admission: the spec's minCount, and the count admitted (None: not admitted).
+    min_count: int | None = None
+    admitted: int | None = None
+
+    @property
+    def count_text(self) -> str:
+        """``4``; ``2 of 4 (partial admission, minCount 1)``; ``4 (minCount 1)``."""
+        minimum = f"minCount {self.min_count}" if self.min_count is not None else ""
+        if self.admitted is not None and self.admitted != self.count:
+            why = ", ".join(w for w in ("partial admission", minimum) if w)
+            return f"{self.admitted} of {self.count} ({why})"
+        return f"{self.count} ({minimum})" if minimum else str(self.count)
 
 
 @dataclass(slots=True)
@@ -195,6 +207,10 @@ def _pod_set(spec_set: Obj | None, assignment: Obj | None, pods: Iterable[Obj]) 
     topology = _dict((assignment or {}).get("topologyAssignment"))
     levels = tuple(str(level) for level in _list(topology.get("levels")))
     result = PodSetStatus(name=name, count=int(count or 0), levels=levels)
+    minimum = (spec_set or {}).get("minCount")
+    result.min_count = minimum if isinstance(minimum, int) else None
+    admitted = (assignment or {}).get("count")
+    result.admitted = admitted if isinstance(admitted, int) and assignment is not None else None
     by_values: dict[tuple[str, ...], DomainStatus] = {}
     for domain in map(_dict, _list(topology.get("domains"))):
         values = tuple(str(v) for v in _list(domain.get("values")))
@@ -279,6 +295,8 @@ def document(workloads: Sequence[WorkloadStatus]) -> dict[str, Any]:
                     {
                         "name": p.name,
                         "count": p.count,
+                        "minCount": p.min_count,
+                        "admittedCount": p.admitted,
                         "levels": list(p.levels),
                         "domains": [
                             {"values": list(d.values), "assigned": d.assigned, **d.pods.as_dict()}
@@ -330,7 +348,7 @@ def render_workload(workload: WorkloadStatus) -> str:
         lines.append(f"  UNHEALTHY NODES {', '.join(workload.unhealthy_nodes)}")
     for pod_set in workload.pod_sets:
         levels = ", ".join(pod_set.levels) or "-"
-        lines.append(f"  PODSET {pod_set.name}  COUNT {pod_set.count}  LEVELS {levels}")
+        lines.append(f"  PODSET {pod_set.name}  COUNT {pod_set.count_text}  LEVELS {levels}")
         rows: list[list[str]] = [list(_COLUMNS)]
         for domain in pod_set.domains:
             counts = domain.pods.as_dict()
