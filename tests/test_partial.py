@@ -9,10 +9,13 @@ the job integration setting and restoring the Job's parallelism.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.kit import BLOCK, GPU, L3, RACK, node, podset
 from topogate.admission.assignments import pod_set_assignments
@@ -32,9 +35,11 @@ from topogate.api.errors import InputError
 from topogate.api.jobs import workload_from_object
 from topogate.cache.snapshot import ClusterSnapshot
 from topogate.cache.topology import DomainTree
+from topogate.cli import main
 from topogate.commands.status import document, render_table, summarize
 
 MIN = "kueue.x-k8s.io/job-min-parallelism"
+EXAMPLES = Path(__file__).resolve().parent.parent / "topogate" / "examples"
 
 # One block, two racks of two 8-GPU hosts: a rack holds two 8-GPU pods, the block four.
 NODES = [
@@ -386,3 +391,36 @@ def test_status_shows_the_admitted_count_of_the_requested() -> None:
     [v, w] = document(summaries)["workloads"]
     assert (w["podSets"][0]["admittedCount"], w["podSets"][0]["minCount"]) == (2, 1)
     assert (v["podSets"][0]["admittedCount"], v["podSets"][0]["count"]) == (None, 4)
+
+
+# --- topogate plan -----------------------------------------------------------------------
+
+
+def _example_job(tmp_path: Path, minimum: str) -> Path:
+    """The built-in example Job (one block of 8-GPU hosts required), asking for 12 pods."""
+    job = yaml.safe_load((EXAMPLES / "training-job.yaml").read_text())
+    job["metadata"]["annotations"] = {MIN: minimum}
+    job["spec"]["parallelism"] = job["spec"]["completions"] = 12
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return path
+
+
+def test_plan_places_as_many_as_one_block_holds_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["plan", "--cluster", str(EXAMPLES / "cluster.yaml")]
+    job = str(_example_job(tmp_path, "4"))
+    assert main([*args, "--workload", job, "-o", "table"]) == 0
+    table = capsys.readouterr().out
+    assert "podset main: 6 of 12 pod(s) (partial admission: all 12 do not fit, minCount 4)" in table
+    assert main([*args, "--workload", job, "-o", "json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["spec"]["podSets"][0]["count"] == 12  # asked for, unchanged
+    [assignment] = planned["status"]["admission"]["podSetAssignments"]
+    assert assignment["count"] == 6
+    domains = assignment["topologyAssignment"]["domains"]
+    assert sum(d["count"] for d in domains) == 6
+    assert "partial admission" in planned["status"]["conditions"][0]["message"]
+    # A minimum above what one block holds: it does not fit, with the whole gang's reason.
+    assert main([*args, "--workload", str(_example_job(tmp_path, "7"))]) == 1
