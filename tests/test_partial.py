@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.kit import BLOCK, GPU, L3, RACK, node, podset
+from tests.kit import BLOCK, GPU, L3, RACK, node, podset, review_for
 from topogate.admission.assignments import pod_set_assignments
 from topogate.admission.integration import admitted_job, desired_workload, suspended_job
 from topogate.admission.partial import can_shrink, largest_fit
@@ -37,6 +37,8 @@ from topogate.cache.snapshot import ClusterSnapshot
 from topogate.cache.topology import DomainTree
 from topogate.cli import main
 from topogate.commands.status import document, render_table, summarize
+from topogate.ungater.ranks import Domain, PodView, plan_ungates
+from topogate.webhooks.review import Review, validate
 
 MIN = "kueue.x-k8s.io/job-min-parallelism"
 EXAMPLES = Path(__file__).resolve().parent.parent / "topogate" / "examples"
@@ -424,3 +426,51 @@ def test_plan_places_as_many_as_one_block_holds_and_says_so(
     assert "partial admission" in planned["status"]["conditions"][0]["message"]
     # A minimum above what one block holds: it does not fit, with the whole gang's reason.
     assert main([*args, "--workload", str(_example_job(tmp_path, "7"))]) == 1
+
+
+# --- the validating webhook ----------------------------------------------------------------
+
+
+def _validated(obj: dict[str, Any], operation: str, old: dict[str, Any] | None) -> dict[str, Any]:
+    body = review_for(obj, "Job", "batch", operation=operation, namespace="ml")
+    if old is not None:
+        body["request"]["oldObject"] = old
+    answer: dict[str, Any] = validate(Review.parse(body))["response"]
+    return answer
+
+
+def test_the_webhook_checks_the_range_on_create_and_when_the_annotation_changes() -> None:
+    queued = _job(parallelism=6, completions=6, annotations={MIN: "3"})
+    running = _job(parallelism=3, completions=6, annotations={MIN: "3"})
+    assert _validated(queued, "CREATE", None)["allowed"] is True
+    # The job sync runs it with the admitted count, here the minimum itself.
+    assert _validated(running, "UPDATE", queued)["allowed"] is True
+    refused = _validated(running, "CREATE", None)
+    assert refused["allowed"] is False and refused["status"]["code"] == 422
+    assert f"metadata.annotations[{MIN}]: Invalid value: 3" in refused["status"]["message"]
+    changed = _job(parallelism=6, completions=6, annotations={MIN: "6"})
+    assert _validated(changed, "UPDATE", queued)["allowed"] is False
+
+
+# --- the ungater ---------------------------------------------------------------------------
+
+
+def test_the_ungater_releases_no_more_pods_than_were_admitted() -> None:
+    """Indexed pods beyond the admitted count (completions above parallelism) wait: rank
+    mode gives up on indices past the count, and greedy mode fills only the assigned slots."""
+    pods = [
+        PodView(
+            f"p{i}",
+            f"u{i}",
+            labels={"batch.kubernetes.io/job-completion-index": str(i)},
+            gated=True,
+        )
+        for i in range(5)
+    ]
+    domains = [Domain(("n1",), 2), Domain(("n2",), 1)]
+    plan = plan_ungates(["kubernetes.io/hostname"], domains, pods, count=3)
+    assert [(u.pod, u.node_selector["kubernetes.io/hostname"]) for u in plan] == [
+        ("p0", "n1"),
+        ("p1", "n1"),
+        ("p2", "n2"),
+    ]
