@@ -124,8 +124,9 @@ def _set_parallelism(spec: Obj, job: Mapping[str, Any], count: int) -> None:
 
 def restored_parallelism(job: Mapping[str, Any], workload: Mapping[str, Any]) -> int | None:
     """The parallelism a partially admitted Job gets back when it is suspended (its
-    Workload's PodSet count), or None when nothing is to restore."""
-    if not accepts_partial(job):
+    Workload's PodSet count), or None when nothing is to restore. Only a Job topogate
+    started (its templates carry the marks) is touched: a queued Job keeps what it asks."""
+    if not accepts_partial(job) or not is_marked(dict(job)):
         return None
     for podset in (workload.get("spec") or {}).get("podSets") or []:
         count = podset.get("count")
@@ -134,15 +135,17 @@ def restored_parallelism(job: Mapping[str, Any], workload: Mapping[str, Any]) ->
     return None
 
 
-def suspended_job(job: Mapping[str, Any], workload: Mapping[str, Any] | None) -> Obj:
-    """The merge patch that suspends a job, and gives a partially admitted Job back the
-    parallelism its Workload asks for (and completions, when they follow it)."""
-    version = (job.get("metadata") or {}).get("resourceVersion")
-    spec: Obj = {"suspend": True}
+def restored_spec(job: Mapping[str, Any], workload: Mapping[str, Any] | None) -> Obj | None:
+    """The spec merge patch that gives a suspended, partially admitted Job back the
+    parallelism its Workload asks for (and completions, when they follow it); None when
+    nothing is to restore. Kueue's Job ``Stop`` suspends first and restores in a second
+    write, as its webhook forbids changing a running Job's parallelism."""
     count = restored_parallelism(job, workload) if workload is not None else None
-    if count is not None:
-        _set_parallelism(spec, job, count)
-    return {"metadata": {"resourceVersion": version}, "spec": spec}
+    if count is None:
+        return None
+    spec: Obj = {}
+    _set_parallelism(spec, job, count)
+    return spec
 
 
 def admitted_job(

@@ -30,7 +30,7 @@ from .integration import (
     finished,
     is_marked,
     is_suspended,
-    suspended_job,
+    restored_spec,
     workload_name,
 )
 from .writes import new_condition, write_status
@@ -115,6 +115,19 @@ class JobSync:
                 await self._start(resource, job, workload_key.split("/", 1)[1], admission)
         elif not is_suspended(job):
             await self._suspend(resource, job, workload, "its Workload is not admitted")
+        else:  # waiting: a restore that did not go through is made now
+            await self._restore(resource, job, workload)
+
+    async def _restore(self, resource: Resource, job: Obj, workload: Obj | None) -> None:
+        """A suspended Job that ran with fewer pods gets its Workload's count back as its
+        parallelism (a second write, as Kueue's: a running Job's parallelism is fixed)."""
+        spec = restored_spec(job, workload)
+        if spec is None:
+            return
+        m = meta(job)
+        body = {"metadata": {"resourceVersion": m.get("resourceVersion")}, "spec": spec}
+        await self.kube.patch(resource, m["name"], body, m.get("namespace"))
+        log.info("restored the parallelism of %s/%s: %s", m.get("namespace"), m["name"], spec)
 
     async def _create_workload(self, kind: str, key: str, job: Obj) -> None:
         version = str(meta(job).get("resourceVersion"))
@@ -143,9 +156,14 @@ class JobSync:
         )
 
     async def _suspend(self, resource: Resource, job: Obj, workload: Obj | None, why: str) -> None:
-        """Suspend the job; a partially admitted Job gets its full parallelism back."""
+        """Suspend the job; then a partially admitted Job gets its full parallelism back."""
         m = meta(job)
-        await self.kube.patch(resource, m["name"], suspended_job(job, workload), m.get("namespace"))
+        suspend = {
+            "metadata": {"resourceVersion": m.get("resourceVersion")},
+            "spec": {"suspend": True},
+        }
+        job = await self.kube.patch(resource, m["name"], suspend, m.get("namespace"))
+        await self._restore(resource, job, workload)
         log.info("suspended %s %s/%s: %s", job.get("kind"), m.get("namespace"), m["name"], why)
 
     async def _start(self, resource: Resource, job: Obj, workload: str, admission: Obj) -> None:
@@ -192,6 +210,7 @@ class JobSync:
         if not is_suspended(job):
             await self._suspend(resource, job, workload, "its Workload was evicted")
             return
+        await self._restore(resource, job, workload)
         running = [p for p in self.state.pods_of(key_of(workload)) if not self._gone(p)]
         if running:
             return  # the pods' deletion events bring it back here

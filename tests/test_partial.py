@@ -19,7 +19,7 @@ import yaml
 
 from tests.kit import BLOCK, GPU, L3, RACK, node, podset, review_for
 from topogate.admission.assignments import pod_set_assignments
-from topogate.admission.integration import admitted_job, desired_workload, suspended_job
+from topogate.admission.integration import admitted_job, desired_workload, restored_spec
 from topogate.admission.partial import can_shrink, largest_fit
 from topogate.admission.preemption import Preemption
 from topogate.admission.queues import (
@@ -341,14 +341,15 @@ def test_the_job_runs_with_the_admitted_count_and_gets_its_parallelism_back() ->
     job = _job(parallelism=8, completions=8, annotations={MIN: "4"})
     workload = desired_workload(job, lambda _: None)
     assert workload["spec"]["podSets"][0]["minCount"] == 4
+    assert restored_spec(job, workload) is None  # never started: nothing to give back
     started = admitted_job(job, "w", {}, None, {"main": 5})
     assert started["spec"]["parallelism"] == 5 and started["spec"]["completions"] == 8
-    patch = suspended_job(started, workload)
-    assert patch["spec"] == {"suspend": True, "parallelism": 8}
+    assert restored_spec(started, workload) == {"parallelism": 8}
     # a Job without the annotation keeps its parallelism, whatever the count says
     plain = admitted_job(_job(), "w", {}, None, {"main": 5})
     assert plain["spec"]["parallelism"] == 8
-    assert suspended_job(plain, workload)["spec"] == {"suspend": True}
+    plain["spec"]["parallelism"] = 5
+    assert restored_spec(plain, workload) is None
 
 
 def test_completions_follow_parallelism_with_kueues_sync_annotation() -> None:
@@ -357,11 +358,7 @@ def test_completions_follow_parallelism_with_kueues_sync_annotation() -> None:
     workload = desired_workload(job, lambda _: None)
     started = admitted_job(job, "w", {}, None, {"main": 3})
     assert (started["spec"]["parallelism"], started["spec"]["completions"]) == (3, 3)
-    assert suspended_job(started, workload)["spec"] == {
-        "suspend": True,
-        "parallelism": 6,
-        "completions": 6,
-    }
+    assert restored_spec(started, workload) == {"parallelism": 6, "completions": 6}
 
 
 # --- topogate status ---------------------------------------------------------------------
@@ -441,6 +438,7 @@ def _validated(obj: dict[str, Any], operation: str, old: dict[str, Any] | None) 
 
 def test_the_webhook_checks_the_range_on_create_and_when_the_annotation_changes() -> None:
     queued = _job(parallelism=6, completions=6, annotations={MIN: "3"})
+    queued["spec"]["suspend"] = True  # as the mutating webhook leaves it
     running = _job(parallelism=3, completions=6, annotations={MIN: "3"})
     assert _validated(queued, "CREATE", None)["allowed"] is True
     # The job sync runs it with the admitted count, here the minimum itself.
@@ -474,3 +472,23 @@ def test_the_ungater_releases_no_more_pods_than_were_admitted() -> None:
         ("p1", "n1"),
         ("p2", "n2"),
     ]
+
+
+def test_a_running_partial_job_keeps_its_parallelism_as_in_kueue() -> None:
+    running = _job(parallelism=3, completions=6, annotations={MIN: "3"})
+    running["spec"]["suspend"] = False
+    scaled = _job(parallelism=5, completions=6, annotations={MIN: "3"})
+    scaled["spec"]["suspend"] = False
+    refused = _validated(scaled, "UPDATE", running)
+    assert refused["allowed"] is False
+    assert refused["status"]["message"].endswith(
+        "spec.parallelism: Forbidden: cannot change when partial admission is enabled and the "
+        "job is not suspended"
+    )
+    # suspended first (the job sync's first write), then given its parallelism back
+    suspended = {**running, "spec": {**running["spec"], "suspend": True}}
+    assert _validated(suspended, "UPDATE", running)["allowed"] is True
+    restored = {**suspended, "spec": {**suspended["spec"], "parallelism": 6}}
+    assert _validated(restored, "UPDATE", suspended)["allowed"] is True
+    plain = _job(parallelism=5)
+    assert _validated(plain, "UPDATE", _job(parallelism=3))["allowed"] is True
