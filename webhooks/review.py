@@ -33,7 +33,7 @@ from topogate.api import constants as c
 from topogate.api.errors import InputError
 from topogate.api.hypernodes import NODE, HyperNode, parse_hypernode
 from topogate.api.jobs import workload_from_object
-from topogate.api.kinds import JOB_KINDS, job_kind, queue_name
+from topogate.api.kinds import JOB, JOB_KINDS, job_kind, queue_name
 from topogate.api.models import ClusterQueue, PodSet, ResourceFlavor, Topology
 from topogate.api.objects import annotations_of, as_mapping, labels_of
 from topogate.api.validation import object_name, parse_model
@@ -240,6 +240,7 @@ def _check_job(review: Review, view: ClusterView) -> None:
     obj.setdefault("apiVersion", kind.api_version)
     obj.setdefault("kind", kind.kind)
     source = workload_from_object(obj, check_min_range=_min_parallelism_changed(review))
+    _check_running_parallelism(review, source.where)
     catalog = view.catalog_for(review.namespace, queue)
     cluster_queue = catalog.cluster_queue(review.namespace, queue)[0] if catalog else None
     if catalog is None or cluster_queue is None:
@@ -269,6 +270,25 @@ def _min_parallelism_changed(review: Review) -> bool:
         return tuple(annotations.get(k) for k in c.MIN_PARALLELISM_KEYS)
 
     return value(review.old) != value(review.obj)
+
+
+def _check_running_parallelism(review: Review, where: str) -> None:
+    """Kueue's Job webhook: a running Job that accepts partial admission keeps the
+    parallelism it was admitted with (it is changed only while suspended)."""
+    old = review.old
+    if review.operation != "UPDATE" or old is None or job_kind(review.kind) is not JOB:
+        return
+    annotations = (old.get("metadata") or {}).get("annotations") or {}
+    before, after = old.get("spec") or {}, review.obj.get("spec") or {}
+    if not any(k in annotations for k in c.MIN_PARALLELISM_KEYS) or before.get("suspend"):
+        return
+    if before.get("parallelism", 1) != after.get("parallelism", 1):
+        raise InputError(
+            "Forbidden: cannot change when partial admission is enabled and the job is not "
+            "suspended",
+            where=where,
+            field="spec.parallelism",
+        )
 
 
 def _check_levels(
