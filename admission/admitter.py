@@ -263,6 +263,9 @@ class Admitter:
         key = admitted.key
         workload = self._current(key, seen)
         message = f"admitted by ClusterQueue {admitted.cluster_queue} on flavor {admitted.flavor}"
+        if admitted.request is not None:  # fewer pods than asked for
+            counts = ", ".join(f"{p.name} {p.count}" for p in admitted.request.podsets)
+            message += f" with fewer pods (partial admission): {counts}"
         status = {
             "admission": admission,
             "conditions": [

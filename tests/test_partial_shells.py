@@ -44,6 +44,10 @@ async def test_a_job_with_min_parallelism_runs_with_what_fits_and_gets_it_back()
     assert sorted(d["values"][0] for d in domains) == ["n1", "n2"]  # one rack, as required
     assert {d["count"] for d in domains} == {1}
     assert RACK not in assignment["topologyAssignment"]["levels"]  # hostname only
+    admitted = condition(stored, "Admitted")
+    assert admitted is not None and admitted["message"].endswith(
+        "with fewer pods (partial admission): main 2"
+    )
 
     await sync.reconcile("Job", "ml/train")
     h.deliver()
