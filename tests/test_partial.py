@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.kit import BLOCK, GPU, L3, RACK, node, podset, review_for
+from tests.kit import BLOCK, GPU, HOST, L3, RACK, node, podset, review_for
 from topogate.admission.assignments import pod_set_assignments
 from topogate.admission.integration import admitted_job, desired_workload, restored_spec
 from topogate.admission.partial import can_shrink, largest_fit
@@ -191,6 +191,26 @@ def test_nothing_down_to_the_minimum_fits_keeps_the_full_counts_message() -> Non
         'flavor gpu: topology "dc" allows to fit only 2 out of 4 pod(s); '
         "no smaller count down to minCount (main 3) fits either"
     )
+
+
+def test_kueues_tas_workload_trimmed_by_partial_admission() -> None:
+    """Kueue's scheduler_tas_test.go case "TAS workload gets scheduled as trimmed by partial
+    admission": one node of 1 CPU, five 1-CPU pods required on one host, minCount 1: one pod
+    is admitted, on x1."""
+    nodes = [node("x1", "b", "r", "x1", cpu=1000, memory="1Gi", pods=10)]
+    queue = QueueSpec("cq", "BestEffortFIFO", (FlavorQuota("tas", {"cpu": 10_000}),))
+    snapshot = ClusterSnapshot.build(nodes)
+    placer = SnapshotPlacer(
+        snapshot, {"tas": FlavorTopology(DomainTree.from_labels(snapshot, L3), "tas")}
+    )
+    pending = [_pending("default/foo", podset(5, cpu=1000, required=HOST), min_count=1)]
+    result = admission_cycle({"cq": queue}, pending, {}, placer)
+    [admitted] = result.admitted
+    assert admitted.request is not None and admitted.decision is not None
+    [written] = pod_set_assignments(admitted.request, admitted.decision, "tas")
+    assert written.count == 1 and written.resource_usage == {"cpu": "1"}
+    assert written.topology_assignment is not None
+    assert [(d.values, d.count) for d in written.topology_assignment.domains] == [(["x1"], 1)]
 
 
 def test_a_whole_gang_that_fits_is_never_shrunk() -> None:
