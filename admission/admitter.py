@@ -199,7 +199,8 @@ class Admitter:
         self.cycles += 1
         requests = {p.key: p.request for p in pending}
         for admitted_one in result.admitted:
-            self._assume(waiting[admitted_one.key], admitted_one, requests[admitted_one.key])
+            request = admitted_one.request or requests[admitted_one.key]  # partial: fewer pods
+            self._assume(waiting[admitted_one.key], admitted_one, request)
         for key, message in {**problems, **result.pending}.items():
             self.metrics.admission_attempts.labels("pending").inc()
             if self._said.get(key) == message:
@@ -263,6 +264,9 @@ class Admitter:
         key = admitted.key
         workload = self._current(key, seen)
         message = f"admitted by ClusterQueue {admitted.cluster_queue} on flavor {admitted.flavor}"
+        if admitted.request is not None:  # fewer pods than asked for
+            counts = ", ".join(f"{p.name} {p.count}" for p in admitted.request.podsets)
+            message += f" with fewer pods (partial admission): {counts}"
         status = {
             "admission": admission,
             "conditions": [

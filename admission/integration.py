@@ -15,13 +15,15 @@ from typing import Any
 
 from topogate.api import constants as c
 from topogate.api.jobs import workload_from_object
-from topogate.api.kinds import job_kind, queue_name
+from topogate.api.kinds import JOB, job_kind, queue_name
 
 Obj = dict[str, Any]
 
 JOB_UID_LABEL = f"{c.GROUP}/job-uid"
 # Kueue's label for a WorkloadPriorityClass; a PriorityClass of that name gives the value.
 PRIORITY_CLASS_LABEL = f"{c.KUEUE_GROUP}/priority-class"
+# Kueue's Job annotation: completions follow parallelism when partial admission changes it.
+COMPLETIONS_EQUAL_PARALLELISM = f"{c.KUEUE_GROUP}/job-completions-equal-parallelism"
 
 
 def workload_name(kind: str, name: str, uid: str) -> str:
@@ -103,18 +105,66 @@ def finished(job: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _annotations(job: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (job.get("metadata") or {}).get("annotations") or {}
+
+
+def accepts_partial(job: Mapping[str, Any]) -> bool:
+    """A batch/v1 Job with ``job-min-parallelism``: its parallelism follows the admission."""
+    return JOB.matches(job) and any(k in _annotations(job) for k in c.MIN_PARALLELISM_KEYS)
+
+
+def _set_parallelism(spec: Obj, job: Mapping[str, Any], count: int) -> None:
+    """Kueue's Job ``RunWithPodSetsInfo``/``RestorePodSetsInfo``: parallelism is the count;
+    completions follow it only with ``job-completions-equal-parallelism: "true"``."""
+    spec["parallelism"] = count
+    if str(_annotations(job).get(COMPLETIONS_EQUAL_PARALLELISM, "")).lower() == "true":
+        spec["completions"] = count
+
+
+def restored_parallelism(job: Mapping[str, Any], workload: Mapping[str, Any]) -> int | None:
+    """The parallelism a partially admitted Job gets back when it is suspended (its
+    Workload's PodSet count), or None when nothing is to restore. Only a Job topogate
+    started (its templates carry the marks) is touched: a queued Job keeps what it asks."""
+    if not accepts_partial(job) or not is_marked(dict(job)):
+        return None
+    for podset in (workload.get("spec") or {}).get("podSets") or []:
+        count = podset.get("count")
+        if isinstance(count, int) and count != (job.get("spec") or {}).get("parallelism"):
+            return count
+    return None
+
+
+def restored_spec(job: Mapping[str, Any], workload: Mapping[str, Any] | None) -> Obj | None:
+    """The spec merge patch that gives a suspended, partially admitted Job back the
+    parallelism its Workload asks for (and completions, when they follow it); None when
+    nothing is to restore. Kueue's Job ``Stop`` suspends first and restores in a second
+    write, as its webhook forbids changing a running Job's parallelism."""
+    count = restored_parallelism(job, workload) if workload is not None else None
+    if count is None:
+        return None
+    spec: Obj = {}
+    _set_parallelism(spec, job, count)
+    return spec
+
+
 def admitted_job(
     job: Obj,
     workload: str,
     node_selectors: Mapping[str, Mapping[str, str]],
     tolerations: Mapping[str, list[Obj]] | None = None,
+    counts: Mapping[str, int] | None = None,
 ) -> Obj:
     """The job as it must be written when its workload is admitted: running, and every pod
     template marked (podset label, workload annotation) and gated, so no pod schedules before
     the ungater gives it a domain. Per podset, the flavor's node labels join the nodeSelector
-    and its tolerations the template's (as Kueue does when it starts a job)."""
+    and its tolerations the template's (as Kueue does when it starts a job). A Job that
+    accepts partial admission runs with the admitted count (``counts``: podset -> pods) as
+    its parallelism."""
     out = copy.deepcopy(job)
     out["spec"]["suspend"] = False
+    if accepts_partial(out) and counts and "main" in counts:
+        _set_parallelism(out["spec"], out, counts["main"])
     for podset, template in _templates(out):
         meta = template.setdefault("metadata", {})
         meta.setdefault("labels", {})[c.PODSET_LABEL] = podset

@@ -30,6 +30,7 @@ from .integration import (
     finished,
     is_marked,
     is_suspended,
+    restored_spec,
     workload_name,
 )
 from .writes import new_condition, write_status
@@ -100,7 +101,7 @@ class JobSync:
             if done:
                 return
             if not is_suspended(job):
-                await self._suspend(resource, job, "it has no admitted Workload yet")
+                await self._suspend(resource, job, None, "it has no admitted Workload yet")
             await self._create_workload(kind, key, job)
             return
         if done:
@@ -113,7 +114,20 @@ class JobSync:
             if is_suspended(job) or not is_marked(job):
                 await self._start(resource, job, workload_key.split("/", 1)[1], admission)
         elif not is_suspended(job):
-            await self._suspend(resource, job, "its Workload is not admitted")
+            await self._suspend(resource, job, workload, "its Workload is not admitted")
+        else:  # waiting: a restore that did not go through is made now
+            await self._restore(resource, job, workload)
+
+    async def _restore(self, resource: Resource, job: Obj, workload: Obj | None) -> None:
+        """A suspended Job that ran with fewer pods gets its Workload's count back as its
+        parallelism (a second write, as Kueue's: a running Job's parallelism is fixed)."""
+        spec = restored_spec(job, workload)
+        if spec is None:
+            return
+        m = meta(job)
+        body = {"metadata": {"resourceVersion": m.get("resourceVersion")}, "spec": spec}
+        await self.kube.patch(resource, m["name"], body, m.get("namespace"))
+        log.info("restored the parallelism of %s/%s: %s", m.get("namespace"), m["name"], spec)
 
     async def _create_workload(self, kind: str, key: str, job: Obj) -> None:
         version = str(meta(job).get("resourceVersion"))
@@ -141,14 +155,15 @@ class JobSync:
             key,
         )
 
-    async def _suspend(self, resource: Resource, job: Obj, why: str) -> None:
+    async def _suspend(self, resource: Resource, job: Obj, workload: Obj | None, why: str) -> None:
+        """Suspend the job; then a partially admitted Job gets its full parallelism back."""
         m = meta(job)
-        await self.kube.patch(
-            resource,
-            m["name"],
-            {"metadata": {"resourceVersion": m.get("resourceVersion")}, "spec": {"suspend": True}},
-            m.get("namespace"),
-        )
+        suspend = {
+            "metadata": {"resourceVersion": m.get("resourceVersion")},
+            "spec": {"suspend": True},
+        }
+        job = await self.kube.patch(resource, m["name"], suspend, m.get("namespace"))
+        await self._restore(resource, job, workload)
         log.info("suspended %s %s/%s: %s", job.get("kind"), m.get("namespace"), m["name"], why)
 
     async def _start(self, resource: Resource, job: Obj, workload: str, admission: Obj) -> None:
@@ -173,7 +188,12 @@ class JobSync:
                     t.to_wire() for t in flavor.spec.tolerations
                 )
             selectors[podset] = selector
-        body = admitted_job(job, workload, selectors, tolerations)
+        counts = {
+            str(a.get("name")): int(a["count"])
+            for a in admission.get("podSetAssignments") or []
+            if isinstance(a.get("count"), int)
+        }
+        body = admitted_job(job, workload, selectors, tolerations, counts)
         await self.kube.replace(resource, body)
         m = meta(job)
         log.info("started %s %s/%s", job.get("kind"), m.get("namespace"), m["name"])
@@ -188,8 +208,9 @@ class JobSync:
         """An evicted workload's job is suspended (its controller deletes the pods); once no
         pod of it runs, its admission is taken back and it waits in its queue again."""
         if not is_suspended(job):
-            await self._suspend(resource, job, "its Workload was evicted")
+            await self._suspend(resource, job, workload, "its Workload was evicted")
             return
+        await self._restore(resource, job, workload)
         running = [p for p in self.state.pods_of(key_of(workload)) if not self._gone(p)]
         if running:
             return  # the pods' deletion events bring it back here

@@ -263,6 +263,7 @@ def podset_request(podset: PodSet, path: str, source: TopologySource, where: str
         exclusive_slices=exclusive,
         balanced=vocabulary is not None and vocabulary.balanced,
         gpu_min_bandwidth=min_bandwidth(podset.template, path, where),
+        min_count=podset.min_count if podset.min_count is not None and podset.count else None,
     )
 
 

@@ -9,6 +9,7 @@ admitted; BestEffortFIFO lets later, smaller ones go by.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from topogate.cache.topology import DomainTree
 from .assignments import node_usage
 from .exact import EXACT_BUDGET
 from .gpuplace import taken_by
+from .partial import can_shrink, largest_fit
 from .placement import place
 from .request import ExactOutcome, PlacementDecision, PlacementRequest
 
@@ -221,6 +223,8 @@ class Admitted:
     flavor: str
     usage: Mapping[str, int]
     decision: PlacementDecision | None
+    # Partial admission: the request with the counts admitted (None: the workload's own).
+    request: PlacementRequest | None = None
 
 
 @dataclass(slots=True)
@@ -395,21 +399,60 @@ def admission_cycle(
             workload, queue, book, placer, held
         )
         if isinstance(outcome, str):
+            planned = len(result.preemptions)
             if name in searched:  # one preemption search per queue per cycle, as Kueue's
-                result.pending[workload.key] = outcome  # scheduler takes one head per queue
+                why = outcome  # scheduler takes one head per queue
             else:
                 searched.add(name)
-                result.pending[workload.key] = _maybe_preempt(
-                    result, workload, queue, outcome, book, held, preempt
+                why = _maybe_preempt(result, workload, queue, outcome, book, held, preempt)
+            # As Kueue: fewer pods only when preempting cannot make room for all of them.
+            outcome = why
+            if len(result.preemptions) == planned and can_shrink(workload.request):
+                outcome = _try_partial(workload, queue, book, placer, held, refusals) or (
+                    f"{why}; {_no_partial(workload.request)}"
                 )
-            if queue.strategy == STRICT_FIFO:
-                blocked[name] = workload.key
-            continue
+            if isinstance(outcome, str):
+                result.pending[workload.key] = outcome
+                if queue.strategy == STRICT_FIFO:
+                    blocked[name] = workload.key
+                continue
         result.admitted.append(outcome)
         book.add(name, outcome.flavor, outcome.usage)
         if outcome.decision is not None:
-            held.append((workload.request, outcome.decision))
+            held.append((outcome.request or workload.request, outcome.decision))
     return result
+
+
+def _no_partial(request: PlacementRequest) -> str:
+    minima = ", ".join(
+        f"{p.name} {p.min_count}" for p in request.podsets if p.min_count is not None
+    )
+    return f"no smaller count down to minCount ({minima}) fits either"
+
+
+def _try_partial(
+    workload: PendingWorkload,
+    queue: QueueSpec,
+    book: QuotaBook,
+    placer: Placer,
+    held: Held,
+    refusals: dict[tuple[str, tuple[tuple[str, int], ...]], str],
+) -> Admitted | None:
+    """The largest counts down to the PodSets' minCount that fit quota and topology
+    (:func:`largest_fit`, Kueue's search), admitted with those counts; None when none do."""
+
+    def fits(request: PlacementRequest) -> Admitted | None:
+        smaller = dataclasses.replace(workload, request=request)
+        if _quota_refusal(refusals, queue, book, smaller.demand()):
+            return None
+        outcome = _try(smaller, queue, book, placer, held)
+        return None if isinstance(outcome, str) else outcome
+
+    found = largest_fit(workload.request, fits)
+    if found is None:
+        return None
+    request, admitted = found
+    return dataclasses.replace(admitted, request=request)
 
 
 def _maybe_preempt(

@@ -60,6 +60,9 @@ class PodSetRequest:
     balanced: bool = False
     # topogate.dev/gpu-min-bandwidth (GB/s): every pod's own GPU set must reach it (hard).
     gpu_min_bandwidth: float | None = None
+    # Kueue's partial admission (PodSet minCount): as few as this many pods may be admitted
+    # when ``count`` does not fit; None: all or nothing.
+    min_count: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

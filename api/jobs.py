@@ -6,12 +6,13 @@ topology request read from the template's annotations (Kueue's keys or topogate'
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .annotations import AnnotationError, check_groups, topology_request
-from .constants import JOBSET_JOB_INDEX
+from .constants import JOBSET_JOB_INDEX, MIN_PARALLELISM_KEYS
 from .errors import InputError
 from .kinds import JOB, JOB_KINDS, JOBSET
 from .models import ObjectMeta, PodSet, PodSetTopologyRequest, Workload, WorkloadSpec
@@ -136,6 +137,87 @@ def _inherit(
     return {**template, "metadata": {**meta, "annotations": annotations}}
 
 
+def min_parallelism(
+    obj: Mapping[str, Any], count: int, where: str, check_range: bool = True
+) -> int | None:
+    """A Job's ``job-min-parallelism`` (Kueue's partial admission), None when not set.
+
+    As Kueue's Job webhook: an integer above 0 and below the Job's pod count. Without
+    ``check_range`` (an update that keeps the annotation, as Kueue checks it only when it
+    changes) a value at or above the count means no partial admission: a Job admitted with
+    exactly its minimum runs with that parallelism.
+    """
+    meta = _mapping(obj.get("metadata"), where, "metadata")
+    annotations = _mapping(meta.get("annotations"), where, "metadata.annotations", False)
+    found = [(k, annotations[k]) for k in MIN_PARALLELISM_KEYS if k in annotations]
+    if not found:
+        return None
+    key, raw = found[0]
+    path = f"metadata.annotations[{key}]"
+    if len(found) > 1 and str(found[1][1]) != str(raw):
+        raise InputError(
+            f"Invalid value: {str(raw)!r}: metadata.annotations[{found[1][0]}] says "
+            f"{str(found[1][1])!r}; set it in one place",
+            where=where,
+            field=path,
+        )
+    text = str(raw).strip()
+    if re.fullmatch(r"-?[0-9]+", text) is None:
+        raise InputError(
+            f"Invalid value: {str(raw)!r}: must be an integer", where=where, field=path
+        )
+    value = int(text)
+    if check_range and not 0 < value < count:
+        raise InputError(
+            f"Invalid value: {value}: should be between 0 and {count - 1} (above 0, below the "
+            f"Job's {count} pods: min(parallelism, completions))",
+            where=where,
+            field=path,
+        )
+    if value <= 0:
+        raise InputError(f"Invalid value: {value}: should be above 0", where=where, field=path)
+    return value if value < count else None
+
+
+def _volcano_refusal(obj: Mapping[str, Any], where: str) -> InputError:
+    """What to write instead of Volcano's own Job or PodGroup."""
+    return InputError(
+        f"{obj.get('kind')} {obj.get('apiVersion')} is Volcano's own kind, which topogate does "
+        "not admit; write a batch/v1 Job (or a jobset.x-k8s.io/v1alpha2 JobSet) with the queue "
+        "label kueue.x-k8s.io/queue-name, and put the network topology on its pod template as "
+        "the annotation topogate.dev/network-topology, e.g. "
+        '{"mode": "hard", "highestTierAllowed": 1}' + _min_available_hint(obj),
+        where=where,
+    )
+
+
+def _min_available_hint(obj: Mapping[str, Any]) -> str:
+    """For a Volcano Job or PodGroup whose minAvailable is below its pod count: how to keep
+    that partial gang (Kueue's partial admission of a Job)."""
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return ""
+    minimum = spec.get("minAvailable", spec.get("minMember"))
+    tasks = spec.get("tasks")
+    if isinstance(tasks, list):
+        total = sum(
+            t.get("replicas", 0)
+            for t in tasks
+            if isinstance(t, Mapping) and isinstance(t.get("replicas"), int)
+        )
+    else:
+        total = None  # a PodGroup does not say how many pods its job has
+    if not isinstance(minimum, int) or isinstance(minimum, bool) or minimum < 1:
+        return ""
+    if total is not None and minimum >= total:
+        return ""
+    return (
+        f"; for its minAvailable {minimum} (start with fewer pods when all do not fit), "
+        f'annotate the Job with {MIN_PARALLELISM_KEYS[0]}: "{minimum}" and set its '
+        "parallelism to the full pod count"
+    )
+
+
 def _meta(obj: Mapping[str, Any], where: str) -> ObjectMeta:
     meta = _mapping(obj.get("metadata"), where, "metadata")
     return ObjectMeta(
@@ -145,8 +227,12 @@ def _meta(obj: Mapping[str, Any], where: str) -> ObjectMeta:
     )
 
 
-def workload_from_object(obj: Mapping[str, Any], source: str = "") -> WorkloadSource:
-    """The Workload for a Job, JobSet, Pod or Workload; InputError names the bad field."""
+def workload_from_object(
+    obj: Mapping[str, Any], source: str = "", check_min_range: bool = True
+) -> WorkloadSource:
+    """The Workload for a Job, JobSet, Pod or Workload; InputError names the bad field.
+
+    ``check_min_range``: see :func:`min_parallelism`."""
     where = f"{source}: {object_name(obj)}" if source else object_name(obj)
     kind, api_version = obj.get("kind"), obj.get("apiVersion")
     podsets: list[PodSet] = []
@@ -156,7 +242,10 @@ def workload_from_object(obj: Mapping[str, Any], source: str = "") -> WorkloadSo
         path = "spec.template"
         template = _mapping(spec.get("template"), where, path)
         template = _inherit(template, _from_object(obj, where), where, path)
-        podsets.append(_podset("main", _job_pod_count(spec, where, "spec"), template, where, path))
+        count = _job_pod_count(spec, where, "spec")
+        podset = _podset("main", count, template, where, path)
+        podset.min_count = min_parallelism(obj, count, where, check_min_range)
+        podsets.append(podset)
         paths["main"] = path
     elif JOBSET.matches(obj):
         spec = _mapping(obj.get("spec"), where, "spec")
@@ -196,14 +285,7 @@ def workload_from_object(obj: Mapping[str, Any], source: str = "") -> WorkloadSo
         _check_groups(workload, paths, where)
         return WorkloadSource(workload, paths, where)
     elif str(api_version).startswith(("batch.volcano.sh/", "scheduling.volcano.sh/")):
-        raise InputError(
-            f"{kind} {api_version} is Volcano's own kind, which topogate does not admit; write "
-            "a batch/v1 Job (or a jobset.x-k8s.io/v1alpha2 JobSet) with the queue label "
-            "kueue.x-k8s.io/queue-name, and put the network topology on its pod template as "
-            "the annotation topogate.dev/network-topology, e.g. "
-            '{"mode": "hard", "highestTierAllowed": 1}',
-            where=where,
-        )
+        raise _volcano_refusal(obj, where)
     else:
         raise InputError(
             f"kind {kind!r} with apiVersion {api_version!r} is not a workload; expected "

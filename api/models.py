@@ -385,14 +385,44 @@ class PodSetTopologyRequest(ApiModel):
 
 
 class PodSet(ApiModel):
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            (
+                "has(self.minCount) ? self.minCount <= self.count : true",
+                "minCount should be positive and less or equal to count",
+            )
+        )
+    )
+
     name: str = Field(min_length=1, max_length=63)
     count: int = Field(ge=0)
+    # Kueue's partial admission: as few as this many pods may be admitted when ``count`` does
+    # not fit (at most one PodSet of a Workload).
+    min_count: int | None = Field(default=None, ge=1)
     template: dict[str, Any] = Field(default_factory=dict)
     topology_request: PodSetTopologyRequest | None = None
 
+    @model_validator(mode="after")
+    def _min_within_count(self) -> PodSet:
+        if self.min_count is not None and self.min_count > self.count:
+            raise ValueError(
+                f"minCount ({self.min_count}) should be positive and less or equal to count "
+                f"({self.count})"
+            )
+        return self
+
 
 class WorkloadSpec(ApiModel):
-    pod_sets: list[PodSet] = Field(min_length=1, max_length=8)
+    pod_sets: list[PodSet] = Field(
+        min_length=1,
+        max_length=8,
+        json_schema_extra=_cel(
+            (
+                "self.filter(p, has(p.minCount)).size() <= 1",
+                "at most one podSet can use minCount",
+            )
+        ),
+    )
     queue_name: str | None = None
     priority: int | None = None
 
@@ -403,6 +433,8 @@ class WorkloadSpec(ApiModel):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"podSet names must be unique; repeated: {', '.join(duplicates)}")
+        if sum(p.min_count is not None for p in pod_sets) > 1:
+            raise ValueError("at most one podSet can use minCount")
         return pod_sets
 
 

@@ -420,6 +420,8 @@ ADMITTED_DOCUMENT = {
                 {
                     "name": "main",
                     "count": 6,
+                    "minCount": None,
+                    "admittedCount": 6,
                     "levels": [BLOCK, RACK],
                     "domains": [
                         {

@@ -33,7 +33,7 @@ from topogate.api import constants as c
 from topogate.api.errors import InputError
 from topogate.api.hypernodes import NODE, HyperNode, parse_hypernode
 from topogate.api.jobs import workload_from_object
-from topogate.api.kinds import JOB_KINDS, job_kind, queue_name
+from topogate.api.kinds import JOB, JOB_KINDS, job_kind, queue_name
 from topogate.api.models import ClusterQueue, PodSet, ResourceFlavor, Topology
 from topogate.api.objects import annotations_of, as_mapping, labels_of
 from topogate.api.validation import object_name, parse_model
@@ -74,6 +74,7 @@ class Review:
     namespace: str
     obj: Mapping[str, Any]
     dry_run: bool
+    old: Mapping[str, Any] | None = None  # the object before an UPDATE
 
     @classmethod
     def parse(cls, body: Any) -> Review:
@@ -90,6 +91,7 @@ class Review:
         if not isinstance(kind, dict) or not isinstance(obj, dict):
             raise ValueError("request.kind and request.object must be objects")
         _check_metadata(obj.get("metadata"))
+        old = request.get("oldObject")
         return cls(
             uid=request["uid"],
             kind=str(kind.get("kind", "")),
@@ -98,6 +100,7 @@ class Review:
             namespace=str(request.get("namespace") or ""),
             obj=obj,
             dry_run=bool(request.get("dryRun")),
+            old=old if isinstance(old, dict) else None,
         )
 
 
@@ -236,7 +239,8 @@ def _check_job(review: Review, view: ClusterView) -> None:
     obj = dict(review.obj)
     obj.setdefault("apiVersion", kind.api_version)
     obj.setdefault("kind", kind.kind)
-    source = workload_from_object(obj)
+    source = workload_from_object(obj, check_min_range=_min_parallelism_changed(review))
+    _check_running_parallelism(review, source.where)
     catalog = view.catalog_for(review.namespace, queue)
     cluster_queue = catalog.cluster_queue(review.namespace, queue)[0] if catalog else None
     if catalog is None or cluster_queue is None:
@@ -253,6 +257,38 @@ def _check_job(review: Review, view: ClusterView) -> None:
         return
     for podset, path in zip(podsets, paths, strict=True):
         _check_levels(podset, path, topology, queue, source.where)
+
+
+def _min_parallelism_changed(review: Review) -> bool:
+    """As Kueue's Job webhook: the range of ``job-min-parallelism`` is checked when a Job is
+    created or the annotation changes, not when the job sync sets the admitted parallelism."""
+    if review.operation != "UPDATE" or review.old is None:
+        return True
+
+    def value(obj: Mapping[str, Any]) -> tuple[Any, ...]:
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        return tuple(annotations.get(k) for k in c.MIN_PARALLELISM_KEYS)
+
+    return value(review.old) != value(review.obj)
+
+
+def _check_running_parallelism(review: Review, where: str) -> None:
+    """Kueue's Job webhook: a running Job that accepts partial admission keeps the
+    parallelism it was admitted with (it is changed only while suspended)."""
+    old = review.old
+    if review.operation != "UPDATE" or old is None or job_kind(review.kind) is not JOB:
+        return
+    annotations = (old.get("metadata") or {}).get("annotations") or {}
+    before, after = old.get("spec") or {}, review.obj.get("spec") or {}
+    if not any(k in annotations for k in c.MIN_PARALLELISM_KEYS) or before.get("suspend"):
+        return
+    if before.get("parallelism", 1) != after.get("parallelism", 1):
+        raise InputError(
+            "Forbidden: cannot change when partial admission is enabled and the job is not "
+            "suspended",
+            where=where,
+            field="spec.parallelism",
+        )
 
 
 def _check_levels(

@@ -20,6 +20,7 @@ import yaml
 
 from topogate.admission.assignments import pod_set_assignments
 from topogate.admission.gpusets import bottleneck
+from topogate.admission.partial import can_shrink, largest_fit
 from topogate.admission.placement import place
 from topogate.admission.podsets import (
     WantedTopology,
@@ -103,6 +104,8 @@ class PlanResult:
     warnings: list[str] = field(default_factory=list)  # e.g. HyperNodes left out, and why
     gpus: dict[str, list[GpuRow]] = field(default_factory=dict)  # per PodSet, for the table
     requests: tuple[PodSetRequest, ...] = ()  # what each PodSet asked, as the core read it
+    # Partial admission (job-min-parallelism): PodSet -> (pods placed, pods asked for).
+    partial: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def fits(self) -> bool:
@@ -194,17 +197,33 @@ def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = Non
     )
     snapshot = ClusterSnapshot.build(cluster.nodes, cluster.pods)
     tree = choice.source.tree(snapshot, choice.node_labels)
-    decision = place(
-        tree,
-        snapshot,
-        PlacementRequest(workload.metadata.name, requests, wanted.named),
-        topology_name=choice.source.name,
-        flavor_tolerations=choice.tolerations,
-    )
-    workload.status = _status(decision, requests, choice)
+    request = PlacementRequest(workload.metadata.name, requests, wanted.named)
+
+    def placed(smaller: PlacementRequest) -> PlacementDecision:
+        return place(
+            tree,
+            snapshot,
+            smaller,
+            topology_name=choice.source.name,
+            flavor_tolerations=choice.tolerations,
+        )
+
+    decision = placed(request)
+    partial: dict[str, tuple[int, int]] = {}
+    if not decision.fits and can_shrink(request):  # as the admitter: fewer pods, same rules
+        found = largest_fit(request, lambda r: d if (d := placed(r)).fits else None)
+        if found is not None:
+            smaller, decision = found
+            partial = {
+                p.name: (s.count, p.count)
+                for p, s in zip(requests, smaller.podsets, strict=True)
+                if s.count != p.count
+            }
+            requests = smaller.podsets
+    workload.status = _status(decision, requests, choice, partial)
     usage = _usage(decision, requests, snapshot, tree) if decision.fits else {}
     gpus = _gpu_rows(decision, snapshot)
-    return PlanResult(source, choice, decision, usage, warnings, gpus, requests)
+    return PlanResult(source, choice, decision, usage, warnings, gpus, requests, partial)
 
 
 def _gpu_rows(decision: PlacementDecision, snapshot: ClusterSnapshot) -> dict[str, list[GpuRow]]:
@@ -237,7 +256,10 @@ def _condition(status: Literal["True", "False"], reason: str, message: str) -> C
 
 
 def _status(
-    decision: PlacementDecision, requests: tuple[PodSetRequest, ...], choice: FlavorChoice
+    decision: PlacementDecision,
+    requests: tuple[PodSetRequest, ...],
+    choice: FlavorChoice,
+    partial: Mapping[str, tuple[int, int]],
 ) -> WorkloadStatus:
     if not decision.fits:
         return WorkloadStatus(
@@ -255,11 +277,18 @@ def _status(
             _condition(
                 "True",
                 "Assigned",
-                f"fits on flavor {choice.name!r}, topology {choice.source.name!r}",
+                f"fits on flavor {choice.name!r}, topology {choice.source.name!r}"
+                + (f" {partial_text(partial)}" if partial else ""),
             )
         ],
         admission=Admission(pod_set_assignments=assignments),
     )
+
+
+def partial_text(partial: Mapping[str, tuple[int, int]]) -> str:
+    """How a partial plan differs from the request, for its condition message."""
+    counts = ", ".join(f"{name} {placed} of {asked}" for name, (placed, asked) in partial.items())
+    return f"with fewer pods (partial admission; the whole gang does not fit): {counts}"
 
 
 def _usage(
@@ -330,7 +359,15 @@ def render_table(result: PlanResult) -> str:
         return "\n".join(lines) + "\n"
     for placement, podset in zip(result.decision.placements, workload.spec.pod_sets, strict=True):
         lines.append("")
-        lines.append(f"podset {placement.name}: {podset.count} pod(s), {asked[placement.name]}")
+        described = asked[placement.name]
+        if placement.name in result.partial:
+            placed, wanted = result.partial[placement.name]
+            lines.append(
+                f"podset {placement.name}: {placed} of {wanted} pod(s), {described} (partial "
+                f"admission: all {wanted} do not fit, minCount {podset.min_count})"
+            )
+        else:
+            lines.append(f"podset {placement.name}: {podset.count} pod(s), {described}")
         rows = result.usage.get(placement.name, [])
         header = ("DOMAIN", "PODS", "FREE AFTER")
         table = [

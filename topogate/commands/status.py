@@ -84,6 +84,18 @@ class PodSetStatus:
     domains: list[DomainStatus] = field(default_factory=list)
     unassigned: PodCounts = field(default_factory=PodCounts)
     problem: str = ""  # why its topologyAssignment could not be read ("" when it could)
+    # Partial admission: the spec's minCount, and the count admitted (None: not admitted).
+    min_count: int | None = None
+    admitted: int | None = None
+
+    @property
+    def count_text(self) -> str:
+        """``4``; ``2 of 4 (partial admission, minCount 1)``; ``4 (minCount 1)``."""
+        minimum = f"minCount {self.min_count}" if self.min_count is not None else ""
+        if self.admitted is not None and self.admitted != self.count:
+            why = ", ".join(w for w in ("partial admission", minimum) if w)
+            return f"{self.admitted} of {self.count} ({why})"
+        return f"{self.count} ({minimum})" if minimum else str(self.count)
 
 
 @dataclass(slots=True)
@@ -196,6 +208,10 @@ def _pod_set(spec_set: Obj | None, assignment: Obj | None, pods: Iterable[Obj]) 
     name = str((spec_set or assignment or {}).get("name") or "")
     count = (spec_set if spec_set is not None else assignment or {}).get("count")
     result = PodSetStatus(name=name, count=int(count or 0))
+    minimum = (spec_set or {}).get("minCount")
+    result.min_count = minimum if isinstance(minimum, int) else None
+    admitted = (assignment or {}).get("count")
+    result.admitted = admitted if isinstance(admitted, int) and assignment is not None else None
     by_values: dict[tuple[str, ...], DomainStatus] = {}
     topology = (assignment or {}).get("topologyAssignment")
     try:
@@ -286,6 +302,8 @@ def document(workloads: Sequence[WorkloadStatus]) -> dict[str, Any]:
                     {
                         "name": p.name,
                         "count": p.count,
+                        "minCount": p.min_count,
+                        "admittedCount": p.admitted,
                         "levels": list(p.levels),
                         "domains": [
                             {"values": list(d.values), "assigned": d.assigned, **d.pods.as_dict()}
@@ -338,7 +356,7 @@ def render_workload(workload: WorkloadStatus) -> str:
         lines.append(f"  UNHEALTHY NODES {', '.join(workload.unhealthy_nodes)}")
     for pod_set in workload.pod_sets:
         levels = ", ".join(pod_set.levels) or "-"
-        lines.append(f"  PODSET {pod_set.name}  COUNT {pod_set.count}  LEVELS {levels}")
+        lines.append(f"  PODSET {pod_set.name}  COUNT {pod_set.count_text}  LEVELS {levels}")
         if pod_set.problem:
             lines.append(f"    UNREADABLE ASSIGNMENT {pod_set.problem}")
         rows: list[list[str]] = [list(_COLUMNS)]
