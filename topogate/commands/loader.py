@@ -11,12 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from topogate.api.constants import KAI_GROUP
 from topogate.api.errors import InputError
 from topogate.api.hypernodes import HyperNode, parse_hypernode
 from topogate.api.models import ResourceFlavor, Topology
 from topogate.api.validation import parse_model
 from topogate.cache.hypernodes import HyperNodeForest, build_forest
 from topogate.cache.nodes import NodeInfo, PodUsage, node_from_kube, pod_usage_from_kube
+from topogate.cache.sources import merge_kai_topologies
 from topogate.files import Document, documents, load_single
 
 __all__ = ["ClusterInput", "Document", "documents", "load_cluster", "load_single"]
@@ -46,9 +48,12 @@ def _group(api_version: Any) -> str:
 
 
 def load_cluster(paths: list[Path]) -> ClusterInput:
-    """Nodes, bound pods, Topologies and ResourceFlavors from files; other kinds are counted."""
+    """Nodes, bound pods, Topologies (Kueue's and KAI's) and ResourceFlavors from files; other
+    kinds are counted."""
     cluster = ClusterInput()
     node_sources: dict[str, str] = {}
+    kai: dict[str, Topology] = {}  # KAI-Scheduler's Topologies, merged in at the end
+    kai_where: dict[str, str] = {}
     for path in paths:
         for doc in documents(path):
             kind, group = doc.obj.get("kind"), _group(doc.obj.get("apiVersion"))
@@ -71,6 +76,11 @@ def load_cluster(paths: list[Path]) -> ClusterInput:
                     topology = parse_model(Topology, doc.obj, "")
                     _unique(cluster.topologies, topology.metadata.name, "Topology")
                     cluster.topologies[topology.metadata.name] = topology
+                elif kind == "Topology" and group == KAI_GROUP:
+                    topology = parse_model(Topology, doc.obj, "")
+                    _unique(kai, topology.metadata.name, f"Topology ({KAI_GROUP})")
+                    kai[topology.metadata.name] = topology
+                    kai_where[topology.metadata.name] = doc.where
                 elif kind == "ResourceFlavor" and group in ("topogate.dev", "kueue.x-k8s.io"):
                     flavor = parse_model(ResourceFlavor, doc.obj, "")
                     _unique(cluster.flavors, flavor.metadata.name, "ResourceFlavor")
@@ -83,6 +93,10 @@ def load_cluster(paths: list[Path]) -> ClusterInput:
                     cluster.skipped[f"{kind or '<no kind>'}"] += 1
             except InputError as exc:
                 raise InputError(exc.message, where=doc.where, field=exc.field) from None
+    cluster.topologies, clashes = merge_kai_topologies(cluster.topologies, kai)
+    if clashes:
+        name = min(clashes)
+        raise InputError(clashes[name].message, where=kai_where[name], field=clashes[name].field)
     return cluster
 
 
