@@ -44,7 +44,12 @@ from topogate.api.vocabularies import (
 )
 from topogate.cache.hypernodes import HyperNodeForest
 from topogate.cache.snapshot import ClusterSnapshot
-from topogate.cache.sources import HYPERNODE_TOPOLOGY, TopologySource, topology_sources
+from topogate.cache.sources import (
+    HYPERNODE_TOPOLOGY,
+    TopologySource,
+    merge_kai_topologies,
+    topology_sources,
+)
 
 from .exact import EXACT_BUDGET
 from .queues import FlavorTopology, PendingWorkload, QueueSpec, SnapshotPlacer
@@ -463,17 +468,19 @@ def build_catalog(
     flavors: Sequence[Mapping[str, Any]],
     topologies: Sequence[Mapping[str, Any]],
     forest: HyperNodeForest | None,
+    kai_topologies: Sequence[Mapping[str, Any]] = (),
 ) -> tuple[Catalog, list[str]]:
     """The catalog from watched objects, and one warning per object that does not parse (it
-    is left out: the webhook refuses such objects; one that predates it must not stop the rest)."""
+    is left out: the webhook refuses such objects; one that predates it must not stop the rest)
+    and per KAI Topology whose name a Topology with other levels holds (it is left out too)."""
     warnings: list[str] = []
 
-    def parsed(model: type[_M], objs: Sequence[Mapping[str, Any]]) -> dict[str, _M]:
+    def parsed(model: type[_M], objs: Sequence[Mapping[str, Any]], tag: str = "") -> dict[str, _M]:
         out: dict[str, _M] = {}
         for obj in objs:
             name = meta(obj).get("name")
             try:
-                item = parse_model(model, obj, f"{model.__name__} {name}")
+                item = parse_model(model, obj, f"{model.__name__} {name}{tag}")
             except InputError as error:  # it names the object
                 warnings.append(f"ignoring {error.describe()}")
                 continue
@@ -497,7 +504,10 @@ def build_catalog(
         local[f"{m.get('namespace') or 'default'}/{m.get('name')}"] = (
             str(target) if target else None
         )
-    sources = topology_sources(parsed(Topology, topologies), forest)
+    kai = parsed(Topology, kai_topologies, f" ({c.KAI_API_VERSION})")
+    merged, clashes = merge_kai_topologies(parsed(Topology, topologies), kai)
+    warnings.extend(f"ignoring {clash.describe()}" for clash in clashes.values())
+    sources = topology_sources(merged, forest)
     return Catalog(queues, local, parsed(ResourceFlavor, flavors), sources), warnings
 
 

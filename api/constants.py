@@ -13,6 +13,10 @@ KUEUE_GROUP = "kueue.x-k8s.io"
 # Versions of Kueue's Topology/ResourceFlavor shapes that we read as input.
 KUEUE_API_VERSIONS = frozenset(f"{KUEUE_GROUP}/{v}" for v in ("v1alpha1", "v1beta1", "v1beta2"))
 
+# KAI-Scheduler's Topology: the same spec.levels[].nodeLabel shape as Kueue's, its own group.
+KAI_GROUP = "kai.scheduler"
+KAI_API_VERSION = f"{KAI_GROUP}/v1alpha1"
+
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 # Pod-template annotations (suffixes; each exists under both prefixes).

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from .constants import API_VERSION, HOSTNAME_LABEL, KUEUE_API_VERSIONS
+from .constants import API_VERSION, HOSTNAME_LABEL, KAI_API_VERSION, KUEUE_API_VERSIONS
 from .errors import InputError
 from .names import label_key_problem
 from .quantity import QuantityError, parse_quantity
@@ -50,9 +50,9 @@ class ObjectMeta(ApiModel):
     owner_references: list[dict[str, Any]] | None = None
 
 
-def _check_api_version(value: str, kind: str) -> str:
-    if value != API_VERSION and value not in KUEUE_API_VERSIONS:
-        accepted = ", ".join(sorted({API_VERSION, *KUEUE_API_VERSIONS}))
+def _check_api_version(value: str, kind: str, *also: str) -> str:
+    if value != API_VERSION and value not in KUEUE_API_VERSIONS and value not in also:
+        accepted = ", ".join(sorted({API_VERSION, *KUEUE_API_VERSIONS, *also}))
         raise ValueError(f"{kind} apiVersion {value!r} is not one of {accepted}")
     return value
 
@@ -106,7 +106,8 @@ class TopologySpec(ApiModel):
 
 
 class Topology(ApiModel):
-    """Network topology as node-label levels, highest (widest) first."""
+    """Network topology as node-label levels, highest (widest) first: topogate's, Kueue's or
+    KAI-Scheduler's Topology (the three share this shape)."""
 
     api_version: str = API_VERSION
     kind: Literal["Topology"] = "Topology"
@@ -116,7 +117,12 @@ class Topology(ApiModel):
     @field_validator("api_version")
     @classmethod
     def _version(cls, value: str) -> str:
-        return _check_api_version(value, "Topology")
+        return _check_api_version(value, "Topology", KAI_API_VERSION)
+
+    @property
+    def is_kai(self) -> bool:
+        """KAI-Scheduler's own Topology (``kai.scheduler/v1alpha1``)."""
+        return self.api_version == KAI_API_VERSION
 
     @property
     def level_labels(self) -> list[str]:

@@ -17,7 +17,8 @@ from typing import Protocol
 
 import numpy as np
 
-from topogate.api.constants import HOSTNAME_LABEL
+from topogate.api.constants import HOSTNAME_LABEL, KAI_API_VERSION
+from topogate.api.errors import InputError
 from topogate.api.models import Topology
 
 from .snapshot import ClusterSnapshot
@@ -119,6 +120,34 @@ class TopologySource:
                 if name in snapshot.node_index and member[snapshot.node_index[name]]
             }
         return DomainTree.from_paths(snapshot, self.level_keys, paths)
+
+
+def merge_kai_topologies(
+    topologies: Mapping[str, Topology], kai: Mapping[str, Topology]
+) -> tuple[dict[str, Topology], dict[str, InputError]]:
+    """Kueue's (or topogate's) Topologies and KAI-Scheduler's in one namespace of names, and
+    an error for each name both kinds use with different levels (by that name).
+
+    The same name with the same levels is one topology: KAI's upgrade copies each Kueue
+    Topology into a KAI Topology of that name. With different levels the name keeps its Kueue
+    Topology (ResourceFlavors name it); ``plan`` refuses such input, ``serve`` warns.
+    """
+    merged = dict(topologies)
+    clashes: dict[str, InputError] = {}
+    for name, topology in kai.items():
+        other = merged.get(name)
+        if other is None:
+            merged[name] = topology
+        elif other.level_labels != topology.level_labels:
+            clashes[name] = InputError(
+                f"levels [{', '.join(topology.level_labels)}] differ from those of the "
+                f"{other.api_version} Topology of the same name "
+                f"[{', '.join(other.level_labels)}]; "
+                "one name must mean one topology: rename one, or give both the same levels",
+                where=f"Topology {name} ({KAI_API_VERSION})",
+                field="spec.levels",
+            )
+    return merged, clashes
 
 
 def topology_sources(

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from topogate.api.crds import all_crds
-from topogate.testing.localcluster import HYPERNODE_CRD
+from topogate.testing.localcluster import HYPERNODE_CRD, KAI_TOPOLOGY_CRD
 from topogate.webhooks.configuration import configurations
 
 CONFIG = Path(__file__).resolve().parent.parent / "config"
@@ -38,6 +38,8 @@ def rendered() -> dict[str, str]:
     # Volcano's HyperNode CRD, for clusters without Volcano: apply it by hand when wanted
     # (a cluster with Volcano has its own), so it is not in the kustomization.
     files["crd/optional/topology.volcano.sh_hypernodes.yaml"] = _dump(HYPERNODE_CRD)
+    # KAI-Scheduler's Topology, likewise for clusters without KAI.
+    files["crd/optional/kai.scheduler_topologies.yaml"] = _dump(KAI_TOPOLOGY_CRD)
     mutating, validating = configurations(service=("topogate-system", "topogate-webhook"))
     files["webhook/manifests.yaml"] = _dump(mutating, validating)
     return files

@@ -327,8 +327,9 @@ def test_topology_rules() -> None:
     with pytest.raises(InputError) as error:
         parse_model(Topology, {**topology("rack"), "apiVersion": "example.com/v1"}, "t")
     assert error.value.describe() == (
-        "t: apiVersion: Topology apiVersion 'example.com/v1' is not one of kueue.x-k8s.io/v1alpha1, "
-        "kueue.x-k8s.io/v1beta1, kueue.x-k8s.io/v1beta2, topogate.dev/v1alpha1"
+        "t: apiVersion: Topology apiVersion 'example.com/v1' is not one of kai.scheduler/v1alpha1, "
+        "kueue.x-k8s.io/v1alpha1, kueue.x-k8s.io/v1beta1, kueue.x-k8s.io/v1beta2, "
+        "topogate.dev/v1alpha1"
     )
 
 

@@ -252,7 +252,7 @@ def test_a_known_kind_under_another_api_version_is_named_with_what_is_read(
     assert code == 0  # planned on the one Topology that is read
     read = (
         "topogate reads Topology as topogate.dev/v1alpha1, kueue.x-k8s.io/v1alpha1, "
-        "kueue.x-k8s.io/v1beta1 or kueue.x-k8s.io/v1beta2"
+        "kueue.x-k8s.io/v1beta1, kueue.x-k8s.io/v1beta2 or kai.scheduler/v1alpha1"
     )
     assert capsys.readouterr().err.splitlines() == [
         f"topogate plan: warning: Topology example.com/v1alpha1 is not read (2 objects: b, a); {read}",

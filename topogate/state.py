@@ -44,6 +44,7 @@ from topogate.kube.resources import (
     CLUSTER_QUEUES,
     HYPERNODES,
     JOB_RESOURCES,
+    KAI_TOPOLOGIES,
     LOCAL_QUEUES,
     NODES,
     PODS,
@@ -68,10 +69,19 @@ WATCHED: tuple[Resource, ...] = (
     TOPOLOGIES,
     PRIORITY_CLASSES,
     HYPERNODES,
+    KAI_TOPOLOGIES,
 )
 # Objects the catalog is parsed from: any change to them parses it again.
 CATALOG_INPUTS = frozenset(
-    r.plural for r in (CLUSTER_QUEUES, LOCAL_QUEUES, RESOURCE_FLAVORS, TOPOLOGIES, HYPERNODES)
+    r.key
+    for r in (
+        CLUSTER_QUEUES,
+        LOCAL_QUEUES,
+        RESOURCE_FLAVORS,
+        TOPOLOGIES,
+        HYPERNODES,
+        KAI_TOPOLOGIES,
+    )
 )
 
 Listener = Callable[[Obj | None, Obj | None], None]
@@ -111,7 +121,7 @@ class Signals:
 
 class ControllerState:
     def __init__(self) -> None:
-        self._stores: dict[str, dict[str, Obj]] = {r.plural: {} for r in WATCHED}
+        self._stores: dict[str, dict[str, Obj]] = {r.key: {} for r in WATCHED}
         self._capacity = CapacityCache()
         self.signals = Signals()
         self._pods_by_workload: dict[str, set[str]] = {}  # marked pods only
@@ -133,13 +143,13 @@ class ControllerState:
     # --- reading ---------------------------------------------------------------------------
 
     def store(self, resource: Resource) -> Mapping[str, Obj]:
-        return self._stores[resource.plural]
+        return self._stores[resource.key]
 
     def counts(self) -> dict[str, int]:
         return {plural: len(store) for plural, store in self._stores.items()}
 
     def pods_of(self, workload: str) -> list[Obj]:
-        pods = self._stores[PODS.plural]
+        pods = self._stores[PODS.key]
         return [pods[k] for k in self._pods_by_workload.get(workload, ()) if k in pods]
 
     def workloads_with_pods(self) -> list[str]:
@@ -151,9 +161,7 @@ class ControllerState:
         never on an admission still being written."""
         written = self._written.get(key)
         return (
-            written
-            if written is not None
-            else admission_of(self._stores[WORKLOADS.plural].get(key))
+            written if written is not None else admission_of(self._stores[WORKLOADS.key].get(key))
         )
 
     def reserved(self, key: str) -> Obj | None:
@@ -178,7 +186,7 @@ class ControllerState:
         return self._capacity.workload_usage(key)
 
     def priority_of(self, name: str) -> int | None:
-        obj = self._stores[PRIORITY_CLASSES.plural].get(name)
+        obj = self._stores[PRIORITY_CLASSES.key].get(name)
         value = (obj or {}).get("value")
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -196,11 +204,12 @@ class ControllerState:
         forest = self.forest()
         if self._catalog is None:
             self._catalog, warnings = build_catalog(
-                list(self._stores[CLUSTER_QUEUES.plural].values()),
-                list(self._stores[LOCAL_QUEUES.plural].values()),
-                list(self._stores[RESOURCE_FLAVORS.plural].values()),
-                list(self._stores[TOPOLOGIES.plural].values()),
+                list(self._stores[CLUSTER_QUEUES.key].values()),
+                list(self._stores[LOCAL_QUEUES.key].values()),
+                list(self._stores[RESOURCE_FLAVORS.key].values()),
+                list(self._stores[TOPOLOGIES.key].values()),
                 forest,
+                list(self._stores[KAI_TOPOLOGIES.key].values()),
             )
             for warning in warnings:
                 log.warning("%s", warning)
@@ -212,7 +221,7 @@ class ControllerState:
         return self.catalog()
 
     def hypernodes(self) -> list[Mapping[str, Any]] | None:
-        return list(self._stores[HYPERNODES.plural].values())
+        return list(self._stores[HYPERNODES.key].values())
 
     # --- admissions (the admitter's writes) ------------------------------------------------
 
@@ -240,7 +249,7 @@ class ControllerState:
         show it admitted later, the handler holds its usage again from its status."""
         self._assumed.pop(key, None)
         self._written.pop(key, None)
-        stored = self._stores[WORKLOADS.plural].get(key)
+        stored = self._stores[WORKLOADS.key].get(key)
         if is_admitted(stored) and not is_finished(stored):
             return
         self._release(key)
@@ -249,7 +258,7 @@ class ControllerState:
         """An admitted workload's pods move (failed-node replacement): hold the capacity of
         the new admission before it is written, and act on it once written
         (:meth:`confirm_admission`, or :meth:`forget_reassignment` when the write failed)."""
-        stored = self._stores[WORKLOADS.plural].get(key) or {}
+        stored = self._stores[WORKLOADS.key].get(key) or {}
         moved = {**stored, "status": {**as_mapping(stored.get("status")), "admission": admission}}
         per_node = usage_from_admission(moved, f"Workload {key}", self.nodes_in_domain)
         gpus = self._capacity.workload_gpus(key) or {}
@@ -264,7 +273,7 @@ class ControllerState:
         """The new admission was not written: hold the stored one again."""
         self._assumed.pop(key, None)
         self._written.pop(key, None)
-        stored = self._stores[WORKLOADS.plural].get(key)
+        stored = self._stores[WORKLOADS.key].get(key)
         if stored is not None and is_admitted(stored) and not is_finished(stored):
             self._rehold(key, stored)
 
@@ -302,32 +311,32 @@ class ControllerState:
 
     def subscribe(self, resource: Resource, listener: Listener) -> None:
         """Call ``listener(old, new)`` after each event of ``resource`` has been applied."""
-        self._subscribers.setdefault(resource.plural, []).append(listener)
+        self._subscribers.setdefault(resource.key, []).append(listener)
 
     def handler(self, resource: Resource) -> Listener:
         dispatch: dict[str, Listener] = {
-            NODES.plural: self._on_node,
-            PODS.plural: self._on_pod,
-            WORKLOADS.plural: self._on_workload,
-            HYPERNODES.plural: self._on_hypernode,
+            NODES.key: self._on_node,
+            PODS.key: self._on_pod,
+            WORKLOADS.key: self._on_workload,
+            HYPERNODES.key: self._on_hypernode,
         }
         for kind in JOB_KINDS:
-            dispatch[JOB_RESOURCES[kind.kind].plural] = self._job_handler(kind.kind)
-        on_event = dispatch.get(resource.plural, self._on_queue_object)
-        store = self._stores[resource.plural]
+            dispatch[JOB_RESOURCES[kind.kind].key] = self._job_handler(kind.kind)
+        on_event = dispatch.get(resource.key, self._on_queue_object)
+        store = self._stores[resource.key]
 
         def on_change(old: Obj | None, new: Obj | None) -> None:
             if new is None and old is not None:
                 store.pop(key_of(old), None)
             elif new is not None:
                 store[key_of(new)] = new
-            if resource.plural in CATALOG_INPUTS:
+            if resource.key in CATALOG_INPUTS:
                 self._catalog_changed()
             try:
                 on_event(old, new)
             except InputError as error:
-                log.warning("ignoring %s: %s", resource.plural, error.describe())
-            for listener in self._subscribers.get(resource.plural, ()):
+                log.warning("ignoring %s: %s", resource.key, error.describe())
+            for listener in self._subscribers.get(resource.key, ()):
                 listener(old, new)
 
         return on_change

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from topogate.api.constants import API_VERSION, KUEUE_API_VERSIONS
+from topogate.api.constants import API_VERSION, KAI_API_VERSION, KUEUE_API_VERSIONS
 from topogate.api.errors import InputError
 from topogate.api.hypernodes import API_VERSION as HYPERNODE_API_VERSION
 from topogate.api.hypernodes import HyperNode, parse_hypernode
@@ -19,6 +19,7 @@ from topogate.api.models import ResourceFlavor, Topology
 from topogate.api.validation import parse_model
 from topogate.cache.hypernodes import HyperNodeForest, build_forest
 from topogate.cache.nodes import NodeInfo, PodUsage, node_from_kube, pod_usage_from_kube
+from topogate.cache.sources import merge_kai_topologies
 from topogate.files import STDIN, Document, documents, load_single
 
 __all__ = ["ClusterInput", "Document", "documents", "load_cluster", "load_single"]
@@ -29,7 +30,7 @@ __all__ = ["ClusterInput", "Document", "documents", "load_cluster", "load_single
 READ_AS: dict[str, tuple[str, ...]] = {
     "Node": ("v1",),
     "Pod": ("v1",),
-    "Topology": (API_VERSION, *sorted(KUEUE_API_VERSIONS)),
+    "Topology": (API_VERSION, *sorted(KUEUE_API_VERSIONS), KAI_API_VERSION),
     "ResourceFlavor": (API_VERSION, *sorted(KUEUE_API_VERSIONS)),
     "HyperNode": (HYPERNODE_API_VERSION,),
 }
@@ -81,11 +82,14 @@ def unread_warnings(cluster: ClusterInput) -> list[str]:
 
 
 def load_cluster(paths: list[Path]) -> ClusterInput:
-    """Nodes, bound pods, Topologies and ResourceFlavors from files; other kinds are counted."""
+    """Nodes, bound pods, Topologies (Kueue's and KAI's) and ResourceFlavors from files; other
+    kinds are counted."""
     cluster = ClusterInput()
     node_sources: dict[str, str] = {}
     if paths.count(STDIN) > 1:
         raise InputError("stdin can be read once; give --cluster - once", where="--cluster")
+    kai: dict[str, Topology] = {}  # KAI-Scheduler's Topologies, merged in at the end
+    kai_where: dict[str, str] = {}
     for path in paths:
         for doc in documents(path):
             kind, api_version = doc.obj.get("kind"), doc.obj.get("apiVersion")
@@ -110,6 +114,11 @@ def load_cluster(paths: list[Path]) -> ClusterInput:
                     usage = pod_usage_from_kube(doc.obj)
                     if usage is not None:
                         cluster.pods.append(usage)
+                elif kind == "Topology" and api_version == KAI_API_VERSION:
+                    topology = parse_model(Topology, doc.obj, "")
+                    _unique(kai, topology.metadata.name, f"Topology ({KAI_API_VERSION})")
+                    kai[topology.metadata.name] = topology
+                    kai_where[topology.metadata.name] = doc.where
                 elif kind == "Topology":
                     topology = parse_model(Topology, doc.obj, "")
                     _unique(cluster.topologies, topology.metadata.name, "Topology")
@@ -126,6 +135,10 @@ def load_cluster(paths: list[Path]) -> ClusterInput:
                     cluster.skipped[f"{kind or '<no kind>'}"] += 1
             except InputError as exc:
                 raise InputError(exc.message, where=doc.where, field=exc.field) from None
+    cluster.topologies, clashes = merge_kai_topologies(cluster.topologies, kai)
+    if clashes:
+        name = min(clashes)
+        raise InputError(clashes[name].message, where=kai_where[name], field=clashes[name].field)
     return cluster
 
 

@@ -42,7 +42,7 @@ class Reflector:
         self.kube = kube
         self.resource = resource
         self.on_change = on_change
-        self.optional = optional  # a CRD that may not be installed (JobSet)
+        self.optional = optional  # a CRD that may not be installed (JobSet, HyperNode, KAI)
         self.page_size = page_size
         self.on_relist = on_relist
         self._params: dict[str, Any] = {}
@@ -56,7 +56,7 @@ class Reflector:
 
     @property
     def name(self) -> str:
-        return self.resource.plural
+        return self.resource.key
 
     async def _list(self) -> None:
         items: dict[str, Obj] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from topogate.api.constants import API_VERSION
+from topogate.api.constants import API_VERSION, KAI_API_VERSION, KAI_GROUP
 from topogate.api.kinds import JOB, JOB_KINDS, JOBSET, JobKind
 from topogate.api.objects import Obj, key_of
 
@@ -22,6 +22,13 @@ class Resource:
     api_version: str
     plural: str
     namespaced: bool = True
+    # The name it is kept and logged under, where two groups share a plural (``topologies``
+    # of topogate and of KAI-Scheduler); the plural otherwise.
+    store_key: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.store_key or self.plural
 
     @classmethod
     def of(cls, kind: JobKind) -> Resource:
@@ -53,6 +60,9 @@ LOCAL_QUEUES = Resource(API_VERSION, "localqueues")
 RESOURCE_FLAVORS = Resource(API_VERSION, "resourceflavors", namespaced=False)
 TOPOLOGIES = Resource(API_VERSION, "topologies", namespaced=False)
 HYPERNODES = Resource("topology.volcano.sh/v1alpha1", "hypernodes", namespaced=False)
+KAI_TOPOLOGIES = Resource(
+    KAI_API_VERSION, "topologies", namespaced=False, store_key=f"topologies.{KAI_GROUP}"
+)
 # One resource per registered job kind (api/kinds.py), by kind name.
 JOB_RESOURCES: dict[str, Resource] = {k.kind: Resource.of(k) for k in JOB_KINDS}
 JOBS = JOB_RESOURCES[JOB.kind]

@@ -213,19 +213,21 @@ class Controller:
 
     def _reflectors(self) -> dict[str, Reflector]:
         from topogate.kube.reflector import Reflector
-        from topogate.kube.resources import HYPERNODES, JOBSETS
+        from topogate.kube.resources import HYPERNODES, JOBSETS, KAI_TOPOLOGIES
         from topogate.state import WATCHED
 
         def counter(plural: str) -> Callable[[], None]:
             return lambda: self.metrics.relists.labels(plural).inc()
 
+        # CRDs a cluster may lack: followed once they exist (looked for again every 30 s).
+        optional = (JOBSETS, HYPERNODES, KAI_TOPOLOGIES)
         return {
-            r.plural: Reflector(
+            r.key: Reflector(
                 self.kube,
                 r,
                 self.state.handler(r),
-                optional=r in (JOBSETS, HYPERNODES),
-                on_relist=counter(r.plural),
+                optional=r in optional,
+                on_relist=counter(r.key),
             )
             for r in WATCHED
         }
@@ -265,12 +267,12 @@ class Controller:
 
         from .leader import LeadershipLost
 
-        nodes = self.reflectors[NODES.plural]
+        nodes = self.reflectors[NODES.key]
         self.tasks.append(asyncio.create_task(nodes.run(), name="watch-nodes"))
         if not await _until(nodes.synced.wait(), stop):
             return 0  # stopped before the API server ever answered
         for name, reflector in self.reflectors.items():
-            if name != NODES.plural:
+            if name != NODES.key:
                 self.tasks.append(asyncio.create_task(reflector.run(), name=f"watch-{name}"))
         try:
             if not await _until(self.elector.run(self.lead), stop):

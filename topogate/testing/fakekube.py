@@ -30,8 +30,10 @@ depend on:
 
 Not modelled: owner-reference garbage collection, graceful pod deletion, admission webhooks,
 defaulting and validation of object schemas, strategic merge and server-side apply, paging
-(``limit``/``continue`` are ignored). Objects are stored per (plural, namespace, name), so two
-API groups with the same plural share a store.
+(``limit``/``continue`` are ignored). Objects are stored per (``Resource.key``, namespace,
+name): the plural, or a key of its own where two groups share a plural (KAI's topologies), so
+resources given as ``Resource`` objects keep apart; over HTTP, groups with the same plural
+share a store.
 
 Every call is recorded in :attr:`FakeKube.calls`; :meth:`FakeKube.fail_next` makes the next
 matching calls raise any exception (a ``KubeError``, a reset connection, a timeout), before
@@ -173,12 +175,12 @@ class FakeKube:
         else:
             meta.pop("namespace", None)
         self._learn_kind(resource, body)
-        key = (resource.plural, namespace, name)
+        key = (resource.key, namespace, name)
         old = self._objects.get(key)
         meta.setdefault("uid", str(uuid.uuid4()) if old is None else _meta(old).get("uid"))
         meta.setdefault("creationTimestamp", self._now())
         meta.setdefault("generation", 1)
-        self._commit(resource.plural, key, body, old, "ADDED" if old is None else "MODIFIED")
+        self._commit(resource.key, key, body, old, "ADDED" if old is None else "MODIFIED")
         return copy.deepcopy(body)
 
     def stored(self, resource: Resource, name: str, namespace: str | None = None) -> Obj | None:
@@ -191,7 +193,7 @@ class FakeKube:
         return [
             copy.deepcopy(obj)
             for (plural, ns, _), obj in sorted(self._objects.items(), key=lambda kv: kv[0])
-            if plural == resource.plural and (namespace is None or ns == namespace)
+            if plural == resource.key and (namespace is None or ns == namespace)
         ]
 
     def fail_next(
@@ -213,12 +215,12 @@ class FakeKube:
             raise ValueError("times must be at least 1")
         if after_write and method in ("get", "list", "watch"):
             raise ValueError("after_write is for writes")
-        plural = resource.plural if isinstance(resource, Resource) else resource
+        plural = resource.key if isinstance(resource, Resource) else resource
         self._faults.append(_Fault(method, error, times, plural, after_write))
 
     def calls_of(self, method: str, resource: Resource | str | None = None) -> list[Call]:
         """The recorded calls of ``method`` (on ``resource`` and its subresources when given)."""
-        plural = resource.plural if isinstance(resource, Resource) else resource
+        plural = resource.key if isinstance(resource, Resource) else resource
         return [c for c in self.calls if c.method == method and _matches(c.resource, plural)]
 
     def compact(self, resource_version: str | None = None) -> None:
@@ -297,7 +299,7 @@ class FakeKube:
         if verb == "DELETE" and name and not subresource:
             return await self._call(
                 "delete",
-                resource.plural,
+                resource.key,
                 namespace,
                 name,
                 None,
@@ -309,7 +311,7 @@ class FakeKube:
         def op() -> Obj:
             return copy.deepcopy(self._existing(resource, name, namespace))
 
-        return await self._call("get", resource.plural, namespace, name, None, op)
+        return await self._call("get", resource.key, namespace, name, None, op)
 
     async def list(self, resource: Resource, namespace: str | None = None, **params: Any) -> Obj:
         def op() -> Obj:
@@ -317,7 +319,7 @@ class FakeKube:
             fields = _parse_selector(params.get("fieldSelector"), labels=False)
             items = []
             for (plural, ns, _), obj in sorted(self._objects.items(), key=lambda kv: kv[0]):
-                if plural != resource.plural:
+                if plural != resource.key:
                     continue
                 if resource.namespaced and namespace and ns != namespace:
                     continue
@@ -328,7 +330,7 @@ class FakeKube:
                 item.pop("kind", None)
                 item.pop("apiVersion", None)
                 items.append(item)
-            api_version, kind = self._kinds.get(resource.plural, (resource.api_version, ""))
+            api_version, kind = self._kinds.get(resource.key, (resource.api_version, ""))
             return {
                 "apiVersion": api_version,
                 "kind": f"{kind}List",
@@ -336,7 +338,7 @@ class FakeKube:
                 "items": items,
             }
 
-        return await self._call("list", resource.plural, namespace, None, None, op)
+        return await self._call("list", resource.key, namespace, None, None, op)
 
     async def create(self, resource: Resource, body: Obj, namespace: str | None = None) -> Obj:
         sent = copy.deepcopy(body)
@@ -344,7 +346,7 @@ class FakeKube:
         name = meta.get("name") or None
         return await self._call(
             "create",
-            resource.plural,
+            resource.key,
             namespace,
             name,
             copy.deepcopy(body),
@@ -356,7 +358,7 @@ class FakeKube:
         meta = _meta(sent)
         name = str(meta["name"])
         namespace = meta.get("namespace")
-        plural = f"{resource.plural}/{subresource}" if subresource else resource.plural
+        plural = f"{resource.key}/{subresource}" if subresource else resource.key
 
         def op() -> Obj:
             old = self._existing(resource, name, namespace)
@@ -375,7 +377,7 @@ class FakeKube:
         content_type: str = MERGE_PATCH,
     ) -> Obj:
         sent = copy.deepcopy(body)
-        plural = f"{resource.plural}/{subresource}" if subresource else resource.plural
+        plural = f"{resource.key}/{subresource}" if subresource else resource.key
 
         def op() -> Obj:
             old = self._existing(resource, name, namespace)
@@ -400,7 +402,7 @@ class FakeKube:
         try:
             await self._call(
                 "delete",
-                resource.plural,
+                resource.key,
                 namespace,
                 name,
                 None,
@@ -423,11 +425,11 @@ class FakeKube:
         def op() -> tuple[_Watcher, list[Obj]]:
             labels = _parse_selector(params.get("labelSelector"), labels=True)
             fields = _parse_selector(params.get("fieldSelector"), labels=False)
-            watcher = _Watcher(resource.plural, labels, fields)
+            watcher = _Watcher(resource.key, labels, fields)
             replay: list[Obj] = []
             if resource_version in ("", "0"):
                 for (plural, _, _), obj in sorted(self._objects.items(), key=lambda kv: kv[0]):
-                    if plural == resource.plural and _selected(obj, labels, fields):
+                    if plural == resource.key and _selected(obj, labels, fields):
                         replay.append({"type": "ADDED", "object": copy.deepcopy(obj)})
             else:
                 try:
@@ -451,7 +453,7 @@ class FakeKube:
             self._watches_changed.set()
             return watcher, replay
 
-        watcher, replay = await self._call("watch", resource.plural, None, None, None, op)
+        watcher, replay = await self._call("watch", resource.key, None, None, None, op)
         try:
             for event in replay:
                 yield event
@@ -506,7 +508,7 @@ class FakeKube:
         return None
 
     def _key(self, resource: Resource, name: str, namespace: str | None) -> tuple[str, str, str]:
-        return (resource.plural, (namespace or "") if resource.namespaced else "", name)
+        return (resource.key, (namespace or "") if resource.namespaced else "", name)
 
     def _existing(self, resource: Resource, name: str, namespace: str | None) -> Obj:
         obj = self._objects.get(self._key(resource, name, namespace))
@@ -516,7 +518,7 @@ class FakeKube:
 
     def _check_subresource(self, resource: Resource, name: str, subresource: str) -> None:
         if subresource and not (
-            subresource == "status" and resource.plural in self.status_subresources
+            subresource == "status" and resource.key in self.status_subresources
         ):
             raise KubeError(
                 404,
@@ -530,9 +532,9 @@ class FakeKube:
     def _learn_kind(self, resource: Resource, obj: Obj) -> None:
         obj.setdefault("apiVersion", resource.api_version)
         if obj.get("kind"):
-            self._kinds.setdefault(resource.plural, (str(obj["apiVersion"]), str(obj["kind"])))
-        elif resource.plural in self._kinds:
-            obj["kind"] = self._kinds[resource.plural][1]
+            self._kinds.setdefault(resource.key, (str(obj["apiVersion"]), str(obj["kind"])))
+        elif resource.key in self._kinds:
+            obj["kind"] = self._kinds[resource.key][1]
 
     def _create(self, resource: Resource, body: Obj, namespace: str | None) -> Obj:
         if not isinstance(body, dict):
@@ -540,9 +542,7 @@ class FakeKube:
         meta = _meta(body)
         if resource.namespaced:
             if not namespace:
-                raise KubeError(
-                    405, "MethodNotAllowed", f"create {resource.plural} needs a namespace"
-                )
+                raise KubeError(405, "MethodNotAllowed", f"create {resource.key} needs a namespace")
             if meta.get("namespace") not in (None, "", namespace):
                 raise KubeError(
                     400,
@@ -576,9 +576,9 @@ class FakeKube:
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = self._now()
         meta["generation"] = 1
-        if resource.plural in self.status_subresources:
+        if resource.key in self.status_subresources:
             body.pop("status", None)  # POST ignores status where it is a subresource
-        self._commit(resource.plural, key, body, None, "ADDED")
+        self._commit(resource.key, key, body, None, "ADDED")
         return copy.deepcopy(body)
 
     def _update(self, resource: Resource, old: Obj, candidate: Obj, subresource: str) -> Obj:
@@ -607,7 +607,7 @@ class FakeKube:
                 "object has been modified; please apply your changes to the latest version "
                 "and try again",
             )
-        has_status = resource.plural in self.status_subresources
+        has_status = resource.key in self.status_subresources
         if subresource == "status":
             new = copy.deepcopy(old)
             if "status" in candidate:
@@ -649,9 +649,9 @@ class FakeKube:
         key = self._key(resource, name, old_meta.get("namespace"))
         meta = _meta(new)
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-            self._remove(resource.plural, key, new)
+            self._remove(resource.key, key, new)
             return copy.deepcopy(new)
-        self._commit(resource.plural, key, new, old, "MODIFIED")
+        self._commit(resource.key, key, new, old, "MODIFIED")
         return copy.deepcopy(new)
 
     def _delete(self, resource: Resource, name: str, namespace: str | None) -> Obj:
@@ -666,10 +666,10 @@ class FakeKube:
             new_meta["deletionTimestamp"] = self._now()
             new_meta["deletionGracePeriodSeconds"] = 0
             new_meta["generation"] = int(meta.get("generation") or 0) + 1
-            self._commit(resource.plural, key, new, old, "MODIFIED")
+            self._commit(resource.key, key, new, old, "MODIFIED")
             return copy.deepcopy(new)
         gone = copy.deepcopy(old)
-        self._remove(resource.plural, key, gone)
+        self._remove(resource.key, key, gone)
         return copy.deepcopy(gone)
 
     def _commit(

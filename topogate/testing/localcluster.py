@@ -18,8 +18,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from topogate.api.crds import all_crds
+from topogate.api.constants import KAI_GROUP
+from topogate.api.crds import all_crds, schema
 from topogate.api.kinds import JOBSET
+from topogate.api.models import Topology
 from topogate.kube.client import Kube
 from topogate.kube.errors import KubeError
 from topogate.kube.resources import Resource
@@ -150,6 +152,33 @@ HYPERNODE_CRD: Obj = {
     },
 }
 
+KAI_TOPOLOGY_CRD: Obj = {
+    # KAI-Scheduler's Topology (kai.scheduler/v1alpha1), for clusters without KAI and for the
+    # tests. Its spec is Kueue's, so the schema is our own Topology's (levels: 1 to 16 label
+    # keys, unique, hostname only last), as KAI's CRD checks them.
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": f"topologies.{KAI_GROUP}"},
+    "spec": {
+        "group": KAI_GROUP,
+        "names": {
+            "kind": "Topology",
+            "plural": "topologies",
+            "singular": "topology",
+            "listKind": "TopologyList",
+        },
+        "scope": "Cluster",
+        "versions": [
+            {
+                "name": "v1alpha1",
+                "served": True,
+                "storage": True,
+                "schema": {"openAPIV3Schema": schema(Topology)},
+            }
+        ],
+    },
+}
+
 
 def _resource(obj: Obj) -> Resource:
     kind, version = str(obj["kind"]), str(obj["apiVersion"])
@@ -208,9 +237,11 @@ def create(kubeconfig: Path, obj: Obj) -> Obj:
     return create_all(kubeconfig, [obj])[0]
 
 
-def install_crds(kubeconfig: Path, jobset: bool = True) -> None:
-    """topogate's CRDs (and JobSet's), created or left as they are, and Established."""
+def install_crds(kubeconfig: Path, jobset: bool = True, kai: bool = False) -> None:
+    """topogate's CRDs (and JobSet's, and with ``kai`` KAI-Scheduler's Topology), created or
+    left as they are, and Established."""
     docs = list(all_crds().values()) + [HYPERNODE_CRD] + ([JOBSET_CRD] if jobset else [])
+    docs += [KAI_TOPOLOGY_CRD] if kai else []
     create_all(kubeconfig, docs)
     crds = Resource("apiextensions.k8s.io/v1", "customresourcedefinitions", namespaced=False)
 
