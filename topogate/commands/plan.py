@@ -36,6 +36,7 @@ from topogate.admission.request import (
 from topogate.api.errors import InputError
 from topogate.api.gpus import ASSIGNMENT_ANNOTATION, assignment_text
 from topogate.api.jobs import WorkloadSource, workload_from_object
+from topogate.api.keywarnings import key_warnings
 from topogate.api.models import (
     Admission,
     Condition,
@@ -45,6 +46,7 @@ from topogate.api.models import (
 from topogate.api.podspec import Toleration
 from topogate.api.quantity import format_units
 from topogate.api.times import now
+from topogate.api.validation import object_name
 from topogate.cache.hypernodes import HyperNodeForest
 from topogate.cache.snapshot import ClusterSnapshot, IntArray
 from topogate.cache.sources import TopologySource, topology_sources
@@ -389,6 +391,8 @@ def run(args: argparse.Namespace) -> int:
         )
     cluster = load_cluster_reporting(args.cluster, "plan")
     document = load_single(args.workload)
+    for warning in key_warnings(document.obj):  # before any refusal: a typo may explain it
+        print(f"topogate plan: warning: {object_name(document.obj)}: {warning}", file=sys.stderr)
     source = workload_from_object(document.obj, document.source)
     result = plan(cluster, source, args.flavor)
     for warning in result.warnings:
