@@ -72,3 +72,65 @@ def test_a_clean_job_prints_no_warning(tmp_path: Path, capsys: pytest.CaptureFix
     out = capsys.readouterr()
     assert out.err == ""
     assert json.loads(out.out)["status"]["conditions"][0]["status"] == "True"
+
+
+def _containers(job: dict[str, Any], *containers: dict[str, Any]) -> dict[str, Any]:
+    job["spec"]["template"]["spec"]["containers"] = list(containers)
+    return job
+
+
+def test_a_job_without_containers_is_refused_as_the_api_server_would(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _plan(tmp_path, _containers(_job(2))) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "topogate plan: error: "
+        f"{tmp_path / 'job.yaml'}: Job ml/train: spec.template.spec.containers: Required value"
+    ]
+
+
+def test_requests_above_limits_are_refused_with_the_api_servers_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = _containers(
+        _job(2),
+        {"name": "a", "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}},
+        {
+            "name": "b",
+            "resources": {
+                "requests": {"memory": "1Gi", "nvidia.com/gpu": "2", "example.com/nic": "1"},
+                "limits": {"memory": "2Gi", "nvidia.com/gpu": "4"},
+            },
+        },
+    )
+    job["spec"]["template"]["spec"]["initContainers"] = [
+        {"name": "i", "resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "100m"}}}
+    ]
+    assert _plan(tmp_path, job) == 2
+    base = "spec.template.spec"
+    assert capsys.readouterr().err.splitlines() == [
+        f"topogate plan: error: {tmp_path / 'job.yaml'}: Job ml/train: "
+        f'{base}.containers[0].resources.requests: Invalid value: "2": '
+        "must be less than or equal to cpu limit of 1; "
+        f"{base}.containers[1].resources.limits: Required value: "
+        "Limit must be set for non overcommitable resources; "
+        f'{base}.containers[1].resources.requests: Invalid value: "2": '
+        "must be equal to nvidia.com/gpu limit of 4; "
+        f'{base}.initContainers[0].resources.requests: Invalid value: "500m": '
+        "must be less than or equal to cpu limit of 100m"
+    ]
+
+
+def test_requests_within_limits_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = _containers(
+        _job(2),
+        {
+            "name": "a",
+            "resources": {
+                "requests": {"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": "8"},
+                "limits": {"cpu": "1", "memory": "1024Mi", "nvidia.com/gpu": "8"},
+            },
+        },
+    )
+    assert _plan(tmp_path, job) == 0
+    assert capsys.readouterr().err == ""

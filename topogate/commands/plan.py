@@ -43,10 +43,10 @@ from topogate.api.models import (
     ResourceFlavor,
     WorkloadStatus,
 )
-from topogate.api.podspec import Toleration
+from topogate.api.podspec import Toleration, api_server_problems
 from topogate.api.quantity import format_units
 from topogate.api.times import now
-from topogate.api.validation import object_name
+from topogate.api.validation import join, object_name
 from topogate.cache.hypernodes import HyperNodeForest
 from topogate.cache.snapshot import ClusterSnapshot, IntArray
 from topogate.cache.sources import TopologySource, topology_sources
@@ -355,6 +355,19 @@ def workload_document(result: PlanResult) -> Mapping[str, Any]:
     return document
 
 
+def check_as_api_server(source: WorkloadSource) -> None:
+    """Refuse, as the API server would, a workload that could not be created (InputError)."""
+    problems = [
+        problem
+        for podset in source.workload.spec.pod_sets
+        for problem in api_server_problems(
+            podset.template.get("spec"), join(source.template_paths[podset.name], "spec")
+        )
+    ]
+    if problems:
+        raise InputError("; ".join(problems), where=source.where)
+
+
 def example_paths() -> tuple[Path, Path]:
     base = Path(str(resources.files("topogate") / "examples"))
     return base / "cluster.yaml", base / "training-job.yaml"
@@ -394,6 +407,7 @@ def run(args: argparse.Namespace) -> int:
     for warning in key_warnings(document.obj):  # before any refusal: a typo may explain it
         print(f"topogate plan: warning: {object_name(document.obj)}: {warning}", file=sys.stderr)
     source = workload_from_object(document.obj, document.source)
+    check_as_api_server(source)
     result = plan(cluster, source, args.flavor)
     for warning in result.warnings:
         print(f"topogate plan: warning: {warning}", file=sys.stderr)
