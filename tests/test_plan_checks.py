@@ -134,3 +134,176 @@ def test_requests_within_limits_pass(tmp_path: Path, capsys: pytest.CaptureFixtu
     )
     assert _plan(tmp_path, job) == 0
     assert capsys.readouterr().err == ""
+
+
+FLAVOR = {
+    "apiVersion": "kueue.x-k8s.io/v1beta2",
+    "kind": "ResourceFlavor",
+    "metadata": {"name": "gpu"},
+    "spec": {"topologyName": "dc", "nodeLabels": {"cloud.example.com/topology-block": "b0"}},
+}
+
+
+def _cluster_queue(gpus: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "cq"},
+        "spec": {
+            "resourceGroups": [
+                {
+                    "coveredResources": ["nvidia.com/gpu"],
+                    "flavors": [
+                        {
+                            "name": "gpu",
+                            "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}],
+                        }
+                    ],
+                }
+            ]
+        },
+    }
+
+
+LOCAL_QUEUE = {
+    "apiVersion": "kueue.x-k8s.io/v1beta2",
+    "kind": "LocalQueue",
+    "metadata": {"name": "q", "namespace": "ml"},
+    "spec": {"clusterQueue": "cq"},
+}
+
+RUNNING = {  # an admitted Workload holding 8 GPUs of cq's quota
+    "apiVersion": "kueue.x-k8s.io/v1beta2",
+    "kind": "Workload",
+    "metadata": {"name": "running", "namespace": "ml"},
+    "spec": {"queueName": "q", "podSets": [{"name": "main", "count": 1, "template": {}}]},
+    "status": {
+        "admission": {
+            "clusterQueue": "cq",
+            "podSetAssignments": [
+                {
+                    "name": "main",
+                    "flavors": {"nvidia.com/gpu": "gpu"},
+                    "resourceUsage": {"nvidia.com/gpu": "8"},
+                    "count": 1,
+                }
+            ],
+        }
+    },
+}
+
+
+def _queued(parallelism: int, queue: str = "q") -> dict[str, Any]:
+    job = _job(parallelism)
+    job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": queue}
+    return job
+
+
+def test_queue_quota_admits_and_names_the_cluster_queue(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    objects = (FLAVOR, _cluster_queue(16), LOCAL_QUEUE)
+    assert _plan(tmp_path, _queued(2), *objects, args=("-o", "json")) == 0
+    out = capsys.readouterr()
+    assert out.err == ""
+    workload = json.loads(out.out)
+    assert workload["spec"]["queueName"] == "q"
+    assert workload["status"]["admission"]["clusterQueue"] == "cq"
+    assignment = workload["status"]["admission"]["podSetAssignments"][0]
+    assert assignment["flavors"] == {"nvidia.com/gpu": "gpu"}
+    assert workload["status"]["conditions"][0]["message"] == "fits on flavor 'gpu', topology 'dc'"
+
+
+def test_exceeded_quota_is_a_no_fit_with_the_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    objects = (FLAVOR, _cluster_queue(16), LOCAL_QUEUE)
+    assert _plan(tmp_path, _queued(3), *objects) == 1
+    assert capsys.readouterr().out == (
+        "Workload ml/train on queue 'q'\n"
+        "DOES NOT FIT: insufficient quota for nvidia.com/gpu in flavor gpu: needs 24, "
+        "16 available\n"
+    )
+
+
+def test_quota_in_use_by_admitted_workloads_counts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    objects = (FLAVOR, _cluster_queue(16), LOCAL_QUEUE, RUNNING)
+    assert _plan(tmp_path, _queued(2), *objects, args=("-o", "json")) == 1
+    workload = json.loads(capsys.readouterr().out)
+    assert workload["status"]["conditions"] == [
+        {
+            "type": "QuotaReserved",
+            "status": "False",
+            "reason": "Pending",
+            "message": "insufficient quota for nvidia.com/gpu in flavor gpu: needs 16, 8 available",
+            "lastTransitionTime": workload["status"]["conditions"][0]["lastTransitionTime"],
+        }
+    ]
+
+
+def test_ignore_queues_skips_the_quota(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    objects = (FLAVOR, _cluster_queue(8), LOCAL_QUEUE)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    assert _plan(tmp_path / "a", _queued(2), *objects) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "DOES NOT FIT: insufficient quota for nvidia.com/gpu in flavor gpu: needs 16, 8 available"
+    )
+    assert _plan(tmp_path / "b", _queued(2), *objects, args=("--ignore-queues",)) == 0
+    assert capsys.readouterr().out.startswith("Workload ml/train on flavor 'gpu' (topology 'dc': ")
+
+
+def test_a_missing_local_queue_is_a_no_fit_in_kueues_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    objects = (FLAVOR, _cluster_queue(16), LOCAL_QUEUE)
+    assert _plan(tmp_path, _queued(1, "nope"), *objects) == 1
+    assert capsys.readouterr().out == (
+        "Workload ml/train on queue 'nope'\nDOES NOT FIT: LocalQueue ml/nope doesn't exist\n"
+    )
+
+
+def test_a_missing_cluster_queue_is_a_no_fit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _plan(tmp_path, _queued(1), FLAVOR, LOCAL_QUEUE) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "DOES NOT FIT: ClusterQueue cq doesn't exist"
+
+
+def test_no_room_on_the_queues_flavor_is_a_no_fit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    objects = (FLAVOR, _cluster_queue(1000), LOCAL_QUEUE)
+    assert _plan(tmp_path, _queued(3), *objects) == 1  # a rack holds 2 pods of 8 GPUs
+    assert capsys.readouterr().out.splitlines()[-1].startswith("DOES NOT FIT: flavor gpu: ")
+
+
+def test_without_queue_objects_or_a_queue_label_nothing_changes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    assert _plan(tmp_path / "a", _queued(2, "nope"), FLAVOR) == 0
+    assert capsys.readouterr().err == ""
+    assert _plan(tmp_path / "b", _job(2), FLAVOR, _cluster_queue(8), LOCAL_QUEUE) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "topogate plan: warning: the workload names no queue (label "
+        "kueue.x-k8s.io/queue-name); planned without the queues' quota"
+    ]
+
+
+def test_a_bad_queue_object_is_refused_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    queue = _cluster_queue(16)
+    queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = "lots"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    assert _plan(tmp_path / "a", _queued(1), FLAVOR, queue, LOCAL_QUEUE) == 2
+    err = capsys.readouterr().err
+    assert "ClusterQueue cq: spec.resourceGroups[0].flavors[0].resources[0].nominalQuota" in err
+    local = {**LOCAL_QUEUE, "spec": {}}
+    assert _plan(tmp_path / "b", _queued(1), FLAVOR, _cluster_queue(16), local) == 2
+    assert "LocalQueue ml/q: spec.clusterQueue: is required" in capsys.readouterr().err

@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from topogate.api.constants import API_VERSION
 from topogate.api.errors import InputError
 from topogate.api.hypernodes import HyperNode, parse_hypernode
-from topogate.api.models import ResourceFlavor, Topology
+from topogate.api.models import ClusterQueue, LocalQueue, ResourceFlavor, Topology
+from topogate.api.objects import admission_of, is_finished
 from topogate.api.validation import parse_model
 from topogate.cache.hypernodes import HyperNodeForest, build_forest
 from topogate.cache.nodes import NodeInfo, PodUsage, node_from_kube, pod_usage_from_kube
@@ -31,6 +33,10 @@ class ClusterInput:
     topologies: dict[str, Topology] = field(default_factory=dict)
     flavors: dict[str, ResourceFlavor] = field(default_factory=dict)
     hypernodes: dict[str, HyperNode] = field(default_factory=dict)
+    cluster_queues: dict[str, ClusterQueue] = field(default_factory=dict)
+    local_queues: dict[str, str] = field(default_factory=dict)  # "namespace/name" -> its CQ
+    # status.admission of each admitted, unfinished Workload: the quota in use
+    admissions: list[dict[str, Any]] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
 
     def build_forest(self) -> HyperNodeForest | None:
@@ -75,6 +81,12 @@ def load_cluster(paths: list[Path]) -> ClusterInput:
                     flavor = parse_model(ResourceFlavor, doc.obj, "")
                     _unique(cluster.flavors, flavor.metadata.name, "ResourceFlavor")
                     cluster.flavors[flavor.metadata.name] = flavor
+                elif kind in _QUEUE_KINDS and group in ("topogate.dev", "kueue.x-k8s.io"):
+                    _add_queue(cluster, doc.obj)
+                elif kind == "Workload" and group in ("topogate.dev", "kueue.x-k8s.io"):
+                    admission = admission_of(doc.obj)
+                    if admission is not None and not is_finished(doc.obj):
+                        cluster.admissions.append(admission)
                 elif kind == "HyperNode" and group == HYPERNODE_GROUP:
                     hypernode = parse_hypernode(doc.obj)
                     _unique(cluster.hypernodes, hypernode.name, "HyperNode")
@@ -84,6 +96,23 @@ def load_cluster(paths: list[Path]) -> ClusterInput:
             except InputError as exc:
                 raise InputError(exc.message, where=doc.where, field=exc.field) from None
     return cluster
+
+
+_QUEUE_KINDS = ("ClusterQueue", "LocalQueue")
+
+
+def _add_queue(cluster: ClusterInput, obj: Mapping[str, Any]) -> None:
+    """A ClusterQueue or LocalQueue, Kueue's read as topogate's (the same fields)."""
+    same = {**obj, "apiVersion": API_VERSION}
+    if obj.get("kind") == "ClusterQueue":
+        queue = parse_model(ClusterQueue, same, "")
+        _unique(cluster.cluster_queues, queue.metadata.name, "ClusterQueue")
+        cluster.cluster_queues[queue.metadata.name] = queue
+        return
+    local = parse_model(LocalQueue, same, "")
+    key = f"{local.metadata.namespace or 'default'}/{local.metadata.name}"
+    _unique(cluster.local_queues, key if local.metadata.name else "", "LocalQueue")
+    cluster.local_queues[key] = local.spec.cluster_queue
 
 
 def _unique(existing: Mapping[str, Any], name: str, kind: str) -> None:
@@ -100,7 +129,8 @@ def add_cluster_argument(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=[],
         metavar="PATH",
-        help="file or directory of Nodes, Pods, Topologies, ResourceFlavors, HyperNodes",
+        help="file or directory of Nodes, Pods, Topologies, ResourceFlavors, HyperNodes, "
+        "ClusterQueues, LocalQueues, Workloads",
     )
 
 

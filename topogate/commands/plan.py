@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -22,21 +22,27 @@ from topogate.admission.assignments import pod_set_assignments
 from topogate.admission.gpusets import bottleneck
 from topogate.admission.placement import place
 from topogate.admission.podsets import (
+    Catalog,
     WantedTopology,
+    build_placer,
     choose_topology,
     flavor_tolerations,
     podset_request,
+    translate,
     wanted_topology,
 )
+from topogate.admission.queues import QueueSpec, admission_cycle, usage_of
 from topogate.admission.request import (
     PlacementDecision,
     PlacementRequest,
     PodSetRequest,
 )
+from topogate.api.constants import QUEUE_LABELS
 from topogate.api.errors import InputError
 from topogate.api.gpus import ASSIGNMENT_ANNOTATION, assignment_text
 from topogate.api.jobs import WorkloadSource, workload_from_object
 from topogate.api.keywarnings import key_warnings
+from topogate.api.kinds import queue_name
 from topogate.api.models import (
     Admission,
     Condition,
@@ -192,9 +198,146 @@ def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = Non
         topology_name=choice.source.name,
         flavor_tolerations=choice.tolerations,
     )
-    workload.status = _status(decision, requests, choice)
+    return _result(source, choice, decision, requests, snapshot, tree, warnings)
+
+
+def _result(
+    source: WorkloadSource,
+    choice: FlavorChoice,
+    decision: PlacementDecision,
+    requests: tuple[PodSetRequest, ...],
+    snapshot: ClusterSnapshot,
+    tree: DomainTree,
+    warnings: list[str],
+) -> PlanResult:
+    source.workload.status = _status(decision, requests, choice)
     usage = _usage(decision, requests, snapshot, tree) if decision.fits else {}
     return PlanResult(source, choice, decision, usage, warnings, _gpu_rows(decision, snapshot))
+
+
+# --- queues: the admitter's own decision, on the cluster files ------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QueueVerdict:
+    """What the queue check decides without a placement to show: the workload waits (a
+    missing queue, no quota, no room), or it gets quota on a flavor without a topology."""
+
+    source: WorkloadSource
+    queue: str
+    fits: bool
+    message: str
+
+
+def queue_of(source: WorkloadSource, obj: Mapping[str, Any]) -> str | None:
+    """The LocalQueue a workload is submitted to: its queue label, or a Workload's queueName."""
+    return queue_name(obj) or source.workload.spec.queue_name or None
+
+
+def _catalog(cluster: ClusterInput, forest: HyperNodeForest | None) -> Catalog:
+    queues: dict[str, QueueSpec] = {}
+    for name, model in cluster.cluster_queues.items():
+        try:
+            queues[name] = QueueSpec.from_model(model)
+        except ValueError as error:  # a quota the cache cannot count
+            raise InputError(str(error), where=f"ClusterQueue {name}") from None
+    sources = topology_sources(cluster.topologies, forest)
+    return Catalog(queues, dict(cluster.local_queues), cluster.flavors, sources)
+
+
+def _only_flavor(catalog: Catalog, cluster_queue: str, flavor: str) -> Catalog | str:
+    """The catalog with the queue reduced to --flavor, or why it cannot be."""
+    spec = catalog.queues.get(cluster_queue)
+    if spec is None:
+        return catalog  # the cycle says the queue is missing
+    kept = tuple(f for f in spec.flavors if f.flavor == flavor)
+    if not kept:
+        return f"ClusterQueue {cluster_queue} has no flavor {flavor} (--flavor)"
+    queues = {**catalog.queues, cluster_queue: replace(spec, flavors=kept)}
+    return replace(catalog, queues=queues)
+
+
+def plan_on_queue(
+    cluster: ClusterInput, source: WorkloadSource, queue: str, flavor: str | None = None
+) -> PlanResult | QueueVerdict:
+    """The workload through its queue as ``serve``'s admitter takes it: LocalQueue ->
+    ClusterQueue (:meth:`Catalog.cluster_queue`, :func:`translate`), then one admission cycle
+    (:func:`admission_cycle`: quota per flavor, in the queue's order, with the quota the
+    admitted Workloads in the input use, and the placement on the flavor's topology)."""
+    forest = cluster.build_forest()
+    catalog = _catalog(cluster, forest)
+    workload = source.workload
+    workload.spec.queue_name = queue
+    namespace = workload.metadata.namespace or "default"
+    key = f"{namespace}/{workload.metadata.name}"
+    cluster_queue, _ = catalog.cluster_queue(namespace, queue)
+    if flavor is not None and cluster_queue is not None:
+        narrowed = _only_flavor(catalog, cluster_queue, flavor)
+        if isinstance(narrowed, str):
+            return QueueVerdict(source, queue, False, narrowed)
+        catalog = narrowed
+    translation = translate(workload.to_wire(), key, catalog)
+    if translation.pending is None:
+        return QueueVerdict(source, queue, False, translation.problem)
+    pending = translation.pending
+    snapshot = ClusterSnapshot.build(cluster.nodes, cluster.pods)
+    named = [pending.request.topology] if pending.request.topology else []
+    placer = build_placer(snapshot, catalog, named)
+    cycle = admission_cycle(catalog.queues, [pending], usage_of(cluster.admissions), placer)
+    if not cycle.admitted:
+        return QueueVerdict(source, queue, False, cycle.pending.get(key, ""))
+    admitted = cycle.admitted[0]
+    if admitted.decision is None:
+        return QueueVerdict(
+            source,
+            queue,
+            True,
+            f"quota reserved in ClusterQueue {admitted.cluster_queue} on flavor "
+            f"{admitted.flavor}, which has no topology: nothing to place",
+        )
+    topology = (
+        placer.named[(admitted.flavor, pending.request.topology)]
+        if pending.request.topology
+        else placer.flavors[admitted.flavor]
+    )
+    model = catalog.flavors[admitted.flavor]
+    choice = FlavorChoice(
+        admitted.flavor,
+        catalog.sources[topology.topology_name],
+        dict(model.spec.node_labels),
+        topology.tolerations,
+    )
+    result = _result(
+        source, choice, admitted.decision, pending.request.podsets, snapshot, topology.tree, []
+    )
+    if workload.status is not None and workload.status.admission is not None:
+        workload.status.admission.cluster_queue = admitted.cluster_queue
+    return result
+
+
+def render_verdict(verdict: QueueVerdict) -> str:
+    workload = verdict.source.workload
+    name = f"{workload.metadata.namespace}/{workload.metadata.name}"
+    head = f"Workload {name} on queue {verdict.queue!r}"
+    return f"{head}\n{'FITS' if verdict.fits else 'DOES NOT FIT'}: {verdict.message}\n"
+
+
+def verdict_document(verdict: QueueVerdict) -> Mapping[str, Any]:
+    """The Workload with the QuotaReserved condition the admitter would write."""
+    status = "True" if verdict.fits else "False"
+    reason = "QuotaReserved" if verdict.fits else "Pending"
+    verdict.source.workload.status = WorkloadStatus(
+        conditions=[
+            Condition(
+                type="QuotaReserved",
+                status=status,
+                reason=reason,
+                message=verdict.message,
+                last_transition_time=now(),
+            )
+        ]
+    )
+    return verdict.source.workload.to_wire()
 
 
 def _gpu_rows(decision: PlacementDecision, snapshot: ClusterSnapshot) -> dict[str, list[GpuRow]]:
@@ -384,6 +527,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--flavor", metavar="NAME", help="the ResourceFlavor to plan on")
     parser.add_argument("--output", "-o", choices=("json", "yaml", "table"), default="table")
     parser.add_argument(
+        "--ignore-queues",
+        action="store_true",
+        help="plan on the topology alone, without the ClusterQueues/LocalQueues in --cluster",
+    )
+    parser.add_argument(
         "--example",
         action="store_true",
         help="plan the built-in example (a block/rack/host GPU cluster)",
@@ -408,7 +556,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"topogate plan: warning: {object_name(document.obj)}: {warning}", file=sys.stderr)
     source = workload_from_object(document.obj, document.source)
     check_as_api_server(source)
-    result = plan(cluster, source, args.flavor)
+    queue = queue_of(source, document.obj)
+    queued = (cluster.cluster_queues or cluster.local_queues) and not args.ignore_queues
+    if queued and queue is None:
+        print(
+            "topogate plan: warning: the workload names no queue (label "
+            f"{QUEUE_LABELS[1]}); planned without the queues' quota",
+            file=sys.stderr,
+        )
+    if queued and queue is not None:
+        outcome = plan_on_queue(cluster, source, queue, args.flavor)
+    else:
+        outcome = plan(cluster, source, args.flavor)
+    if isinstance(outcome, QueueVerdict):
+        return _write_verdict(outcome, args.output)
+    result = outcome
     for warning in result.warnings:
         print(f"topogate plan: warning: {warning}", file=sys.stderr)
     if args.output == "json":
@@ -418,3 +580,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_table(result))
     return EXIT_FITS if result.fits else EXIT_NO_FIT
+
+
+def _write_verdict(verdict: QueueVerdict, output: str) -> int:
+    if output == "json":
+        sys.stdout.write(json.dumps(verdict_document(verdict), indent=2) + "\n")
+    elif output == "yaml":
+        sys.stdout.write(yaml.safe_dump(dict(verdict_document(verdict)), sort_keys=False))
+    else:
+        sys.stdout.write(render_verdict(verdict))
+    return EXIT_FITS if verdict.fits else EXIT_NO_FIT
