@@ -124,7 +124,8 @@ KAI_KEYS = frozenset(
     )
 )
 
-# topogate's own keys, on jobs, pods, nodes, Workloads and HyperNodes.
+# topogate's own keys, on jobs, pods, nodes, Workloads and HyperNodes (its scheduling gate
+# ``topogate.dev/topology`` is no key: written as one, it is most likely ``topology-name``).
 TOPOGATE_KEYS = frozenset(
     {
         *(f"{c.GROUP}/{name}" for name in c.TOPOLOGY_ANNOTATIONS),
@@ -133,7 +134,6 @@ TOPOGATE_KEYS = frozenset(
         REPLICA_REQUIRED_TOPOLOGY,
         BALANCED_PLACEMENT,
         c.QUEUE_LABELS[0],
-        c.TOPOLOGY_GATE,
         c.WORKLOAD_ANNOTATION,
         c.PODSET_LABEL,
         *(
@@ -147,7 +147,6 @@ TOPOGATE_KEYS = frozenset(
                 "job-uid",
                 "network-topology-source",
                 "network-topology-type",
-                "controller",
             )
         ),
     }

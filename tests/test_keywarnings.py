@@ -55,6 +55,14 @@ def test_typos_name_the_key_and_the_nearest_known_key() -> None:
     ]
 
 
+def test_the_gates_name_is_no_annotation() -> None:
+    job = _job(template_annotations={"topogate.dev/topology": "dc"})
+    assert key_warnings(job) == [
+        "spec.template.metadata.annotations[topogate.dev/topology]: unknown; did you mean "
+        "topogate.dev/topology-name?"
+    ]
+
+
 def test_a_typo_in_the_queue_label_is_said() -> None:
     assert key_warnings(_job(labels={"kueue.x-k8s.io/queue-nme": "q"})) == [
         "metadata.labels[kueue.x-k8s.io/queue-nme]: unknown; did you mean "

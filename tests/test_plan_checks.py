@@ -307,3 +307,36 @@ def test_a_bad_queue_object_is_refused_naming_it(
     local = {**LOCAL_QUEUE, "spec": {}}
     assert _plan(tmp_path / "b", _queued(1), FLAVOR, _cluster_queue(16), local) == 2
     assert "LocalQueue ml/q: spec.clusterQueue: is required" in capsys.readouterr().err
+
+
+def test_a_level_the_queues_topology_lacks_is_invalid_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = _queued(1)
+    job["spec"]["template"]["metadata"]["annotations"] = {
+        "kueue.x-k8s.io/podset-required-topology": "cloud.example.com/zone"
+    }
+    assert _plan(tmp_path, job, FLAVOR, _cluster_queue(16), LOCAL_QUEUE) == 2
+    err = capsys.readouterr().err
+    assert (
+        "Job ml/train: spec.template.metadata.annotations[kueue.x-k8s.io/podset-required-topology]"
+        in err
+    )
+
+
+def test_quota_on_a_flavor_without_topology_is_reserved_with_nothing_to_place(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plain = {**FLAVOR, "metadata": {"name": "gpu"}, "spec": {}}
+    # A job that asks for a rack waits, as in serve (the admitter's words).
+    assert _plan(tmp_path, _queued(1), plain, _cluster_queue(16), LOCAL_QUEUE) == 1
+    assert "is not a level of topology 'none'" in capsys.readouterr().out
+    job = _job(1, {})
+    job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "q"}
+    (tmp_path / "b").mkdir()
+    assert _plan(tmp_path / "b", job, plain, _cluster_queue(16), LOCAL_QUEUE) == 0
+    assert capsys.readouterr().out == (
+        "Workload ml/train on queue 'q'\n"
+        "FITS: quota reserved in ClusterQueue cq on flavor gpu, which has no topology: "
+        "nothing to place\n"
+    )

@@ -28,6 +28,7 @@ from topogate.admission.podsets import (
     choose_topology,
     flavor_tolerations,
     podset_request,
+    topology_name,
     translate,
     wanted_topology,
 )
@@ -257,6 +258,20 @@ def _only_flavor(catalog: Catalog, cluster_queue: str, flavor: str) -> Catalog |
     return replace(catalog, queues=queues)
 
 
+def _check_levels(source: WorkloadSource, catalog: Catalog, cluster_queue: str) -> None:
+    """The job's levels against the topology its queue gives it, as the webhook checks them:
+    a level that topology lacks is invalid input naming the job's own field (translate would
+    name the Workload's)."""
+    podsets = source.workload.spec.pod_sets
+    paths = [source.template_paths[p.name] for p in podsets]
+    wanted = wanted_topology(podsets, paths, source.where)
+    name = topology_name(catalog.sources, wanted, catalog.flavor_topology(cluster_queue))
+    topology = catalog.sources.get(name) if name else None
+    for podset, path in zip(podsets, paths, strict=True):
+        if topology is not None:
+            podset_request(podset, path, topology, source.where)
+
+
 def plan_on_queue(
     cluster: ClusterInput, source: WorkloadSource, queue: str, flavor: str | None = None
 ) -> PlanResult | QueueVerdict:
@@ -276,6 +291,8 @@ def plan_on_queue(
         if isinstance(narrowed, str):
             return QueueVerdict(source, queue, False, narrowed)
         catalog = narrowed
+    if cluster_queue is not None and cluster_queue in catalog.queues:
+        _check_levels(source, catalog, cluster_queue)
     translation = translate(workload.to_wire(), key, catalog)
     if translation.pending is None:
         return QueueVerdict(source, queue, False, translation.problem)
