@@ -169,18 +169,23 @@ def choose_flavor(
     )
 
 
-def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = None) -> PlanResult:
-    forest = cluster.build_forest()
+def _input_warnings(cluster: ClusterInput, forest: HyperNodeForest | None) -> list[str]:
+    """The HyperNode forest's problems, as warnings; a bad GPU annotation, as an error."""
+    for node in cluster.nodes:  # serve skips a bad GPU annotation; plan refuses it
+        if node.gpu_problem:
+            raise InputError(node.gpu_problem)
     # Structure problems leave the faulty part out and are reported; the sound part of the
     # forest still places jobs (one bad HyperNode must not stop everything, as in Volcano).
-    warnings = [
+    return [
         f"HyperNode {name}: {problem}"
         for name, problems in sorted((forest.problems if forest else {}).items())
         for problem in problems
     ]
-    for node in cluster.nodes:  # serve skips a bad GPU annotation; plan refuses it
-        if node.gpu_problem:
-            raise InputError(node.gpu_problem)
+
+
+def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = None) -> PlanResult:
+    forest = cluster.build_forest()
+    warnings = _input_warnings(cluster, forest)
     workload = source.workload
     podsets = workload.spec.pod_sets
     paths = [source.template_paths[p.name] for p in podsets]
@@ -228,6 +233,7 @@ class QueueVerdict:
     queue: str
     fits: bool
     message: str
+    warnings: list[str] = field(default_factory=list)
 
 
 def queue_of(source: WorkloadSource, obj: Mapping[str, Any]) -> str | None:
@@ -267,9 +273,10 @@ def _check_levels(source: WorkloadSource, catalog: Catalog, cluster_queue: str) 
     wanted = wanted_topology(podsets, paths, source.where)
     name = topology_name(catalog.sources, wanted, catalog.flavor_topology(cluster_queue))
     topology = catalog.sources.get(name) if name else None
+    if topology is None:
+        return  # the admitter's reason says it (translate)
     for podset, path in zip(podsets, paths, strict=True):
-        if topology is not None:
-            podset_request(podset, path, topology, source.where)
+        podset_request(podset, path, topology, source.where)
 
 
 def plan_on_queue(
@@ -280,6 +287,7 @@ def plan_on_queue(
     (:func:`admission_cycle`: quota per flavor, in the queue's order, with the quota the
     admitted Workloads in the input use, and the placement on the flavor's topology)."""
     forest = cluster.build_forest()
+    warnings = _input_warnings(cluster, forest)
     catalog = _catalog(cluster, forest)
     workload = source.workload
     workload.spec.queue_name = queue
@@ -289,20 +297,20 @@ def plan_on_queue(
     if flavor is not None and cluster_queue is not None:
         narrowed = _only_flavor(catalog, cluster_queue, flavor)
         if isinstance(narrowed, str):
-            return QueueVerdict(source, queue, False, narrowed)
+            return QueueVerdict(source, queue, False, narrowed, warnings)
         catalog = narrowed
     if cluster_queue is not None and cluster_queue in catalog.queues:
         _check_levels(source, catalog, cluster_queue)
     translation = translate(workload.to_wire(), key, catalog)
     if translation.pending is None:
-        return QueueVerdict(source, queue, False, translation.problem)
+        return QueueVerdict(source, queue, False, translation.problem, warnings)
     pending = translation.pending
     snapshot = ClusterSnapshot.build(cluster.nodes, cluster.pods)
     named = [pending.request.topology] if pending.request.topology else []
     placer = build_placer(snapshot, catalog, named)
     cycle = admission_cycle(catalog.queues, [pending], usage_of(cluster.admissions), placer)
     if not cycle.admitted:
-        return QueueVerdict(source, queue, False, cycle.pending.get(key, ""))
+        return QueueVerdict(source, queue, False, cycle.pending.get(key, ""), warnings)
     admitted = cycle.admitted[0]
     if admitted.decision is None:
         return QueueVerdict(
@@ -311,6 +319,7 @@ def plan_on_queue(
             True,
             f"quota reserved in ClusterQueue {admitted.cluster_queue} on flavor "
             f"{admitted.flavor}, which has no topology: nothing to place",
+            warnings,
         )
     topology = (
         placer.named[(admitted.flavor, pending.request.topology)]
@@ -325,7 +334,13 @@ def plan_on_queue(
         topology.tolerations,
     )
     result = _result(
-        source, choice, admitted.decision, pending.request.podsets, snapshot, topology.tree, []
+        source,
+        choice,
+        admitted.decision,
+        pending.request.podsets,
+        snapshot,
+        topology.tree,
+        warnings,
     )
     if workload.status is not None and workload.status.admission is not None:
         workload.status.admission.cluster_queue = admitted.cluster_queue
@@ -585,11 +600,11 @@ def run(args: argparse.Namespace) -> int:
         outcome = plan_on_queue(cluster, source, queue, args.flavor)
     else:
         outcome = plan(cluster, source, args.flavor)
+    for warning in outcome.warnings:
+        print(f"topogate plan: warning: {warning}", file=sys.stderr)
     if isinstance(outcome, QueueVerdict):
         return _write_verdict(outcome, args.output)
     result = outcome
-    for warning in result.warnings:
-        print(f"topogate plan: warning: {warning}", file=sys.stderr)
     if args.output == "json":
         sys.stdout.write(json.dumps(workload_document(result), indent=2) + "\n")
     elif args.output == "yaml":
