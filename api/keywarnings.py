@@ -244,11 +244,15 @@ def nearest_key(key: str, known: frozenset[str]) -> str:
     ``podset-slice-required-topology``) where plain edit distance picks a shorter key; then by
     edit distance, then by name."""
 
-    def likeness(candidate: str) -> tuple[float, int, str]:
-        ratio = difflib.SequenceMatcher(None, key, candidate, autojunk=False).ratio()
-        return (-ratio, edit_distance(key, candidate), candidate)
-
-    return min(known, key=likeness)
+    matcher = difflib.SequenceMatcher(None, autojunk=False)
+    matcher.set_seq2(key)  # the side difflib caches
+    ratios: dict[str, float] = {}
+    for candidate in known:
+        matcher.set_seq1(candidate)
+        ratios[candidate] = matcher.ratio()
+    best = max(ratios.values())
+    tied = [k for k, ratio in ratios.items() if ratio == best]
+    return min(tied, key=lambda k: (edit_distance(key, k), k))
 
 
 def _prefix(key: str) -> str | None:
@@ -270,12 +274,18 @@ def _misplaced(key: str, field: str, place: _Place, obj: Mapping[str, Any]) -> s
     return None
 
 
+# A nearest key costs a few milliseconds; an object with hundreds of unknown keys must not hold
+# the webhook (each one past these is still named, without a suggestion).
+MAX_SUGGESTIONS = 32
+
+
 def key_warnings(obj: Mapping[str, Any]) -> list[str]:
     """One line per unknown or misplaced key of a Job, JobSet, Pod or Workload, in field order.
 
     Malformed metadata is skipped here (the readers refuse it with the field named).
     """
     warnings: list[str] = []
+    suggested = 0
     for place in _places(obj):
         for field in ("labels", "annotations"):
             for key in sorted(str(k) for k in _as_map(place.meta.get(field))):
@@ -284,8 +294,12 @@ def key_warnings(obj: Mapping[str, Any]) -> list[str]:
                     continue
                 where = f"{join(place.path, field)}[{key}]"
                 known = KNOWN_KEYS[prefix]
-                if key not in known:
+                if key not in known and suggested < MAX_SUGGESTIONS:
+                    suggested += 1
                     warnings.append(f"{where}: unknown; did you mean {nearest_key(key, known)}?")
+                    continue
+                if key not in known:
+                    warnings.append(f"{where}: unknown")
                     continue
                 problem = _misplaced(key, field, place, obj)
                 if problem:

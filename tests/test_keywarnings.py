@@ -188,6 +188,16 @@ def test_a_left_out_word_is_found() -> None:
     ]
 
 
+def test_suggestions_stop_after_a_bound() -> None:
+    keys = {f"topogate.dev/x{i:03}": "v" for i in range(40)}
+    warnings = key_warnings(_job(template_annotations=keys))
+    assert len(warnings) == 40
+    assert all("did you mean" in w for w in warnings[:32])
+    assert warnings[32:] == [
+        f"spec.template.metadata.annotations[topogate.dev/x{i:03}]: unknown" for i in range(32, 40)
+    ]
+
+
 def test_edit_distance() -> None:
     assert edit_distance("topolgy", "topology") == 1
     assert edit_distance("", "abc") == 3
