@@ -8,12 +8,14 @@ container's limit. Everything is returned as integer units (see ``quantity.to_un
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Literal
 
 from .errors import InputError
-from .quantity import QuantityError, to_units
+from .quantity import QuantityError, parse_quantity, to_units
 
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 _EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -259,3 +261,76 @@ def node_constraints(
         node_selector={str(k): str(v) for k, v in selector.items()},
         affinity_terms=terms,
     )
+
+
+# --- what the API server refuses in a pod spec ------------------------------------------------
+
+
+def _native(resource: str) -> bool:
+    """Kubernetes' IsNativeResource: no domain, or a kubernetes.io one."""
+    return "/" not in resource or "kubernetes.io/" in resource
+
+
+def _overcommit_allowed(resource: str) -> bool:
+    """Requests below limits are allowed for native resources except huge pages; extended
+    resources (``nvidia.com/gpu``) must request exactly their limit."""
+    return _native(resource) and not resource.startswith("hugepages-")
+
+
+def _quantity(value: Any) -> Fraction | None:
+    try:
+        return parse_quantity(value)
+    except QuantityError:
+        return None  # the readers refuse it, naming the field
+
+
+def _limit_problems(container: Any, path: str) -> list[str]:
+    """Requests against limits, as the API server's validateResourceRequirements words it."""
+    resources = container.get("resources") if isinstance(container, Mapping) else None
+    if not isinstance(resources, Mapping):
+        return []
+    limits = resources.get("limits")
+    requests = resources.get("requests")
+    limits = limits if isinstance(limits, Mapping) else {}
+    if not isinstance(requests, Mapping):
+        return []
+    problems: list[str] = []
+    for name, raw in sorted((str(k), v) for k, v in requests.items()):
+        request = _quantity(raw)
+        if request is None:
+            continue
+        if name not in limits:
+            if not _overcommit_allowed(name):
+                problems.append(
+                    f"{path}.resources.limits: Required value: "
+                    "Limit must be set for non overcommitable resources"
+                )
+            continue
+        limit = _quantity(limits[name])
+        if limit is None:
+            continue
+        shown = f"{path}.resources.requests: Invalid value: {json.dumps(str(raw))}"
+        if request != limit and not _overcommit_allowed(name):
+            problems.append(f"{shown}: must be equal to {name} limit of {limits[name]}")
+        elif request > limit:
+            problems.append(
+                f"{shown}: must be less than or equal to {name} limit of {limits[name]}"
+            )
+    return problems
+
+
+def api_server_problems(spec: Any, path: str) -> list[str]:
+    """What the API server would refuse in a pod spec, in its words (field path, then
+    ``Required value`` or ``Invalid value: ...``), so `plan` does not plan a job that cannot
+    be created: no containers, and requests that exceed (or, for extended resources, differ
+    from) their limits. ``path`` is the spec's field path, e.g. ``spec.template.spec``."""
+    spec = spec if isinstance(spec, Mapping) else {}
+    problems: list[str] = []
+    containers = spec.get("containers")
+    if not containers:
+        problems.append(f"{path}.containers: Required value")
+    for kind in ("containers", "initContainers"):  # the API server's order
+        items = spec.get(kind)
+        for i, container in enumerate(items if isinstance(items, list) else []):
+            problems.extend(_limit_problems(container, f"{path}.{kind}[{i}]"))
+    return problems

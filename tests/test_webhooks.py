@@ -167,6 +167,22 @@ def test_invalid_topology_annotation_is_refused_with_the_webhooks_message(
     )
 
 
+def test_an_unknown_annotation_comes_back_as_a_warning_header(webhook: client.ApiClient) -> None:
+    """What kubectl prints as ``Warning: ...``: the API server passes the webhook's warnings
+    on as HTTP Warning headers (code 299), and the job is still created."""
+    batch = client.BatchV1Api(webhook)
+    typo = _job("typo", annotations={"kueue.x-k8s.io/podset-required-topolgy": RACK})
+    created, status, headers = batch.create_namespaced_job_with_http_info(NS, typo)
+    assert status == 201
+    assert created.spec.suspend is True
+    assert headers["Warning"] == (
+        '299 - "spec.template.metadata.annotations[kueue.x-k8s.io/podset-required-topolgy]: '
+        'unknown; did you mean kueue.x-k8s.io/podset-required-topology?"'
+    )
+    _, _, clean = batch.create_namespaced_job_with_http_info(NS, _job("clean"))
+    assert "Warning" not in clean
+
+
 def test_level_outside_the_queues_topology_is_refused(webhook: client.ApiClient) -> None:
     custom = client.CustomObjectsApi(webhook)
     group = ("topogate.dev", "v1alpha1")

@@ -33,6 +33,7 @@ from topogate.api import constants as c
 from topogate.api.errors import InputError
 from topogate.api.hypernodes import NODE, HyperNode, parse_hypernode
 from topogate.api.jobs import workload_from_object
+from topogate.api.keywarnings import key_warnings
 from topogate.api.kinds import JOB, JOB_KINDS, job_kind, queue_name
 from topogate.api.models import ClusterQueue, PodSet, ResourceFlavor, Topology
 from topogate.api.objects import annotations_of, as_mapping, labels_of
@@ -130,9 +131,13 @@ def response(
     message: str = "",
     patch: list[Any] | None = None,
     code: int = 403,
+    warnings: list[str] | None = None,
 ) -> dict[str, Any]:
-    """An AdmissionReview v1 response (the uid echoed)."""
+    """An AdmissionReview v1 response (the uid echoed); ``warnings`` reach the client as
+    ``Warning`` headers (kubectl prints them)."""
     answer: dict[str, Any] = {"uid": uid, "allowed": allowed}
+    if warnings:
+        answer["warnings"] = within_limits(warnings)
     if not allowed:
         answer["status"] = {
             "code": code,
@@ -143,6 +148,25 @@ def response(
         answer["patchType"] = "JSONPatch"
         answer["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": answer}
+
+
+# The API server truncates a warning beyond 256 characters and drops those past 4096 in all.
+WARNING_LIMIT, WARNINGS_TOTAL = 256, 4096
+
+
+def within_limits(warnings: list[str]) -> list[str]:
+    """The warnings the API server will pass on whole; the rest are counted in a last one."""
+    kept: list[str] = []
+    total = 0
+    for i, warning in enumerate(warnings):
+        line = warning if len(warning) <= WARNING_LIMIT else warning[: WARNING_LIMIT - 3] + "..."
+        rest = len(warnings) - i
+        if total + len(line) + 80 > WARNINGS_TOTAL and rest > 1:
+            kept.append(f"and {rest} more warning(s); `topogate plan` lists them all")
+            break
+        kept.append(line)
+        total += len(line)
+    return kept
 
 
 def _pointer(*parts: str) -> str:
@@ -376,11 +400,18 @@ def validate(review: Review, view: ClusterView | None = None) -> dict[str, Any]:
     check = _VALIDATORS.get((review.group, review.kind))
     if check is None:
         return response(review.uid)
+    # Keys topogate would ignore are said on every answer, a refusal included.
+    kind = job_kind(review.kind)
+    warnings = key_warnings(review.obj) if kind is not None and kind.group == review.group else []
     try:
         check(review, view or NoView())
     except InputError as error:
-        return response(review.uid, allowed=False, message=error.describe(), code=422)
+        return response(
+            review.uid, allowed=False, message=error.describe(), code=422, warnings=warnings
+        )
     except ValueError as error:  # a model refused a value the checks above let through
         where = object_name(review.obj)
-        return response(review.uid, allowed=False, message=f"{where}: {error}", code=422)
-    return response(review.uid)
+        return response(
+            review.uid, allowed=False, message=f"{where}: {error}", code=422, warnings=warnings
+        )
+    return response(review.uid, warnings=warnings)

@@ -15,7 +15,8 @@ from topogate.api.constants import API_VERSION, KAI_API_VERSION, KUEUE_API_VERSI
 from topogate.api.errors import InputError
 from topogate.api.hypernodes import API_VERSION as HYPERNODE_API_VERSION
 from topogate.api.hypernodes import HyperNode, parse_hypernode
-from topogate.api.models import ResourceFlavor, Topology
+from topogate.api.models import ClusterQueue, LocalQueue, ResourceFlavor, Topology
+from topogate.api.objects import admission_of, is_finished
 from topogate.api.validation import parse_model
 from topogate.cache.hypernodes import HyperNodeForest, build_forest
 from topogate.cache.nodes import NodeInfo, PodUsage, node_from_kube, pod_usage_from_kube
@@ -33,6 +34,9 @@ READ_AS: dict[str, tuple[str, ...]] = {
     "Topology": (API_VERSION, *sorted(KUEUE_API_VERSIONS), KAI_API_VERSION),
     "ResourceFlavor": (API_VERSION, *sorted(KUEUE_API_VERSIONS)),
     "HyperNode": (HYPERNODE_API_VERSION,),
+    "ClusterQueue": (API_VERSION, *sorted(KUEUE_API_VERSIONS)),
+    "LocalQueue": (API_VERSION, *sorted(KUEUE_API_VERSIONS)),
+    "Workload": (API_VERSION, *sorted(KUEUE_API_VERSIONS)),
 }
 
 
@@ -43,6 +47,10 @@ class ClusterInput:
     topologies: dict[str, Topology] = field(default_factory=dict)
     flavors: dict[str, ResourceFlavor] = field(default_factory=dict)
     hypernodes: dict[str, HyperNode] = field(default_factory=dict)
+    cluster_queues: dict[str, ClusterQueue] = field(default_factory=dict)
+    local_queues: dict[str, str] = field(default_factory=dict)  # "namespace/name" -> its CQ
+    # status.admission of each admitted, unfinished Workload: the quota in use
+    admissions: list[dict[str, Any]] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)  # kinds read in no apiVersion
     # (kind, apiVersion) -> object names: a kind READ_AS knows, under an apiVersion it does not
     unread: dict[tuple[str, str], list[str]] = field(default_factory=dict)
@@ -127,6 +135,12 @@ def load_cluster(paths: list[Path]) -> ClusterInput:
                     flavor = parse_model(ResourceFlavor, doc.obj, "")
                     _unique(cluster.flavors, flavor.metadata.name, "ResourceFlavor")
                     cluster.flavors[flavor.metadata.name] = flavor
+                elif kind in _QUEUE_KINDS:
+                    _add_queue(cluster, doc.obj)
+                elif kind == "Workload":
+                    admission = admission_of(doc.obj)
+                    if admission is not None and not is_finished(doc.obj):
+                        cluster.admissions.append(admission)
                 elif kind == "HyperNode":
                     hypernode = parse_hypernode(doc.obj)
                     _unique(cluster.hypernodes, hypernode.name, "HyperNode")
@@ -140,6 +154,23 @@ def load_cluster(paths: list[Path]) -> ClusterInput:
         name = min(clashes)
         raise InputError(clashes[name].message, where=kai_where[name], field=clashes[name].field)
     return cluster
+
+
+_QUEUE_KINDS = ("ClusterQueue", "LocalQueue")
+
+
+def _add_queue(cluster: ClusterInput, obj: Mapping[str, Any]) -> None:
+    """A ClusterQueue or LocalQueue, Kueue's read as topogate's (the same fields)."""
+    same = {**obj, "apiVersion": API_VERSION}
+    if obj.get("kind") == "ClusterQueue":
+        queue = parse_model(ClusterQueue, same, "")
+        _unique(cluster.cluster_queues, queue.metadata.name, "ClusterQueue")
+        cluster.cluster_queues[queue.metadata.name] = queue
+        return
+    local = parse_model(LocalQueue, same, "")
+    key = f"{local.metadata.namespace or 'default'}/{local.metadata.name}"
+    _unique(cluster.local_queues, key if local.metadata.name else "", "LocalQueue")
+    cluster.local_queues[key] = local.spec.cluster_queue
 
 
 def _unique(existing: Mapping[str, Any], name: str, kind: str) -> None:
@@ -156,8 +187,9 @@ def add_cluster_argument(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=[],
         metavar="PATH",
-        help="file or directory of Nodes, Pods, Topologies, ResourceFlavors, HyperNodes; - "
-        "reads stdin (kubectl get nodes,pods -A -o yaml | topogate ... --cluster -)",
+        help="file or directory of Nodes, Pods, Topologies, ResourceFlavors, HyperNodes, "
+        "ClusterQueues, LocalQueues, Workloads; - reads stdin "
+        "(kubectl get nodes,pods -A -o yaml | topogate ... --cluster -)",
     )
 
 

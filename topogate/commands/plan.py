@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -23,30 +23,39 @@ from topogate.admission.gpusets import bottleneck
 from topogate.admission.partial import can_shrink, largest_fit
 from topogate.admission.placement import place
 from topogate.admission.podsets import (
+    Catalog,
     WantedTopology,
+    build_placer,
     choose_topology,
     flavor_tolerations,
     podset_request,
+    topology_name,
+    translate,
     wanted_topology,
 )
+from topogate.admission.queues import QueueSpec, admission_cycle, usage_of
 from topogate.admission.request import (
     Mode,
     PlacementDecision,
     PlacementRequest,
     PodSetRequest,
 )
+from topogate.api.constants import QUEUE_LABELS
 from topogate.api.errors import InputError
 from topogate.api.gpus import ASSIGNMENT_ANNOTATION, assignment_text
 from topogate.api.jobs import WorkloadSource, workload_from_object
+from topogate.api.keywarnings import key_warnings
+from topogate.api.kinds import queue_name
 from topogate.api.models import (
     Admission,
     Condition,
     ResourceFlavor,
     WorkloadStatus,
 )
-from topogate.api.podspec import Toleration
+from topogate.api.podspec import Toleration, api_server_problems
 from topogate.api.quantity import format_units
 from topogate.api.times import now
+from topogate.api.validation import join, object_name
 from topogate.cache.hypernodes import HyperNodeForest
 from topogate.cache.snapshot import ClusterSnapshot, IntArray
 from topogate.cache.sources import TopologySource, topology_sources
@@ -178,14 +187,19 @@ def choose_flavor(
     )
 
 
-def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = None) -> PlanResult:
-    forest = cluster.build_forest()
-    # Structure problems leave the faulty part out and are reported; the sound part of the
-    # forest still places jobs (one bad HyperNode must not stop everything, as in Volcano).
-    warnings = hypernode_warnings(forest)
+def _input_warnings(cluster: ClusterInput, forest: HyperNodeForest | None) -> list[str]:
+    """The HyperNode forest's problems, as warnings; a bad GPU annotation, as an error."""
     for node in cluster.nodes:  # serve skips a bad GPU annotation; plan refuses it
         if node.gpu_problem:
             raise InputError(node.gpu_problem)
+    # Structure problems leave the faulty part out and are reported; the sound part of the
+    # forest still places jobs (one bad HyperNode must not stop everything, as in Volcano).
+    return hypernode_warnings(forest)
+
+
+def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = None) -> PlanResult:
+    forest = cluster.build_forest()
+    warnings = _input_warnings(cluster, forest)
     workload = source.workload
     podsets = workload.spec.pod_sets
     paths = [source.template_paths[p.name] for p in podsets]
@@ -209,21 +223,197 @@ def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = Non
         )
 
     decision = placed(request)
-    partial: dict[str, tuple[int, int]] = {}
     if not decision.fits and can_shrink(request):  # as the admitter: fewer pods, same rules
         found = largest_fit(request, lambda r: d if (d := placed(r)).fits else None)
         if found is not None:
             smaller, decision = found
-            partial = {
-                p.name: (s.count, p.count)
-                for p, s in zip(requests, smaller.podsets, strict=True)
-                if s.count != p.count
-            }
-            requests = smaller.podsets
-    workload.status = _status(decision, requests, choice, partial)
+            return _result(
+                source, choice, decision, smaller.podsets, snapshot, tree, warnings, requests
+            )
+    return _result(source, choice, decision, requests, snapshot, tree, warnings)
+
+
+def _partial(
+    admitted: tuple[PodSetRequest, ...], asked: tuple[PodSetRequest, ...]
+) -> dict[str, tuple[int, int]]:
+    """PodSet -> (pods placed, pods asked for), for the PodSets a partial admission lowered."""
+    return {
+        a.name: (s.count, a.count)
+        for a, s in zip(asked, admitted, strict=True)
+        if s.count != a.count
+    }
+
+
+def _result(
+    source: WorkloadSource,
+    choice: FlavorChoice,
+    decision: PlacementDecision,
+    requests: tuple[PodSetRequest, ...],
+    snapshot: ClusterSnapshot,
+    tree: DomainTree,
+    warnings: list[str],
+    asked: tuple[PodSetRequest, ...] | None = None,
+) -> PlanResult:
+    """The plan's result; ``asked``: the PodSets as asked, when ``requests`` are a partial
+    admission's lowered counts."""
+    partial = _partial(requests, asked) if asked is not None else {}
+    source.workload.status = _status(decision, requests, choice, partial)
     usage = _usage(decision, requests, snapshot, tree) if decision.fits else {}
     gpus = _gpu_rows(decision, snapshot)
     return PlanResult(source, choice, decision, usage, warnings, gpus, requests, partial)
+
+
+# --- queues: the admitter's own decision, on the cluster files ------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QueueVerdict:
+    """What the queue check decides without a placement to show: the workload waits (a
+    missing queue, no quota, no room), or it gets quota on a flavor without a topology."""
+
+    source: WorkloadSource
+    queue: str
+    fits: bool
+    message: str
+    warnings: list[str] = field(default_factory=list)
+
+
+def queue_of(source: WorkloadSource, obj: Mapping[str, Any]) -> str | None:
+    """The LocalQueue a workload is submitted to: its queue label, or a Workload's queueName."""
+    return queue_name(obj) or source.workload.spec.queue_name or None
+
+
+def _catalog(cluster: ClusterInput, forest: HyperNodeForest | None) -> Catalog:
+    queues: dict[str, QueueSpec] = {}
+    for name, model in cluster.cluster_queues.items():
+        try:
+            queues[name] = QueueSpec.from_model(model)
+        except ValueError as error:  # a quota the cache cannot count
+            raise InputError(str(error), where=f"ClusterQueue {name}") from None
+    sources = topology_sources(cluster.topologies, forest)
+    return Catalog(queues, dict(cluster.local_queues), cluster.flavors, sources)
+
+
+def _only_flavor(catalog: Catalog, cluster_queue: str, flavor: str) -> Catalog | str:
+    """The catalog with the queue reduced to --flavor, or why it cannot be."""
+    spec = catalog.queues.get(cluster_queue)
+    if spec is None:
+        return catalog  # the cycle says the queue is missing
+    kept = tuple(f for f in spec.flavors if f.flavor == flavor)
+    if not kept:
+        return f"ClusterQueue {cluster_queue} has no flavor {flavor} (--flavor)"
+    queues = {**catalog.queues, cluster_queue: replace(spec, flavors=kept)}
+    return replace(catalog, queues=queues)
+
+
+def _check_levels(source: WorkloadSource, catalog: Catalog, cluster_queue: str) -> None:
+    """The job's levels against the topology its queue gives it, as the webhook checks them:
+    a level that topology lacks is invalid input naming the job's own field (translate would
+    name the Workload's)."""
+    podsets = source.workload.spec.pod_sets
+    paths = [source.template_paths[p.name] for p in podsets]
+    wanted = wanted_topology(podsets, paths, source.where)
+    name = topology_name(catalog.sources, wanted, catalog.flavor_topology(cluster_queue))
+    topology = catalog.sources.get(name) if name else None
+    if topology is None:
+        return  # the admitter's reason says it (translate)
+    for podset, path in zip(podsets, paths, strict=True):
+        podset_request(podset, path, topology, source.where)
+
+
+def plan_on_queue(
+    cluster: ClusterInput, source: WorkloadSource, queue: str, flavor: str | None = None
+) -> PlanResult | QueueVerdict:
+    """The workload through its queue as ``serve``'s admitter takes it: LocalQueue ->
+    ClusterQueue (:meth:`Catalog.cluster_queue`, :func:`translate`), then one admission cycle
+    (:func:`admission_cycle`: quota per flavor, in the queue's order, with the quota the
+    admitted Workloads in the input use, and the placement on the flavor's topology)."""
+    forest = cluster.build_forest()
+    warnings = _input_warnings(cluster, forest)
+    catalog = _catalog(cluster, forest)
+    workload = source.workload
+    workload.spec.queue_name = queue
+    namespace = workload.metadata.namespace or "default"
+    key = f"{namespace}/{workload.metadata.name}"
+    cluster_queue, _ = catalog.cluster_queue(namespace, queue)
+    if flavor is not None and cluster_queue is not None:
+        narrowed = _only_flavor(catalog, cluster_queue, flavor)
+        if isinstance(narrowed, str):
+            return QueueVerdict(source, queue, False, narrowed, warnings)
+        catalog = narrowed
+    if cluster_queue is not None and cluster_queue in catalog.queues:
+        _check_levels(source, catalog, cluster_queue)
+    translation = translate(workload.to_wire(), key, catalog)
+    if translation.pending is None:
+        return QueueVerdict(source, queue, False, translation.problem, warnings)
+    pending = translation.pending
+    snapshot = ClusterSnapshot.build(cluster.nodes, cluster.pods)
+    named = [pending.request.topology] if pending.request.topology else []
+    placer = build_placer(snapshot, catalog, named)
+    cycle = admission_cycle(catalog.queues, [pending], usage_of(cluster.admissions), placer)
+    if not cycle.admitted:
+        return QueueVerdict(source, queue, False, cycle.pending.get(key, ""), warnings)
+    admitted = cycle.admitted[0]
+    if admitted.decision is None:
+        return QueueVerdict(
+            source,
+            queue,
+            True,
+            f"quota reserved in ClusterQueue {admitted.cluster_queue} on flavor "
+            f"{admitted.flavor}, which has no topology: nothing to place",
+            warnings,
+        )
+    topology = (
+        placer.named[(admitted.flavor, pending.request.topology)]
+        if pending.request.topology
+        else placer.flavors[admitted.flavor]
+    )
+    model = catalog.flavors[admitted.flavor]
+    choice = FlavorChoice(
+        admitted.flavor,
+        catalog.sources[topology.topology_name],
+        dict(model.spec.node_labels),
+        topology.tolerations,
+    )
+    lowered = admitted.request.podsets if admitted.request is not None else None
+    result = _result(
+        source,
+        choice,
+        admitted.decision,
+        lowered or pending.request.podsets,
+        snapshot,
+        topology.tree,
+        warnings,
+        pending.request.podsets if lowered else None,
+    )
+    if workload.status is not None and workload.status.admission is not None:
+        workload.status.admission.cluster_queue = admitted.cluster_queue
+    return result
+
+
+def render_verdict(verdict: QueueVerdict) -> str:
+    workload = verdict.source.workload
+    name = f"{workload.metadata.namespace}/{workload.metadata.name}"
+    head = f"Workload {name} on queue {verdict.queue!r}"
+    return f"{head}\n{'FITS' if verdict.fits else 'DOES NOT FIT'}: {verdict.message}\n"
+
+
+def verdict_document(verdict: QueueVerdict) -> Mapping[str, Any]:
+    """The Workload with the QuotaReserved condition the admitter would write."""
+    status = "True" if verdict.fits else "False"
+    reason = "QuotaReserved" if verdict.fits else "Pending"
+    verdict.source.workload.status = WorkloadStatus(
+        conditions=[
+            Condition(
+                type="QuotaReserved",
+                status=status,
+                reason=reason,
+                message=verdict.message,
+                last_transition_time=now(),
+            )
+        ]
+    )
+    return verdict.source.workload.to_wire()
 
 
 def _gpu_rows(decision: PlacementDecision, snapshot: ClusterSnapshot) -> dict[str, list[GpuRow]]:
@@ -424,6 +614,19 @@ def workload_document(result: PlanResult) -> Mapping[str, Any]:
     return document
 
 
+def check_as_api_server(source: WorkloadSource) -> None:
+    """Refuse, as the API server would, a workload that could not be created (InputError)."""
+    problems = [
+        problem
+        for podset in source.workload.spec.pod_sets
+        for problem in api_server_problems(
+            podset.template.get("spec"), join(source.template_paths[podset.name], "spec")
+        )
+    ]
+    if problems:
+        raise InputError("; ".join(problems), where=source.where)
+
+
 def example_paths() -> tuple[Path, Path]:
     base = Path(str(resources.files("topogate") / "examples"))
     return base / "cluster.yaml", base / "training-job.yaml"
@@ -439,6 +642,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--flavor", metavar="NAME", help="the ResourceFlavor to plan on")
     parser.add_argument("--output", "-o", choices=("json", "yaml", "table"), default="table")
+    parser.add_argument(
+        "--ignore-queues",
+        action="store_true",
+        help="plan on the topology alone, without the ClusterQueues/LocalQueues in --cluster",
+    )
     parser.add_argument(
         "--example",
         action="store_true",
@@ -461,10 +669,27 @@ def run(args: argparse.Namespace) -> int:
         )
     cluster = load_cluster_reporting(args.cluster, "plan")
     document = load_single(args.workload)
+    for warning in key_warnings(document.obj):  # before any refusal: a typo may explain it
+        print(f"topogate plan: warning: {object_name(document.obj)}: {warning}", file=sys.stderr)
     source = workload_from_object(document.obj, document.source)
-    result = plan(cluster, source, args.flavor)
-    for warning in result.warnings:
+    check_as_api_server(source)
+    queue = queue_of(source, document.obj)
+    queued = (cluster.cluster_queues or cluster.local_queues) and not args.ignore_queues
+    if queued and queue is None:
+        print(
+            "topogate plan: warning: the workload names no queue (label "
+            f"{QUEUE_LABELS[1]}); planned without the queues' quota",
+            file=sys.stderr,
+        )
+    if queued and queue is not None:
+        outcome = plan_on_queue(cluster, source, queue, args.flavor)
+    else:
+        outcome = plan(cluster, source, args.flavor)
+    for warning in outcome.warnings:
         print(f"topogate plan: warning: {warning}", file=sys.stderr)
+    if isinstance(outcome, QueueVerdict):
+        return _write_verdict(outcome, args.output)
+    result = outcome
     if args.output == "json":
         sys.stdout.write(json.dumps(workload_document(result), indent=2) + "\n")
     elif args.output == "yaml":
@@ -472,3 +697,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_table(result))
     return EXIT_FITS if result.fits else EXIT_NO_FIT
+
+
+def _write_verdict(verdict: QueueVerdict, output: str) -> int:
+    if output == "json":
+        sys.stdout.write(json.dumps(verdict_document(verdict), indent=2) + "\n")
+    elif output == "yaml":
+        sys.stdout.write(yaml.safe_dump(dict(verdict_document(verdict)), sort_keys=False))
+    else:
+        sys.stdout.write(render_verdict(verdict))
+    return EXIT_FITS if verdict.fits else EXIT_NO_FIT
