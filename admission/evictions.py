@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from topogate.api.objects import condition, is_evicted, is_finished, meta
+from topogate.api.objects import condition, is_evicted, meta
 from topogate.kube.protocol import KubeApi
 from topogate.kube.resources import WORKLOADS, Obj
 from topogate.state import ControllerState
@@ -27,9 +27,10 @@ PREEMPTED = "Preempted"
 def running_workloads(state: ControllerState) -> list[Running]:
     """Every admitted, unfinished workload (as stored), with the nodes it holds."""
     out = []
-    for key, workload in state.store(WORKLOADS).items():
-        admission = state.admission_of(key)
-        if admission is None or is_finished(workload):
+    workloads = state.store(WORKLOADS)
+    for key in state.running():
+        workload, admission = workloads.get(key), state.admission_of(key)
+        if workload is None or admission is None:
             continue
         usage = usage_of([admission])
         if not usage:

@@ -10,9 +10,11 @@ admitted; BestEffortFIFO lets later, smaller ones go by.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
+
+from sortedcontainers import SortedKeyList
 
 from topogate.api.models import ClusterQueue
 from topogate.api.podspec import Toleration
@@ -194,14 +196,76 @@ class PendingWorkload:
     priority: int
     created: str  # RFC 3339; sorts in time order
     request: PlacementRequest
+    # The whole gang's requests per resource, and the same as a sorted tuple (its shape: a
+    # quota answer holds for every workload of one shape in a queue). Worked out once: a
+    # cycle asks for them for every workload it looks at.
+    _demand: dict[str, int] = field(init=False, repr=False, compare=False)
+    shape: tuple[tuple[str, int], ...] = field(init=False, repr=False, compare=False)
 
-    def demand(self) -> dict[str, int]:
-        """Total requests of the whole gang, per resource."""
+    def __post_init__(self) -> None:
         total: dict[str, int] = {}
         for podset in self.request.podsets:
             for name, amount in podset.requests.items():
                 total[name] = total.get(name, 0) + amount * podset.count
-        return total
+        object.__setattr__(self, "_demand", total)
+        object.__setattr__(self, "shape", tuple(sorted(total.items())))
+
+    def demand(self) -> Mapping[str, int]:
+        """Total requests of the whole gang, per resource."""
+        return self._demand
+
+
+def queue_order(workload: PendingWorkload) -> tuple[int, str, str]:
+    """A ClusterQueue's order: higher priority first, then older, then by key (Kueue's
+    priority, then creation time; the key makes it total)."""
+    return (-workload.priority, workload.created, workload.key)
+
+
+class QueueLanes:
+    """The pending workloads of each ClusterQueue, each lane kept in :func:`queue_order` as
+    workloads come, change and go: a cycle walks the lanes from their heads instead of
+    sorting every pending workload again (O(log n) per change)."""
+
+    def __init__(self, workloads: Iterable[PendingWorkload] = ()) -> None:
+        self._lanes: dict[str, SortedKeyList[PendingWorkload, tuple[int, str, str]]] = {}
+        self._entries: dict[str, PendingWorkload] = {}
+        for workload in workloads:
+            self.put(workload)
+
+    def put(self, workload: PendingWorkload) -> None:
+        """Add the workload, or move it to where its new version belongs."""
+        self.discard(workload.key)
+        lane = self._lanes.get(workload.cluster_queue)
+        if lane is None:
+            lane = self._lanes[workload.cluster_queue] = SortedKeyList(key=queue_order)
+        lane.add(workload)
+        self._entries[workload.key] = workload
+
+    def discard(self, key: str) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            return
+        lane = self._lanes[entry.cluster_queue]
+        lane.remove(entry)
+        if not lane:
+            del self._lanes[entry.cluster_queue]
+
+    def get(self, key: str) -> PendingWorkload | None:
+        return self._entries.get(key)
+
+    def names(self) -> list[str]:
+        """The ClusterQueues with pending workloads, in name order."""
+        return sorted(self._lanes)
+
+    def lane(self, name: str) -> Sequence[PendingWorkload]:
+        """The queue's pending workloads, head first."""
+        return self._lanes.get(name) or ()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[PendingWorkload]:
+        return iter(self._entries.values())
 
 
 class Placer(Protocol):
@@ -239,7 +303,7 @@ Preempt = Callable[["PendingWorkload", "QueueSpec", "Usage", "Held"], "Preemptio
 
 def order(workloads: Sequence[PendingWorkload]) -> list[PendingWorkload]:
     """Queue order: higher priority first, then older, then by key (deterministic)."""
-    return sorted(workloads, key=lambda w: (-w.priority, w.created, w.key))
+    return sorted(workloads, key=queue_order)
 
 
 def _quota_problem(
@@ -308,34 +372,40 @@ def _try(
 
 
 class _Heads:
-    """The queues' lanes, each in its own order, and the next head to try across them.
+    """The queues' lanes, each walked from its head, and the next head to try across them.
 
     Each lane's head is ranked once, and again only after the quota in use changed (an
-    admission or a preemptor's reservation): with thousands pending, ranking every head at
-    every step was most of a cycle.
+    admission or a preemptor's reservation); whether a head would borrow is worked out once
+    per (queue, shape) between such changes. The lanes are not changed: the walk is a cursor.
     """
 
-    def __init__(self, queues: Mapping[str, QueueSpec], book: QuotaBook) -> None:
-        self.queues, self.book = queues, book
-        self.lanes: dict[str, list[PendingWorkload]] = {}
+    def __init__(self, queues: Mapping[str, QueueSpec], book: QuotaBook, lanes: QueueLanes) -> None:
+        self.queues, self.book, self.lanes = queues, book, lanes
+        self.heads: dict[str, PendingWorkload] = {}
+        self._walks: dict[str, Iterator[PendingWorkload]] = {}
         self._ranks: dict[str, tuple[bool, int, str, str, str]] = {}
+        self._borrows: dict[tuple[str, tuple[tuple[str, int], ...]], bool] = {}
         self._booked = -1
 
-    def fill(self, pending: Sequence[PendingWorkload], result: CycleResult) -> None:
-        for workload in pending:
-            self.lanes.setdefault(workload.cluster_queue, []).append(workload)
-        for name in sorted(self.lanes):
+    def fill(self, result: CycleResult) -> None:
+        for name in self.lanes.names():
+            lane = self.lanes.lane(name)
             if name not in self.queues:
-                for workload in self.lanes.pop(name):
+                for workload in lane:
                     result.pending[workload.key] = f"ClusterQueue {name} does not exist"
-            else:
-                self.lanes[name] = order(self.lanes[name])[::-1]  # the head last: O(1) pops
+                continue
+            walk = iter(lane)
+            self._walks[name] = walk
+            self.heads[name] = next(walk)
 
     def _rank(self, name: str) -> tuple[bool, int, str, str, str]:
         found = self._ranks.get(name)
         if found is None:
-            head = self.lanes[name][-1]
-            borrows = self.book.borrows(self.queues[name], head.demand())
+            head = self.heads[name]
+            borrows = self._borrows.get((name, head.shape))
+            if borrows is None:
+                borrows = self.book.borrows(self.queues[name], head.demand())
+                self._borrows[(name, head.shape)] = borrows
             found = (borrows, -head.priority, head.created, name, head.key)
             self._ranks[name] = found
         return found
@@ -343,23 +413,28 @@ class _Heads:
     def pop(self) -> tuple[str, PendingWorkload]:
         if self.book.changes != self._booked:
             self._ranks.clear()
+            self._borrows.clear()
             self._booked = self.book.changes
-        name = min(self.lanes, key=self._rank)
-        workload = self.lanes[name].pop()
-        del self._ranks[name]
-        if not self.lanes[name]:
-            del self.lanes[name]
+        name = min(self.heads, key=self._rank) if len(self.heads) > 1 else next(iter(self.heads))
+        workload = self.heads[name]
+        self._ranks.pop(name, None)
+        following = next(self._walks[name], None)
+        if following is None:
+            del self.heads[name], self._walks[name]
+        else:
+            self.heads[name] = following
         return name, workload
 
 
 def admission_cycle(
     queues: Mapping[str, QueueSpec],
-    pending: Sequence[PendingWorkload],
+    pending: Sequence[PendingWorkload] | QueueLanes,
     usage: Usage,
     placer: Placer,
     preempt: Preempt | None = None,
 ) -> CycleResult:
-    """Admit what fits; ``usage`` is updated with the admissions.
+    """Admit what fits; ``usage`` is updated with the admissions. ``pending`` is a list, or
+    the lanes a caller keeps in order across cycles (it is not changed).
 
     Each queue is walked in its own order (:func:`order`); across queues the next workload
     tried is the best of the queues' heads, by Kueue's rule: one that fits within its queue's
@@ -372,8 +447,9 @@ def admission_cycle(
     result = CycleResult()
     book = QuotaBook(queues, usage)
     held: Held = []
-    heads = _Heads(queues, book)
-    heads.fill(pending, result)
+    lanes = pending if isinstance(pending, QueueLanes) else QueueLanes(pending)
+    heads = _Heads(queues, book, lanes)
+    heads.fill(result)
     blocked: dict[str, str] = {}  # StrictFIFO queue -> the workload it waits behind
     # Queues whose first workload that does not fit looked for victims this cycle: the
     # search is the costly part, and the later ones are of lower or equal rank.
@@ -382,7 +458,7 @@ def admission_cycle(
     # pending workloads come in a few shapes, and each refusal was worked out and worded anew.
     refusals: dict[tuple[str, tuple[tuple[str, int], ...]], str] = {}
     refused_at = 0
-    while heads.lanes:
+    while heads.heads:
         name, workload = heads.pop()
         if book.changes != refused_at:
             refusals.clear()

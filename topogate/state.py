@@ -129,6 +129,12 @@ class ControllerState:
         self._catalog: Catalog | None = None
         self.catalog_generation = 0  # bumped whenever the catalog may have changed
         self._domains: dict[tuple[str, ...], dict[tuple[str, ...], list[str]]] = {}
+        # Unfinished workloads, kept up to date on every change so no reader walks every
+        # Workload ever seen (finished ones stay in the store): those waiting for an admission
+        # (no admission written or being written) and those running (an admission written).
+        self._waiting: set[str] = set()
+        self._running: set[str] = set()
+        self._waiting_feeds: list[set[str]] = []
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -164,6 +170,21 @@ class ControllerState:
 
     def held(self) -> frozenset[str]:
         return frozenset(self._held)
+
+    def waiting(self) -> frozenset[str]:
+        """Unfinished workloads with no admission written or being written."""
+        return frozenset(self._waiting)
+
+    def running(self) -> frozenset[str]:
+        """Unfinished workloads whose admission is written (stored, or written by us)."""
+        return frozenset(self._running)
+
+    def waiting_changes(self) -> set[str]:
+        """A feed for one reader: the set fills with the key of every workload that changed or
+        started or stopped waiting (the reader empties it as it takes them)."""
+        feed = set(self._waiting)
+        self._waiting_feeds.append(feed)
+        return feed
 
     def nodes(self) -> list[NodeInfo]:
         return self._capacity.nodes()
@@ -227,12 +248,14 @@ class ControllerState:
         away (assume, then write; :meth:`confirm_admission` or :meth:`forget_admission`)."""
         self._hold(key, per_node, gpus)
         self._assumed[key] = admission
+        self._classify(key)
 
     def confirm_admission(self, key: str) -> None:
         """The write succeeded: readers may act on it before the watch brings it back."""
         admission = self._assumed.pop(key, None)
         if admission is not None and key in self._held:
             self._written[key] = admission
+        self._classify(key)
 
     def forget_admission(self, key: str) -> None:
         """The write failed: give the capacity back, unless the watch already shows the
@@ -240,6 +263,7 @@ class ControllerState:
         show it admitted later, the handler holds its usage again from its status."""
         self._assumed.pop(key, None)
         self._written.pop(key, None)
+        self._classify(key)
         stored = self._stores[WORKLOADS.plural].get(key)
         if is_admitted(stored) and not is_finished(stored):
             return
@@ -259,11 +283,13 @@ class ControllerState:
         }
         self._hold(key, per_node, kept)
         self._assumed[key] = admission
+        self._classify(key)
 
     def forget_reassignment(self, key: str) -> None:
         """The new admission was not written: hold the stored one again."""
         self._assumed.pop(key, None)
         self._written.pop(key, None)
+        self._classify(key)
         stored = self._stores[WORKLOADS.plural].get(key)
         if stored is not None and is_admitted(stored) and not is_finished(stored):
             self._rehold(key, stored)
@@ -283,6 +309,21 @@ class ControllerState:
     def _release(self, key: str) -> None:
         self._held.discard(key)
         self._capacity.release_workload(key)
+
+    def _classify(self, key: str) -> None:
+        """Put a workload in the waiting or running set (or neither) after any change to it
+        or to its admission, and tell the feeds."""
+        stored = self._stores[WORKLOADS.plural].get(key)
+        live = stored is not None and not is_finished(stored)
+        running = live and self.admission_of(key) is not None
+        waiting = live and not running and key not in self._assumed
+        for members, belongs in ((self._running, running), (self._waiting, waiting)):
+            if belongs:
+                members.add(key)
+            else:
+                members.discard(key)
+        for feed in self._waiting_feeds:
+            feed.add(key)
 
     def nodes_in_domain(self, levels: Sequence[str], values: Sequence[str]) -> list[str]:
         """Names of the nodes whose labels match ``values`` on ``levels``, sorted; an index per
@@ -315,6 +356,7 @@ class ControllerState:
             dispatch[JOB_RESOURCES[kind.kind].plural] = self._job_handler(kind.kind)
         on_event = dispatch.get(resource.plural, self._on_queue_object)
         store = self._stores[resource.plural]
+        classify = resource.plural == WORKLOADS.plural
 
         def on_change(old: Obj | None, new: Obj | None) -> None:
             if new is None and old is not None:
@@ -327,6 +369,9 @@ class ControllerState:
                 on_event(old, new)
             except InputError as error:
                 log.warning("ignoring %s: %s", resource.plural, error.describe())
+            finally:
+                if classify:
+                    self._classify(key_of(new if new is not None else old or {}))
             for listener in self._subscribers.get(resource.plural, ()):
                 listener(old, new)
 
