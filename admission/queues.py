@@ -377,6 +377,12 @@ class _Heads:
     Each lane's head is ranked once, and again only after the quota in use changed (an
     admission or a preemptor's reservation); whether a head would borrow is worked out once
     per (queue, shape) between such changes. The lanes are not changed: the walk is a cursor.
+
+    Quota in use only grows during a cycle, so a shape a queue refused for quota stays refused
+    until the cycle ends: the rest of that shape in the lane is passed over with the same
+    answer (:meth:`close`), as is the rest of a blocked StrictFIFO lane (:meth:`block`).
+    Those workloads' outcome cannot change, so the order they are looked at in does not
+    matter, and a cycle with thousands waiting for quota tries only a few heads.
     """
 
     def __init__(self, queues: Mapping[str, QueueSpec], book: QuotaBook, lanes: QueueLanes) -> None:
@@ -386,8 +392,13 @@ class _Heads:
         self._ranks: dict[str, tuple[bool, int, str, str, str]] = {}
         self._borrows: dict[tuple[str, tuple[tuple[str, int], ...]], bool] = {}
         self._booked = -1
+        self._popped: str | None = None  # the lane to move on before the next pop
+        self._closed: dict[str, dict[tuple[tuple[str, int], ...], str]] = {}
+        self._blocked: dict[str, str] = {}
+        self._passed: dict[str, str] = {}  # key -> the answer it was passed over with
 
     def fill(self, result: CycleResult) -> None:
+        self._passed = result.pending
         for name in self.lanes.names():
             lane = self.lanes.lane(name)
             if name not in self.queues:
@@ -397,6 +408,14 @@ class _Heads:
             walk = iter(lane)
             self._walks[name] = walk
             self.heads[name] = next(walk)
+
+    def close(self, name: str, shape: tuple[tuple[str, int], ...], why: str) -> None:
+        """The queue has no quota left for this shape until the cycle ends."""
+        self._closed.setdefault(name, {})[shape] = why
+
+    def block(self, name: str, why: str) -> None:
+        """A StrictFIFO queue waits behind its head: the rest of it waits too."""
+        self._blocked[name] = why
 
     def _rank(self, name: str) -> tuple[bool, int, str, str, str]:
         found = self._ranks.get(name)
@@ -410,20 +429,31 @@ class _Heads:
             self._ranks[name] = found
         return found
 
-    def pop(self) -> tuple[str, PendingWorkload]:
+    def _advance(self, name: str) -> None:
+        """Move the lane to its next head that may still be admitted."""
+        self._ranks.pop(name, None)
+        blocked, closed = self._blocked.get(name), self._closed.get(name)
+        for following in self._walks[name]:
+            why = blocked if blocked is not None else closed and closed.get(following.shape)
+            if not why:
+                self.heads[name] = following
+                return
+            self._passed[following.key] = why
+        del self.heads[name], self._walks[name]
+
+    def pop(self) -> tuple[str, PendingWorkload] | None:
+        if self._popped is not None:
+            self._advance(self._popped)
+            self._popped = None
+        if not self.heads:
+            return None
         if self.book.changes != self._booked:
             self._ranks.clear()
             self._borrows.clear()
             self._booked = self.book.changes
         name = min(self.heads, key=self._rank) if len(self.heads) > 1 else next(iter(self.heads))
-        workload = self.heads[name]
-        self._ranks.pop(name, None)
-        following = next(self._walks[name], None)
-        if following is None:
-            del self.heads[name], self._walks[name]
-        else:
-            self.heads[name] = following
-        return name, workload
+        self._popped = name
+        return name, self.heads[name]
 
 
 def admission_cycle(
@@ -450,7 +480,6 @@ def admission_cycle(
     lanes = pending if isinstance(pending, QueueLanes) else QueueLanes(pending)
     heads = _Heads(queues, book, lanes)
     heads.fill(result)
-    blocked: dict[str, str] = {}  # StrictFIFO queue -> the workload it waits behind
     # Queues whose first workload that does not fit looked for victims this cycle: the
     # search is the costly part, and the later ones are of lower or equal rank.
     searched: set[str] = set()
@@ -458,18 +487,14 @@ def admission_cycle(
     # pending workloads come in a few shapes, and each refusal was worked out and worded anew.
     refusals: dict[tuple[str, tuple[tuple[str, int], ...]], str] = {}
     refused_at = 0
-    while heads.heads:
-        name, workload = heads.pop()
+    while (popped := heads.pop()) is not None:
+        name, workload = popped
         if book.changes != refused_at:
             refusals.clear()
             refused_at = book.changes
-        if name in blocked:
-            result.pending[workload.key] = f"waiting behind {blocked[name]} (StrictFIFO)"
-            continue
         queue = queues[name]
-        outcome = _quota_refusal(refusals, queue, book, workload.demand()) or _try(
-            workload, queue, book, placer, held
-        )
+        refused = _quota_refusal(refusals, queue, book, workload.demand())
+        outcome = refused or _try(workload, queue, book, placer, held)
         if isinstance(outcome, str):
             if name in searched:  # one preemption search per queue per cycle, as Kueue's
                 result.pending[workload.key] = outcome  # scheduler takes one head per queue
@@ -478,8 +503,10 @@ def admission_cycle(
                 result.pending[workload.key] = _maybe_preempt(
                     result, workload, queue, outcome, book, held, preempt
                 )
+            if refused:
+                heads.close(name, workload.shape, refused)
             if queue.strategy == STRICT_FIFO:
-                blocked[name] = workload.key
+                heads.block(name, f"waiting behind {workload.key} (StrictFIFO)")
             continue
         result.admitted.append(outcome)
         book.add(name, outcome.flavor, outcome.usage)

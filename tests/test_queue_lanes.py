@@ -14,11 +14,14 @@ from topogate.admission.queues import (
     PendingWorkload,
     QueueLanes,
     QueueSpec,
+    QuotaBook,
+    Usage,
     admission_cycle,
     order,
 )
 from topogate.admission.request import PlacementRequest
 
+GPU = "example.com/gpu"
 KEYS = [f"ns/w{i}" for i in range(8)]
 QUEUES = ["cq-a", "cq-b", "cq-c"]
 
@@ -102,8 +105,7 @@ def test_the_property_catches_a_dropped_update() -> None:
 
 def test_a_cycle_on_kept_lanes_decides_as_on_a_list() -> None:
     queues = {
-        name: QueueSpec(name, "BestEffortFIFO", (FlavorQuota("f", {"example.com/gpu": 6}),))
-        for name in QUEUES
+        name: QueueSpec(name, "BestEffortFIFO", (FlavorQuota("f", {GPU: 6}),)) for name in QUEUES
     }
     pending = [_workload(f"ns/w{i}", QUEUES[i % 3], i % 2, 1 + i % 5, 1 + i % 4) for i in range(30)]
     lanes = QueueLanes()
@@ -118,3 +120,100 @@ def test_a_cycle_on_kept_lanes_decides_as_on_a_list() -> None:
     assert [a.key for a in kept.admitted] == [a.key for a in plain.admitted]
     assert kept.pending == plain.pending
     assert len(lanes) == 30  # the cycle walks the lanes, it does not empty them
+
+
+def _every_head(
+    queues: dict[str, QueueSpec], pending: list[PendingWorkload], usage: Usage
+) -> tuple[list[str], dict[str, str]]:
+    """The cycle as it was before lanes were kept: every workload popped through the heads
+    one at a time (quota only), for comparison."""
+    book = QuotaBook(queues, usage)
+    lanes = {name: order([w for w in pending if w.cluster_queue == name]) for name in queues}
+    admitted: list[str] = []
+    refused: dict[str, str] = {}
+    blocked: set[str] = set()
+    while any(lanes.values()):
+
+        def rank(name: str) -> tuple[bool, int, str, str, str]:
+            head = lanes[name][0]
+            borrows = book.borrows(queues[name], head.demand())
+            return (borrows, -head.priority, head.created, name, head.key)
+
+        name = min((n for n in lanes if lanes[n]), key=rank)
+        workload = lanes[name].pop(0)
+        if name in blocked:
+            refused[workload.key] = "blocked"
+            continue
+        fits = next(
+            (
+                f
+                for f in queues[name].flavors
+                if set(workload.demand()) <= set(f.nominal)
+                and all(
+                    a <= book.available(queues[name], f, r) for r, a in workload.demand().items()
+                )
+            ),
+            None,
+        )
+        if fits is None:
+            refused[workload.key] = "quota"
+            if queues[name].strategy == "StrictFIFO":
+                blocked.add(name)
+            continue
+        admitted.append(workload.key)
+        book.add(name, fits.flavor, workload.demand())
+    return admitted, refused
+
+
+QUEUE_SPECS = st.lists(
+    st.tuples(
+        st.sampled_from(["BestEffortFIFO", "StrictFIFO"]),
+        st.integers(0, 8),
+        st.one_of(st.none(), st.integers(0, 8)),
+    ),
+    min_size=3,
+    max_size=3,
+)
+WORKLOADS = st.lists(
+    st.tuples(st.sampled_from(QUEUES), st.integers(0, 2), st.integers(1, 5), st.integers(1, 4)),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(QUEUE_SPECS, WORKLOADS, st.integers(0, 6))
+def test_passing_over_refused_shapes_admits_what_trying_every_head_admits(
+    specs: list[tuple[str, int, int | None]],
+    shapes: list[tuple[str, int, int, int]],
+    used: int,
+) -> None:
+    queues = {
+        name: QueueSpec(
+            name,
+            strategy,
+            (
+                FlavorQuota(
+                    "f",
+                    {GPU: nominal},
+                    {GPU: borrowing} if borrowing is not None else {},
+                ),
+            ),
+            cohort="c",
+        )
+        for name, (strategy, nominal, borrowing) in zip(QUEUES, specs, strict=True)
+    }
+    pending = [
+        _workload(f"ns/w{i}", queue, priority, day, pods)
+        for i, (queue, priority, day, pods) in enumerate(shapes)
+    ]
+
+    def quota_only(flavor: str, request: PlacementRequest, held: object) -> None:
+        return None
+
+    usage: Usage = {("cq-a", "f"): {GPU: used}}
+    result = admission_cycle(queues, QueueLanes(pending), usage, quota_only)
+    admitted, refused = _every_head(queues, pending, {("cq-a", "f"): {GPU: used}})
+    assert [a.key for a in result.admitted] == admitted
+    assert set(result.pending) == set(refused)
+    for key, why in refused.items():  # a StrictFIFO queue's rest waits behind its head
+        assert ("StrictFIFO" in result.pending[key]) == (why == "blocked")
