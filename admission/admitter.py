@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from topogate.api.gpus import GpuAssignment
 from topogate.api.models import Admission
-from topogate.api.objects import condition, is_evicted, is_finished, meta, owner_job
+from topogate.api.objects import condition, is_evicted, meta, owner_job
 from topogate.api.times import parse_time
 from topogate.kube.errors import API_ERRORS
 from topogate.kube.events import EventRecorder
@@ -45,9 +45,7 @@ from .queues import (
     Admitted,
     QueueLanes,
     QueueSpec,
-    Usage,
     admission_cycle,
-    usage_of,
 )
 from .request import PlacementRequest
 from .writes import new_condition, write_gpu_assignment, write_status
@@ -115,15 +113,6 @@ class Admitter:
             cached = Candidate(version, translate(workload, key, catalog))
             self._candidates[key] = cached
         return cached.translation
-
-    def _usage(self) -> Usage:
-        """Quota in use: every admitted (or being admitted), unfinished workload's admission."""
-        workloads = self.state.store(WORKLOADS)
-        return usage_of(
-            admission
-            for key in self.state.held()
-            if not is_finished(workloads.get(key)) and (admission := self.state.reserved(key))
-        )
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -212,7 +201,9 @@ class Admitter:
         named = {p.request.topology for p in self._lanes if p.request.topology is not None}
         placer = build_placer(snapshot, catalog, named, self.exact_budget)
         preempt = preemptor(self.state, catalog.queues, placer)
-        result = admission_cycle(catalog.queues, self._lanes, self._usage(), placer, preempt)
+        result = admission_cycle(
+            catalog.queues, self._lanes, self.state.quota_in_use(), placer, preempt
+        )
         for outcome, count in placer.exact_outcomes.items():
             self.metrics.exact_pass.labels(outcome).inc(count)
         self.metrics.admission_cycle_seconds.observe(time.perf_counter() - started)

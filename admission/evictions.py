@@ -16,7 +16,7 @@ from topogate.kube.resources import WORKLOADS, Obj
 from topogate.state import ControllerState
 
 from .preemption import Preemption, Running, Victim, plan_preemption
-from .queues import Held, PendingWorkload, Preempt, QueueSpec, SnapshotPlacer, Usage, usage_of
+from .queues import Held, PendingWorkload, Preempt, QueueSpec, SnapshotPlacer, Usage
 from .request import PlacementDecision
 from .writes import new_condition
 
@@ -32,7 +32,7 @@ def running_workloads(state: ControllerState) -> list[Running]:
         workload, admission = workloads.get(key), state.admission_of(key)
         if workload is None or admission is None:
             continue
-        usage = usage_of([admission])
+        usage = state.quota_of(key)
         if not usage:
             continue
         (cq, flavor), amounts = next(iter(usage.items()))

@@ -8,12 +8,19 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from topogate.admission.queues import usage_of
+from topogate.api.objects import is_finished
 from topogate.kube.resources import WORKLOADS
 from topogate.state import ControllerState
 
 Obj = dict[str, Any]
 NAMES = ["a", "b", "c", "d"]
-ADMISSION: Obj = {"clusterQueue": "cq", "podSetAssignments": [{"name": "main", "count": 1}]}
+ADMISSION: Obj = {
+    "clusterQueue": "cq",
+    "podSetAssignments": [
+        {"name": "main", "count": 1, "flavors": {"cpu": "f"}, "resourceUsage": {"cpu": "1"}}
+    ],
+}
 
 
 def _workload(name: str, version: int, admitted: bool, finished: bool) -> Obj:
@@ -84,6 +91,16 @@ def test_waiting_and_running_equal_a_classification_from_scratch(
             continue
         assert key in feed  # every change reaches the reader
         assert (set(state.waiting()), set(state.running())) == _from_scratch(state)
+        # The quota in use, as the admitter summed it every cycle before it was kept.
+        held = [
+            admission
+            for k in state.held()
+            if not is_finished(state.store(WORKLOADS).get(k)) and (admission := state.reserved(k))
+        ]
+        assert state.quota_in_use() == usage_of(held)
+        for k, workload in state.store(WORKLOADS).items():
+            reserved = None if is_finished(workload) else state.reserved(k)
+            assert state.quota_of(k) == (usage_of([reserved]) if reserved else {})
 
 
 def test_a_feed_starts_with_what_waits_already() -> None:

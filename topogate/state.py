@@ -21,6 +21,7 @@ from typing import Any
 
 from topogate.admission.assignments import usage_from_admission
 from topogate.admission.podsets import Catalog, build_catalog
+from topogate.admission.queues import Usage, usage_of
 from topogate.api.errors import InputError
 from topogate.api.gpus import GpuAssignment
 from topogate.api.hypernodes import HyperNode, parse_hypernode
@@ -135,6 +136,9 @@ class ControllerState:
         self._waiting: set[str] = set()
         self._running: set[str] = set()
         self._waiting_feeds: list[set[str]] = []
+        # The quota each unfinished workload with an admission (written or being written)
+        # holds, parsed once per change rather than once per cycle.
+        self._quota: dict[str, Usage] = {}
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -178,6 +182,21 @@ class ControllerState:
     def running(self) -> frozenset[str]:
         """Unfinished workloads whose admission is written (stored, or written by us)."""
         return frozenset(self._running)
+
+    def quota_of(self, key: str) -> Usage:
+        """The quota the workload's admission holds ({} when it holds none)."""
+        return self._quota.get(key, {})
+
+    def quota_in_use(self) -> Usage:
+        """Quota in use: every admitted (or being admitted), unfinished workload's admission
+        whose capacity is held."""
+        total: Usage = {}
+        for key in self._held:
+            for slot, amounts in self._quota.get(key, {}).items():
+                into = total.setdefault(slot, {})
+                for resource, amount in amounts.items():
+                    into[resource] = into.get(resource, 0) + amount
+        return total
 
     def waiting_changes(self) -> set[str]:
         """A feed for one reader: the set fills with the key of every workload that changed or
@@ -317,6 +336,11 @@ class ControllerState:
         live = stored is not None and not is_finished(stored)
         running = live and self.admission_of(key) is not None
         waiting = live and not running and key not in self._assumed
+        reserved = self.reserved(key) if live else None
+        if reserved is None:
+            self._quota.pop(key, None)
+        else:
+            self._quota[key] = usage_of([reserved])
         for members, belongs in ((self._running, running), (self._waiting, waiting)):
             if belongs:
                 members.add(key)
