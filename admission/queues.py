@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sortedcontainers import SortedKeyList
@@ -371,6 +373,9 @@ def _try(
     return "; ".join(reasons) or f"ClusterQueue {queue.name} has no flavors"
 
 
+_KEY = attrgetter("key")
+
+
 class _Heads:
     """The queues' lanes, each walked from its head, and the next head to try across them.
 
@@ -378,11 +383,11 @@ class _Heads:
     admission or a preemptor's reservation); whether a head would borrow is worked out once
     per (queue, shape) between such changes. The lanes are not changed: the walk is a cursor.
 
-    Quota in use only grows during a cycle, so a shape a queue refused for quota stays refused
-    until the cycle ends: the rest of that shape in the lane is passed over with the same
-    answer (:meth:`close`), as is the rest of a blocked StrictFIFO lane (:meth:`block`).
-    Those workloads' outcome cannot change, so the order they are looked at in does not
-    matter, and a cycle with thousands waiting for quota tries only a few heads.
+    The rest of a blocked StrictFIFO lane is passed over at once (:meth:`block`): each of them
+    would be refused without side effects, and a lane holding only such refusals does not
+    change the order in which the other lanes' heads come up. (Passing over the rest of a
+    shape refused for quota would not be exact: a refused head holds its lane back, so the
+    order of the other lanes' admissions depends on its rank.)
     """
 
     def __init__(self, queues: Mapping[str, QueueSpec], book: QuotaBook, lanes: QueueLanes) -> None:
@@ -393,7 +398,6 @@ class _Heads:
         self._borrows: dict[tuple[str, tuple[tuple[str, int], ...]], bool] = {}
         self._booked = -1
         self._popped: str | None = None  # the lane to move on before the next pop
-        self._closed: dict[str, dict[tuple[tuple[str, int], ...], str]] = {}
         self._blocked: dict[str, str] = {}
         self._passed: dict[str, str] = {}  # key -> the answer it was passed over with
 
@@ -408,10 +412,6 @@ class _Heads:
             walk = iter(lane)
             self._walks[name] = walk
             self.heads[name] = next(walk)
-
-    def close(self, name: str, shape: tuple[tuple[str, int], ...], why: str) -> None:
-        """The queue has no quota left for this shape until the cycle ends."""
-        self._closed.setdefault(name, {})[shape] = why
 
     def block(self, name: str, why: str) -> None:
         """A StrictFIFO queue waits behind its head: the rest of it waits too."""
@@ -430,18 +430,20 @@ class _Heads:
         return found
 
     def _advance(self, name: str) -> None:
-        """Move the lane to its next head that may still be admitted."""
+        """Move the lane past the head just popped."""
         self._ranks.pop(name, None)
-        blocked, closed = self._blocked.get(name), self._closed.get(name)
-        for following in self._walks[name]:
-            why = blocked if blocked is not None else closed and closed.get(following.shape)
-            if not why:
+        why = self._blocked.get(name)
+        if why is None:
+            following = next(self._walks[name], None)
+            if following is not None:
                 self.heads[name] = following
                 return
-            self._passed[following.key] = why
+        else:
+            self._passed.update(zip(map(_KEY, self._walks[name]), repeat(why)))
         del self.heads[name], self._walks[name]
 
     def pop(self) -> tuple[str, PendingWorkload] | None:
+        """The next head to try, by :func:`admission_cycle`'s rule (None: all tried)."""
         if self._popped is not None:
             self._advance(self._popped)
             self._popped = None
@@ -493,8 +495,9 @@ def admission_cycle(
             refusals.clear()
             refused_at = book.changes
         queue = queues[name]
-        refused = _quota_refusal(refusals, queue, book, workload.demand())
-        outcome = refused or _try(workload, queue, book, placer, held)
+        outcome = _quota_refusal(refusals, queue, book, workload.demand()) or _try(
+            workload, queue, book, placer, held
+        )
         if isinstance(outcome, str):
             if name in searched:  # one preemption search per queue per cycle, as Kueue's
                 result.pending[workload.key] = outcome  # scheduler takes one head per queue
@@ -503,8 +506,6 @@ def admission_cycle(
                 result.pending[workload.key] = _maybe_preempt(
                     result, workload, queue, outcome, book, held, preempt
                 )
-            if refused:
-                heads.close(name, workload.shape, refused)
             if queue.strategy == STRICT_FIFO:
                 heads.block(name, f"waiting behind {workload.key} (StrictFIFO)")
             continue

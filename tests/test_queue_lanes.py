@@ -215,5 +215,9 @@ def test_passing_over_refused_shapes_admits_what_trying_every_head_admits(
     admitted, refused = _every_head(queues, pending, {("cq-a", "f"): {GPU: used}})
     assert [a.key for a in result.admitted] == admitted
     assert set(result.pending) == set(refused)
+    demands = {w.key: w.demand()[GPU] for w in pending}
     for key, why in refused.items():  # a StrictFIFO queue's rest waits behind its head
-        assert ("StrictFIFO" in result.pending[key]) == (why == "blocked")
+        message = result.pending[key]
+        assert ("StrictFIFO" in message) == (why == "blocked")
+        if why == "quota":  # passed over with its own shape's answer
+            assert f"needs {demands[key]}, " in message
