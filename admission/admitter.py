@@ -172,12 +172,11 @@ class Admitter:
         changed = set(self._changes)
         self._changes.clear()  # in place: the state fills this very set
         workloads = self.state.store(WORKLOADS)
-        waiting = self.state.waiting()
         for key in changed:
             self._lanes.discard(key)
             self._problems.pop(key, None)
             workload = workloads.get(key)
-            if key not in waiting or workload is None:
+            if workload is None or not self.state.is_waiting(key):
                 self._candidates.pop(key, None)
                 self._said.pop(key, None)
                 self._left.add(key)

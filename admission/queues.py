@@ -9,6 +9,7 @@ admitted; BestEffortFIFO lets later, smaller ones go by.
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -394,7 +395,8 @@ class _Heads:
         self.queues, self.book, self.lanes = queues, book, lanes
         self.heads: dict[str, PendingWorkload] = {}
         self._walks: dict[str, Iterator[PendingWorkload]] = {}
-        self._ranks: dict[str, tuple[bool, int, str, str, str]] = {}
+        # The lanes' heads by rank (a heap, built again when the quota in use changed).
+        self._ranked: list[tuple[tuple[bool, int, str, str, str], str]] = []
         self._borrows: dict[tuple[str, tuple[tuple[str, int], ...]], bool] = {}
         self._booked = -1
         self._popped: str | None = None  # the lane to move on before the next pop
@@ -418,20 +420,15 @@ class _Heads:
         self._blocked[name] = why
 
     def _rank(self, name: str) -> tuple[bool, int, str, str, str]:
-        found = self._ranks.get(name)
-        if found is None:
-            head = self.heads[name]
-            borrows = self._borrows.get((name, head.shape))
-            if borrows is None:
-                borrows = self.book.borrows(self.queues[name], head.demand())
-                self._borrows[(name, head.shape)] = borrows
-            found = (borrows, -head.priority, head.created, name, head.key)
-            self._ranks[name] = found
-        return found
+        head = self.heads[name]
+        borrows = self._borrows.get((name, head.shape))
+        if borrows is None:
+            borrows = self.book.borrows(self.queues[name], head.demand())
+            self._borrows[(name, head.shape)] = borrows
+        return (borrows, -head.priority, head.created, name, head.key)
 
     def _advance(self, name: str) -> None:
         """Move the lane past the head just popped."""
-        self._ranks.pop(name, None)
         why = self._blocked.get(name)
         if why is None:
             following = next(self._walks[name], None)
@@ -444,16 +441,19 @@ class _Heads:
 
     def pop(self) -> tuple[str, PendingWorkload] | None:
         """The next head to try, by :func:`admission_cycle`'s rule (None: all tried)."""
-        if self._popped is not None:
-            self._advance(self._popped)
-            self._popped = None
+        moved, self._popped = self._popped, None
+        if moved is not None:
+            self._advance(moved)
         if not self.heads:
             return None
-        if self.book.changes != self._booked:
-            self._ranks.clear()
+        if self.book.changes != self._booked:  # every head is ranked again
             self._borrows.clear()
             self._booked = self.book.changes
-        name = min(self.heads, key=self._rank) if len(self.heads) > 1 else next(iter(self.heads))
+            self._ranked = [(self._rank(name), name) for name in self.heads]
+            heapq.heapify(self._ranked)
+        elif moved is not None and moved in self.heads:
+            heapq.heappush(self._ranked, (self._rank(moved), moved))
+        _, name = heapq.heappop(self._ranked)
         self._popped = name
         return name, self.heads[name]
 
@@ -495,8 +495,11 @@ def admission_cycle(
             refusals.clear()
             refused_at = book.changes
         queue = queues[name]
-        outcome = _quota_refusal(refusals, queue, book, workload.demand()) or _try(
-            workload, queue, book, placer, held
+        # The memo's key is the shape; looked up here first, as most heads are refused by it.
+        outcome = (
+            refusals.get((name, workload.shape))
+            or _quota_refusal(refusals, queue, book, workload.demand())
+            or _try(workload, queue, book, placer, held)
         )
         if isinstance(outcome, str):
             if name in searched:  # one preemption search per queue per cycle, as Kueue's

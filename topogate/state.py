@@ -179,6 +179,9 @@ class ControllerState:
         """Unfinished workloads with no admission written or being written."""
         return frozenset(self._waiting)
 
+    def is_waiting(self, key: str) -> bool:
+        return key in self._waiting
+
     def running(self) -> frozenset[str]:
         """Unfinished workloads whose admission is written (stored, or written by us)."""
         return frozenset(self._running)
