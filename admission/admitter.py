@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from topogate.api.gpus import GpuAssignment
 from topogate.api.models import Admission
-from topogate.api.objects import condition, is_evicted, is_finished, meta, owner_job
+from topogate.api.objects import condition, is_evicted, meta, owner_job
 from topogate.api.times import parse_time
 from topogate.api.topology_assignment import decode
 from topogate.kube.errors import API_ERRORS
@@ -44,11 +44,9 @@ from .podsets import Catalog, Translation, build_placer, translate
 from .preemption import Preemption, Victim
 from .queues import (
     Admitted,
-    PendingWorkload,
+    QueueLanes,
     QueueSpec,
-    Usage,
     admission_cycle,
-    usage_of,
 )
 from .request import PlacementRequest
 from .writes import new_condition, write_gpu_assignment, write_status
@@ -88,6 +86,14 @@ class Admitter:
         # client's queue ahead of admissions and evictions.
         self._courtesy = asyncio.Semaphore(PENDING_WRITE_CONCURRENCY)
         self._candidates: dict[str, Candidate] = {}
+        # The waiting workloads, kept up to date from the state's feed of changed workloads:
+        # in their queues' order (``_lanes``), or with the reason they cannot be considered
+        # (``_problems``). A cycle translates only what changed since the last one.
+        self._changes = state.waiting_changes()
+        self._lanes = QueueLanes()
+        self._problems: dict[str, str] = {}
+        self._generation = -1
+        self._left: set[str] = set()  # stopped waiting; what is kept for them goes soon
         self.cycles = 0
         # Per Workload: the last write spawned (the next one waits for it), the Workload as
         # our last write returned it, and the pending message written or being written.
@@ -108,15 +114,6 @@ class Admitter:
             cached = Candidate(version, translate(workload, key, catalog))
             self._candidates[key] = cached
         return cached.translation
-
-    def _usage(self) -> Usage:
-        """Quota in use: every admitted (or being admitted), unfinished workload's admission."""
-        workloads = self.state.store(WORKLOADS)
-        return usage_of(
-            admission
-            for key in self.state.held()
-            if not is_finished(workloads.get(key)) and (admission := self.state.reserved(key))
-        )
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -167,67 +164,91 @@ class Admitter:
         candidates = [seen, self.state.store(WORKLOADS).get(key), self._returned.get(key)]
         return max((c for c in candidates if c is not None), key=_version)
 
+    def _sync(self, catalog: Catalog) -> None:
+        """Bring the lanes up to the state: translate what changed since the last cycle (every
+        waiting workload after the catalog changed)."""
+        if self._generation != self.state.catalog_generation:
+            self._generation = self.state.catalog_generation
+            self._changes |= self.state.waiting()
+        changed = set(self._changes)
+        self._changes.clear()  # in place: the state fills this very set
+        workloads = self.state.store(WORKLOADS)
+        for key in changed:
+            self._lanes.discard(key)
+            self._problems.pop(key, None)
+            workload = workloads.get(key)
+            if workload is None or not self.state.is_waiting(key):
+                self._candidates.pop(key, None)
+                self._said.pop(key, None)
+                self._left.add(key)
+                continue
+            translation = self._candidate(key, workload, catalog)
+            if translation.pending is None:
+                self._problems[key] = translation.problem
+            else:
+                self._lanes.put(translation.pending)
+
     def decide(self) -> None:
         """Run one cycle: decide in memory, hold what is admitted, and spawn the writes."""
         started = time.perf_counter()
         catalog = self.state.catalog()
-        pending: list[PendingWorkload] = []
-        problems: dict[str, str] = {}
-        waiting: dict[str, Obj] = {}
-        for key, workload in self.state.store(WORKLOADS).items():
-            if is_finished(workload) or self.state.reserved(key) is not None:
-                continue
-            waiting[key] = workload
-            translation = self._candidate(key, workload, catalog)
-            if translation.pending is None:
-                problems[key] = translation.problem
-            else:
-                pending.append(translation.pending)
-        for stale in set(self._candidates) - set(waiting):
-            del self._candidates[stale]
-        if not waiting:
-            self._gauges(catalog.queues, [])
+        self._sync(catalog)
+        self._forget()
+        if not self._lanes and not self._problems:
+            self._gauges(catalog.queues, {})
             return
         snapshot = self.state.snapshot()
-        named = {p.request.topology for p in pending if p.request.topology is not None}
+        named = {p.request.topology for p in self._lanes if p.request.topology is not None}
         placer = build_placer(snapshot, catalog, named, self.exact_budget)
         preempt = preemptor(self.state, catalog.queues, placer)
-        result = admission_cycle(catalog.queues, pending, self._usage(), placer, preempt)
+        result = admission_cycle(
+            catalog.queues, self._lanes, self.state.quota_in_use(), placer, preempt
+        )
         for outcome, count in placer.exact_outcomes.items():
             self.metrics.exact_pass.labels(outcome).inc(count)
         self.metrics.admission_cycle_seconds.observe(time.perf_counter() - started)
         self.cycles += 1
-        requests = {p.key: p.request for p in pending}
-        for admitted_one in result.admitted:
-            request = admitted_one.request or requests[admitted_one.key]  # partial: fewer pods
-            self._assume(waiting[admitted_one.key], admitted_one, request)
-        for key, message in {**problems, **result.pending}.items():
-            self.metrics.admission_attempts.labels("pending").inc()
+        workloads = self.state.store(WORKLOADS)
+        admitted: dict[str, int] = {}
+        for one in result.admitted:
+            entry = self._lanes.get(one.key)
+            assert entry is not None  # the cycle admits only what the lanes hold
+            # Partial admission: the cycle's request has the lowered counts.
+            self._assume(workloads[one.key], one, one.request or entry.request)
+            admitted[one.cluster_queue] = admitted.get(one.cluster_queue, 0) + 1
+        self._pending_messages({**self._problems, **result.pending})
+        for key, plan in result.preemptions:
+            self._preempt(key, plan)
+        self._gauges(catalog.queues, admitted)
+
+    def _pending_messages(self, messages: Mapping[str, str]) -> None:
+        """Queue a write for each message that changed (the newest wins when its turn comes)."""
+        self.metrics.admission_attempts.labels("pending").inc(len(messages))
+        workloads = self.state.store(WORKLOADS)
+        for key, message in messages.items():
             if self._said.get(key) == message:
                 continue  # written, or queued to be
-            if _says(self._current(key, waiting[key]), message):
+            seen = workloads[key]
+            if _says(self._current(key, seen), message):
                 continue
             self._said[key] = message  # a queued write takes the newest message
             if key not in self._pending_tasks:
-                task = asyncio.create_task(self._wait(key, waiting[key]), name=f"pending {key}")
+                task = asyncio.create_task(self._wait(key, seen), name=f"pending {key}")
                 self._pending_tasks[key] = task
-        for key, plan in result.preemptions:
-            self._preempt(key, plan)
-        self._forget(set(waiting))
-        admitted = {a.key for a in result.admitted}
-        self._gauges(catalog.queues, [p for p in pending if p.key not in admitted])
 
-    def _forget(self, waiting: set[str]) -> None:
+    def _forget(self) -> None:
         """Drop what is kept per Workload once it waits no more and has no write left."""
-        for key in set(self._said) - waiting:
-            del self._said[key]
-        for key in set(self._returned) - waiting - set(self._chains) - set(self._pending_tasks):
-            del self._returned[key]
+        for key in list(self._left):
+            if key in self._chains or key in self._pending_tasks:
+                continue
+            self._left.discard(key)
+            if self._lanes.get(key) is None and key not in self._problems:
+                self._returned.pop(key, None)
 
-    def _gauges(self, queues: Mapping[str, QueueSpec], still: list[PendingWorkload]) -> None:
+    def _gauges(self, queues: Mapping[str, QueueSpec], admitted: Mapping[str, int]) -> None:
         counts = dict.fromkeys(queues, 0)
-        for workload in still:
-            counts[workload.cluster_queue] = counts.get(workload.cluster_queue, 0) + 1
+        for name in self._lanes.names():
+            counts[name] = len(self._lanes.lane(name)) - admitted.get(name, 0)
         for name, count in counts.items():
             self.metrics.pending_workloads.labels(name).set(count)
         held = dict.fromkeys(queues, 0)

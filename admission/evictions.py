@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from topogate.api.objects import condition, is_evicted, is_finished, meta
+from topogate.api.objects import condition, is_evicted, meta
 from topogate.kube.protocol import KubeApi
 from topogate.kube.resources import WORKLOADS, Obj
 from topogate.state import ControllerState
 
 from .preemption import Preemption, Running, Victim, plan_preemption
-from .queues import Held, PendingWorkload, Preempt, QueueSpec, SnapshotPlacer, Usage, usage_of
+from .queues import Held, PendingWorkload, Preempt, QueueSpec, SnapshotPlacer, Usage
 from .request import PlacementDecision
 from .writes import new_condition
 
@@ -27,11 +27,12 @@ PREEMPTED = "Preempted"
 def running_workloads(state: ControllerState) -> list[Running]:
     """Every admitted, unfinished workload (as stored), with the nodes it holds."""
     out = []
-    for key, workload in state.store(WORKLOADS).items():
-        admission = state.admission_of(key)
-        if admission is None or is_finished(workload):
+    workloads = state.store(WORKLOADS)
+    for key in state.running():
+        workload, admission = workloads.get(key), state.admission_of(key)
+        if workload is None or admission is None:
             continue
-        usage = usage_of([admission])
+        usage = state.quota_of(key)
         if not usage:
             continue
         (cq, flavor), amounts = next(iter(usage.items()))

@@ -10,10 +10,15 @@ admitted; BestEffortFIFO lets later, smaller ones go by.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol
+
+from sortedcontainers import SortedKeyList
 
 from topogate.api.models import ClusterQueue
 from topogate.api.podspec import Toleration
@@ -196,14 +201,76 @@ class PendingWorkload:
     priority: int
     created: str  # RFC 3339; sorts in time order
     request: PlacementRequest
+    # The whole gang's requests per resource, and the same as a sorted tuple (its shape: a
+    # quota answer holds for every workload of one shape in a queue). Worked out once: a
+    # cycle asks for them for every workload it looks at.
+    _demand: dict[str, int] = field(init=False, repr=False, compare=False)
+    shape: tuple[tuple[str, int], ...] = field(init=False, repr=False, compare=False)
 
-    def demand(self) -> dict[str, int]:
-        """Total requests of the whole gang, per resource."""
+    def __post_init__(self) -> None:
         total: dict[str, int] = {}
         for podset in self.request.podsets:
             for name, amount in podset.requests.items():
                 total[name] = total.get(name, 0) + amount * podset.count
-        return total
+        object.__setattr__(self, "_demand", total)
+        object.__setattr__(self, "shape", tuple(sorted(total.items())))
+
+    def demand(self) -> Mapping[str, int]:
+        """Total requests of the whole gang, per resource."""
+        return self._demand
+
+
+def queue_order(workload: PendingWorkload) -> tuple[int, str, str]:
+    """A ClusterQueue's order: higher priority first, then older, then by key (Kueue's
+    priority, then creation time; the key makes it total)."""
+    return (-workload.priority, workload.created, workload.key)
+
+
+class QueueLanes:
+    """The pending workloads of each ClusterQueue, each lane kept in :func:`queue_order` as
+    workloads come, change and go: a cycle walks the lanes from their heads instead of
+    sorting every pending workload again (O(log n) per change)."""
+
+    def __init__(self, workloads: Iterable[PendingWorkload] = ()) -> None:
+        self._lanes: dict[str, SortedKeyList[PendingWorkload, tuple[int, str, str]]] = {}
+        self._entries: dict[str, PendingWorkload] = {}
+        for workload in workloads:
+            self.put(workload)
+
+    def put(self, workload: PendingWorkload) -> None:
+        """Add the workload, or move it to where its new version belongs."""
+        self.discard(workload.key)
+        lane = self._lanes.get(workload.cluster_queue)
+        if lane is None:
+            lane = self._lanes[workload.cluster_queue] = SortedKeyList(key=queue_order)
+        lane.add(workload)
+        self._entries[workload.key] = workload
+
+    def discard(self, key: str) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            return
+        lane = self._lanes[entry.cluster_queue]
+        lane.remove(entry)
+        if not lane:
+            del self._lanes[entry.cluster_queue]
+
+    def get(self, key: str) -> PendingWorkload | None:
+        return self._entries.get(key)
+
+    def names(self) -> list[str]:
+        """The ClusterQueues with pending workloads, in name order."""
+        return sorted(self._lanes)
+
+    def lane(self, name: str) -> Sequence[PendingWorkload]:
+        """The queue's pending workloads, head first."""
+        return self._lanes.get(name) or ()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[PendingWorkload]:
+        return iter(self._entries.values())
 
 
 class Placer(Protocol):
@@ -243,7 +310,7 @@ Preempt = Callable[["PendingWorkload", "QueueSpec", "Usage", "Held"], "Preemptio
 
 def order(workloads: Sequence[PendingWorkload]) -> list[PendingWorkload]:
     """Queue order: higher priority first, then older, then by key (deterministic)."""
-    return sorted(workloads, key=lambda w: (-w.priority, w.created, w.key))
+    return sorted(workloads, key=queue_order)
 
 
 def _quota_problem(
@@ -311,59 +378,99 @@ def _try(
     return "; ".join(reasons) or f"ClusterQueue {queue.name} has no flavors"
 
 
+_KEY = attrgetter("key")
+
+
 class _Heads:
-    """The queues' lanes, each in its own order, and the next head to try across them.
+    """The queues' lanes, each walked from its head, and the next head to try across them.
 
     Each lane's head is ranked once, and again only after the quota in use changed (an
-    admission or a preemptor's reservation): with thousands pending, ranking every head at
-    every step was most of a cycle.
+    admission or a preemptor's reservation); whether a head would borrow is worked out once
+    per (queue, shape) between such changes. The lanes are not changed: the walk is a cursor.
+
+    The rest of a blocked StrictFIFO lane is passed over at once (:meth:`block`): each of them
+    would be refused without side effects, and a lane holding only such refusals does not
+    change the order in which the other lanes' heads come up. (Passing over the rest of a
+    shape refused for quota would not be exact: a refused head holds its lane back, so the
+    order of the other lanes' admissions depends on its rank.)
     """
 
-    def __init__(self, queues: Mapping[str, QueueSpec], book: QuotaBook) -> None:
-        self.queues, self.book = queues, book
-        self.lanes: dict[str, list[PendingWorkload]] = {}
-        self._ranks: dict[str, tuple[bool, int, str, str, str]] = {}
+    def __init__(self, queues: Mapping[str, QueueSpec], book: QuotaBook, lanes: QueueLanes) -> None:
+        self.queues, self.book, self.lanes = queues, book, lanes
+        self.heads: dict[str, PendingWorkload] = {}
+        self._walks: dict[str, Iterator[PendingWorkload]] = {}
+        # The lanes' heads by rank (a heap, built again when the quota in use changed).
+        self._ranked: list[tuple[tuple[bool, int, str, str, str], str]] = []
+        self._borrows: dict[tuple[str, tuple[tuple[str, int], ...]], bool] = {}
         self._booked = -1
+        self._popped: str | None = None  # the lane to move on before the next pop
+        self._blocked: dict[str, str] = {}
+        self._passed: dict[str, str] = {}  # key -> the answer it was passed over with
 
-    def fill(self, pending: Sequence[PendingWorkload], result: CycleResult) -> None:
-        for workload in pending:
-            self.lanes.setdefault(workload.cluster_queue, []).append(workload)
-        for name in sorted(self.lanes):
+    def fill(self, result: CycleResult) -> None:
+        self._passed = result.pending
+        for name in self.lanes.names():
+            lane = self.lanes.lane(name)
             if name not in self.queues:
-                for workload in self.lanes.pop(name):
+                for workload in lane:
                     result.pending[workload.key] = f"ClusterQueue {name} does not exist"
-            else:
-                self.lanes[name] = order(self.lanes[name])[::-1]  # the head last: O(1) pops
+                continue
+            walk = iter(lane)
+            self._walks[name] = walk
+            self.heads[name] = next(walk)
+
+    def block(self, name: str, why: str) -> None:
+        """A StrictFIFO queue waits behind its head: the rest of it waits too."""
+        self._blocked[name] = why
 
     def _rank(self, name: str) -> tuple[bool, int, str, str, str]:
-        found = self._ranks.get(name)
-        if found is None:
-            head = self.lanes[name][-1]
+        head = self.heads[name]
+        borrows = self._borrows.get((name, head.shape))
+        if borrows is None:
             borrows = self.book.borrows(self.queues[name], head.demand())
-            found = (borrows, -head.priority, head.created, name, head.key)
-            self._ranks[name] = found
-        return found
+            self._borrows[(name, head.shape)] = borrows
+        return (borrows, -head.priority, head.created, name, head.key)
 
-    def pop(self) -> tuple[str, PendingWorkload]:
-        if self.book.changes != self._booked:
-            self._ranks.clear()
+    def _advance(self, name: str) -> None:
+        """Move the lane past the head just popped."""
+        why = self._blocked.get(name)
+        if why is None:
+            following = next(self._walks[name], None)
+            if following is not None:
+                self.heads[name] = following
+                return
+        else:
+            self._passed.update(zip(map(_KEY, self._walks[name]), repeat(why)))
+        del self.heads[name], self._walks[name]
+
+    def pop(self) -> tuple[str, PendingWorkload] | None:
+        """The next head to try, by :func:`admission_cycle`'s rule (None: all tried)."""
+        moved, self._popped = self._popped, None
+        if moved is not None:
+            self._advance(moved)
+        if not self.heads:
+            return None
+        if self.book.changes != self._booked:  # every head is ranked again
+            self._borrows.clear()
             self._booked = self.book.changes
-        name = min(self.lanes, key=self._rank)
-        workload = self.lanes[name].pop()
-        del self._ranks[name]
-        if not self.lanes[name]:
-            del self.lanes[name]
-        return name, workload
+            self._ranked = [(self._rank(name), name) for name in self.heads]
+            heapq.heapify(self._ranked)
+        elif moved is not None and moved in self.heads:
+            heapq.heappush(self._ranked, (self._rank(moved), moved))
+        _, name = heapq.heappop(self._ranked)
+        self._popped = name
+        return name, self.heads[name]
 
 
 def admission_cycle(
     queues: Mapping[str, QueueSpec],
-    pending: Sequence[PendingWorkload],
+    pending: Sequence[PendingWorkload] | QueueLanes,
     usage: Usage,
     placer: Placer,
     preempt: Preempt | None = None,
 ) -> CycleResult:
-    """Admit what fits; ``usage`` is updated with the admissions.
+    """Admit what fits; ``usage`` is updated with the admissions. ``pending`` is a list, or
+    the lanes a caller keeps in order across cycles (it is not changed).
 
     Each queue is walked in its own order (:func:`order`); across queues the next workload
     tried is the best of the queues' heads, by Kueue's rule: one that fits within its queue's
@@ -376,9 +483,9 @@ def admission_cycle(
     result = CycleResult()
     book = QuotaBook(queues, usage)
     held: Held = []
-    heads = _Heads(queues, book)
-    heads.fill(pending, result)
-    blocked: dict[str, str] = {}  # StrictFIFO queue -> the workload it waits behind
+    lanes = pending if isinstance(pending, QueueLanes) else QueueLanes(pending)
+    heads = _Heads(queues, book, lanes)
+    heads.fill(result)
     # Queues whose first workload that does not fit looked for victims this cycle: the
     # search is the costly part, and the later ones are of lower or equal rank.
     searched: set[str] = set()
@@ -386,17 +493,17 @@ def admission_cycle(
     # pending workloads come in a few shapes, and each refusal was worked out and worded anew.
     refusals: dict[tuple[str, tuple[tuple[str, int], ...]], str] = {}
     refused_at = 0
-    while heads.lanes:
-        name, workload = heads.pop()
+    while (popped := heads.pop()) is not None:
+        name, workload = popped
         if book.changes != refused_at:
             refusals.clear()
             refused_at = book.changes
-        if name in blocked:
-            result.pending[workload.key] = f"waiting behind {blocked[name]} (StrictFIFO)"
-            continue
         queue = queues[name]
-        outcome = _quota_refusal(refusals, queue, book, workload.demand()) or _try(
-            workload, queue, book, placer, held
+        # The memo's key is the shape; looked up here first, as most heads are refused by it.
+        outcome = (
+            refusals.get((name, workload.shape))
+            or _quota_refusal(refusals, queue, book, workload.demand())
+            or _try(workload, queue, book, placer, held)
         )
         if isinstance(outcome, str):
             planned = len(result.preemptions)
@@ -414,7 +521,7 @@ def admission_cycle(
             if isinstance(outcome, str):
                 result.pending[workload.key] = outcome
                 if queue.strategy == STRICT_FIFO:
-                    blocked[name] = workload.key
+                    heads.block(name, f"waiting behind {workload.key} (StrictFIFO)")
                 continue
         result.admitted.append(outcome)
         book.add(name, outcome.flavor, outcome.usage)

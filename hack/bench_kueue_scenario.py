@@ -16,6 +16,11 @@ Kueue's recorder measures it: Admitted's lastTransitionTime minus creationTimest
 
 --cohorts 1 is a quick run (3,000 Workloads); Kueue's is 5 (15,000). The Kueue side runs
 hack/kueue_side.sh with the same config and the same cohort count.
+
+Pod churn (topogate side): --pods-per-node N binds N running pods (1 CPU each, not
+topogate's) to every node before `serve` starts, and --churn P replaces P% of them every
+--churn-interval seconds while the scenario runs (delete, create on a random node), so the
+capacity cache, the pod watch and the cycles run under churn.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
+import random
 import re
 import signal
 import statistics
@@ -42,7 +48,7 @@ import yaml
 
 from topogate.kube.client import Kube
 from topogate.kube.errors import KubeError
-from topogate.kube.resources import WORKLOADS, Obj
+from topogate.kube.resources import PODS, WORKLOADS, Obj, Resource
 from topogate.testing.controlplane import ControlPlane
 from topogate.testing.localcluster import create_all, install_crds, serving
 
@@ -69,6 +75,7 @@ SETS = [
     ("large-balanced-rack", 16, 1200, 1000, 200, "2500m", 8, "balanced", 4),
 ]
 QUEUES_PER_COHORT, RACKS, NODES_PER_RACK = 6, 10, 64
+CHURN_NAMESPACE = "churn"
 
 
 @dataclass
@@ -80,6 +87,18 @@ class Record:
     finished: bool = False
     running: bool = False  # admitted, and its finish is scheduled
     evictions: int = 0
+
+
+@dataclass
+class Churn:
+    """Pods bound to the nodes, and what replacing them took."""
+
+    percent: float = 0.0
+    interval: float = 1.0
+    pods: dict[str, str] = field(default_factory=dict)  # pod name -> node
+    replaced: int = 0
+    rounds: list[float] = field(default_factory=list)  # seconds per round
+    made: int = 0  # pods created so far (for names)
 
 
 @dataclass
@@ -328,6 +347,67 @@ async def requeue(kube: Kube, obj: Obj) -> None:
         await kube.patch(WORKLOADS, m["name"], body, m["namespace"], subresource="status")
 
 
+# --- pod churn --------------------------------------------------------------------------------
+
+
+def churn_pod(name: str, node: str) -> Obj:
+    container = {"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": CHURN_NAMESPACE},
+        "spec": {"nodeName": node, "containers": [container]},
+    }
+
+
+async def bind_pods(kubeconfig: Path, nodes: list[str], per_node: int, churn: Churn) -> None:
+    """``per_node`` pods on every node, bound at creation (no scheduler, no kubelet)."""
+    kube = await Kube.connect(str(kubeconfig), qps=None)
+    limit = asyncio.Semaphore(32)
+
+    async def one(node: str) -> None:
+        async with limit:
+            name = f"p{churn.made}"
+            churn.made += 1
+            await kube.create(PODS, churn_pod(name, node), CHURN_NAMESPACE)
+            churn.pods[name] = node
+
+    try:
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CHURN_NAMESPACE}}
+        await kube.create(Resource("v1", "namespaces", namespaced=False), namespace)
+        await asyncio.gather(*(one(node) for node in nodes for _ in range(per_node)))
+    finally:
+        await kube.close()
+
+
+async def churn_pods(kube: Kube, run: Run, churn: Churn, nodes: list[str]) -> None:
+    """Every interval, replace ``percent``% of the pods (delete at once, create on a random
+    node) until the scenario is done."""
+    rng = random.Random(0)
+    limit = asyncio.Semaphore(32)
+
+    async def replace(name: str) -> None:
+        async with limit:
+            path = PODS.path(CHURN_NAMESPACE, name)
+            with contextlib.suppress(KubeError):
+                await kube.request("DELETE", path, {"gracePeriodSeconds": 0})
+            new, churn.made = f"p{churn.made}", churn.made + 1
+            node = rng.choice(nodes)
+            await kube.create(PODS, churn_pod(new, node), CHURN_NAMESPACE)
+            churn.pods[new] = node
+
+    while not run.done.is_set():
+        started = time.monotonic()
+        count = max(1, round(len(churn.pods) * churn.percent / 100))
+        victims = rng.sample(sorted(churn.pods), count)
+        for name in victims:
+            del churn.pods[name]
+        await asyncio.gather(*(replace(name) for name in victims))
+        churn.replaced += count
+        churn.rounds.append(time.monotonic() - started)
+        await asyncio.sleep(max(0.0, churn.interval - (time.monotonic() - started)))
+
+
 # --- serve's own figures --------------------------------------------------------------------
 
 
@@ -415,7 +495,9 @@ def stalls(run: Run, until: float) -> tuple[list[int], int]:
     return per_window, zero
 
 
-async def drive(plane: ControlPlane, cohorts: int, fraction: float) -> Run:
+async def drive(
+    plane: ControlPlane, cohorts: int, fraction: float, churn: Churn, nodes: list[str]
+) -> Run:
     kube = await Kube.connect(str(plane.kubeconfig), qps=None)
     run = Run(started=time.monotonic())
     sets = counted(fraction)
@@ -434,24 +516,41 @@ async def drive(plane: ControlPlane, cohorts: int, fraction: float) -> Run:
             )
 
     reporter = asyncio.create_task(progress())
+    churner = None
     try:
         recorder = asyncio.create_task(record(kube, run, total))
         await asyncio.sleep(0.5)  # the watch is open before the first create
+        if churn.percent > 0 and churn.pods:
+            churner = asyncio.create_task(churn_pods(kube, run, churn, nodes))
         await generate(kube, run, cohorts, sets)
         await asyncio.wait_for(recorder, 3600)
+        if churner is not None:
+            await churner  # ends after its round once the scenario is done
     finally:
         reporter.cancel()
+        if churner is not None:
+            churner.cancel()
         await kube.close()
     return run
 
 
 def topogate_side(
-    directory: Path, cohorts: int, fraction: float, racks: int, per_rack: int
+    directory: Path,
+    cohorts: int,
+    fraction: float,
+    racks: int,
+    per_rack: int,
+    churn: Churn,
+    pods_per_node: int = 0,
 ) -> dict[str, Any]:
     plane = ControlPlane.start(directory / "plane", scheduler=False)
     try:
         install_crds(plane.kubeconfig)
-        create_all(plane.kubeconfig, cluster_objects(cohorts, racks, per_rack))
+        objs = cluster_objects(cohorts, racks, per_rack)
+        create_all(plane.kubeconfig, objs)
+        nodes = [o["metadata"]["name"] for o in objs if o["kind"] == "Node"]
+        if pods_per_node:
+            asyncio.run(bind_pods(plane.kubeconfig, nodes, pods_per_node, churn))
         log = directory / "serve.log"
         launched = time.monotonic()
         with serving(
@@ -463,7 +562,7 @@ def topogate_side(
             cpu0 = proc_cpu(proc.pid)
             before = scrape(port)
             started = time.monotonic()
-            run = asyncio.run(drive(plane, cohorts, fraction))
+            run = asyncio.run(drive(plane, cohorts, fraction, churn, nodes))
             wall = time.monotonic() - started
             after = scrape(port)
             cpu = proc_cpu(proc.pid) - cpu0
@@ -490,6 +589,15 @@ def topogate_side(
             "cycle_mean_ms": 1000 * cycle_sum / cycles if cycles else 0.0,
             "per_window": per_window,
             "zero_windows": zero,
+            "pods": len(churn.pods),
+            "churn": {
+                "percent": churn.percent,
+                "interval": churn.interval,
+                "replaced": churn.replaced,
+                "rounds": len(churn.rounds),
+                "round_p50": sorted(churn.rounds)[len(churn.rounds) // 2] if churn.rounds else 0,
+                "round_max": max(churn.rounds, default=0.0),
+            },
         }
     finally:
         plane.stop()
@@ -540,6 +648,13 @@ def report(ours: dict[str, Any], theirs: dict[str, Any] | None) -> None:
         f"start; first admission {ours['first_admission'] * 1000:.0f} ms after the first create"
     )
     print(f"  cycles {ours['cycles']:.0f}, mean {ours['cycle_mean_ms']:.1f} ms")
+    churn = ours["churn"]
+    if churn["rounds"]:
+        print(
+            f"  pod churn: {ours['pods']} bound pods, {churn['percent']:g}% replaced every "
+            f"{churn['interval']:g} s: {churn['replaced']} replaced in {churn['rounds']} rounds "
+            f"(a round took {churn['round_p50']:.2f} s median, {churn['round_max']:.2f} s max)"
+        )
     print(f"  admissions per 10 s: {ours['per_window']}")
     print(f"  10 s windows with no admission while work waited: {ours['zero_windows']}")
     if theirs is not None:
@@ -576,6 +691,18 @@ def main() -> None:
     parser.add_argument(
         "--nodes-per-rack", type=int, default=NODES_PER_RACK, help="topogate side: nodes per rack"
     )
+    parser.add_argument(
+        "--pods-per-node", type=int, default=0, help="topogate side: running pods bound per node"
+    )
+    parser.add_argument(
+        "--churn",
+        type=float,
+        default=0.0,
+        help="topogate side: %% of those pods replaced per round",
+    )
+    parser.add_argument(
+        "--churn-interval", type=float, default=1.0, help="seconds between churn rounds"
+    )
     parser.add_argument("--json", type=Path, help="write the figures here too")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -583,8 +710,15 @@ def main() -> None:
         if args.kueue_checkout is not None:
             checkout = args.kueue_checkout.resolve()
             theirs = kueue_side(checkout, Path(tmp), args.cohorts, args.fraction)
+        churn = Churn(args.churn, args.churn_interval)
         ours = topogate_side(
-            Path(tmp), args.cohorts, args.fraction, args.racks, args.nodes_per_rack
+            Path(tmp),
+            args.cohorts,
+            args.fraction,
+            args.racks,
+            args.nodes_per_rack,
+            churn,
+            args.pods_per_node,
         )
         report(ours, theirs)
         if args.json:

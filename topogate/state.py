@@ -21,6 +21,7 @@ from typing import Any
 
 from topogate.admission.assignments import usage_from_admission
 from topogate.admission.podsets import Catalog, build_catalog
+from topogate.admission.queues import Usage, usage_of
 from topogate.api.errors import InputError
 from topogate.api.gpus import GpuAssignment
 from topogate.api.hypernodes import HyperNode, parse_hypernode
@@ -139,6 +140,15 @@ class ControllerState:
         self._catalog: Catalog | None = None
         self.catalog_generation = 0  # bumped whenever the catalog may have changed
         self._domains: dict[tuple[str, ...], dict[tuple[str, ...], list[str]]] = {}
+        # Unfinished workloads, kept up to date on every change so no reader walks every
+        # Workload ever seen (finished ones stay in the store): those waiting for an admission
+        # (no admission written or being written) and those running (an admission written).
+        self._waiting: set[str] = set()
+        self._running: set[str] = set()
+        self._waiting_feeds: list[set[str]] = []
+        # The quota each unfinished workload with an admission (written or being written)
+        # holds, parsed once per change rather than once per cycle.
+        self._quota: dict[str, Usage] = {}
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -172,6 +182,39 @@ class ControllerState:
 
     def held(self) -> frozenset[str]:
         return frozenset(self._held)
+
+    def waiting(self) -> frozenset[str]:
+        """Unfinished workloads with no admission written or being written."""
+        return frozenset(self._waiting)
+
+    def is_waiting(self, key: str) -> bool:
+        return key in self._waiting
+
+    def running(self) -> frozenset[str]:
+        """Unfinished workloads whose admission is written (stored, or written by us)."""
+        return frozenset(self._running)
+
+    def quota_of(self, key: str) -> Usage:
+        """The quota the workload's admission holds ({} when it holds none)."""
+        return self._quota.get(key, {})
+
+    def quota_in_use(self) -> Usage:
+        """Quota in use: every admitted (or being admitted), unfinished workload's admission
+        whose capacity is held."""
+        total: Usage = {}
+        for key in self._held:
+            for slot, amounts in self._quota.get(key, {}).items():
+                into = total.setdefault(slot, {})
+                for resource, amount in amounts.items():
+                    into[resource] = into.get(resource, 0) + amount
+        return total
+
+    def waiting_changes(self) -> set[str]:
+        """A feed for one reader: the set fills with the key of every workload that changed or
+        started or stopped waiting (the reader empties it as it takes them)."""
+        feed = set(self._waiting)
+        self._waiting_feeds.append(feed)
+        return feed
 
     def nodes(self) -> list[NodeInfo]:
         return self._capacity.nodes()
@@ -236,12 +279,14 @@ class ControllerState:
         away (assume, then write; :meth:`confirm_admission` or :meth:`forget_admission`)."""
         self._hold(key, per_node, gpus)
         self._assumed[key] = admission
+        self._classify(key)
 
     def confirm_admission(self, key: str) -> None:
         """The write succeeded: readers may act on it before the watch brings it back."""
         admission = self._assumed.pop(key, None)
         if admission is not None and key in self._held:
             self._written[key] = admission
+        self._classify(key)
 
     def forget_admission(self, key: str) -> None:
         """The write failed: give the capacity back, unless the watch already shows the
@@ -249,6 +294,7 @@ class ControllerState:
         show it admitted later, the handler holds its usage again from its status."""
         self._assumed.pop(key, None)
         self._written.pop(key, None)
+        self._classify(key)
         stored = self._stores[WORKLOADS.key].get(key)
         if is_admitted(stored) and not is_finished(stored):
             return
@@ -268,11 +314,13 @@ class ControllerState:
         }
         self._hold(key, per_node, kept)
         self._assumed[key] = admission
+        self._classify(key)
 
     def forget_reassignment(self, key: str) -> None:
         """The new admission was not written: hold the stored one again."""
         self._assumed.pop(key, None)
         self._written.pop(key, None)
+        self._classify(key)
         stored = self._stores[WORKLOADS.key].get(key)
         if stored is not None and is_admitted(stored) and not is_finished(stored):
             self._rehold(key, stored)
@@ -292,6 +340,26 @@ class ControllerState:
     def _release(self, key: str) -> None:
         self._held.discard(key)
         self._capacity.release_workload(key)
+
+    def _classify(self, key: str) -> None:
+        """Put a workload in the waiting or running set (or neither) after any change to it
+        or to its admission, and tell the feeds."""
+        stored = self._stores[WORKLOADS.key].get(key)
+        live = stored is not None and not is_finished(stored)
+        running = live and self.admission_of(key) is not None
+        waiting = live and not running and key not in self._assumed
+        reserved = self.reserved(key) if live else None
+        if reserved is None:
+            self._quota.pop(key, None)
+        else:
+            self._quota[key] = usage_of([reserved])
+        for members, belongs in ((self._running, running), (self._waiting, waiting)):
+            if belongs:
+                members.add(key)
+            else:
+                members.discard(key)
+        for feed in self._waiting_feeds:
+            feed.add(key)
 
     def nodes_in_domain(self, levels: Sequence[str], values: Sequence[str]) -> list[str]:
         """Names of the nodes whose labels match ``values`` on ``levels``, sorted; an index per
@@ -324,6 +392,7 @@ class ControllerState:
             dispatch[JOB_RESOURCES[kind.kind].key] = self._job_handler(kind.kind)
         on_event = dispatch.get(resource.key, self._on_queue_object)
         store = self._stores[resource.key]
+        classify = resource.key == WORKLOADS.key
 
         def on_change(old: Obj | None, new: Obj | None) -> None:
             if new is None and old is not None:
@@ -336,6 +405,9 @@ class ControllerState:
                 on_event(old, new)
             except InputError as error:
                 log.warning("ignoring %s: %s", resource.key, error.describe())
+            finally:
+                if classify:
+                    self._classify(key_of(new if new is not None else old or {}))
             for listener in self._subscribers.get(resource.key, ()):
                 listener(old, new)
 
