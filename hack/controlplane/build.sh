@@ -15,8 +15,11 @@
 # A warm machine returns at once; a cold one needs the Go module proxy and many minutes.
 set -euo pipefail
 
-# v1.34.2: the newest 1.34 whose staging modules the module proxy serves in full here.
-KUBE_VERSION=${KUBE_VERSION:-v1.34.2}
+# v1.36.3: the module proxy here serves it with all its staging modules, it builds completely
+# and the cluster tests pass on it (v1.34.2, the newest full 1.34 here, still builds with
+# KUBE_VERSION=v1.34.2). etcd v3.6.16 suits both: 1.34 and 1.36 use the v3.6 client (v3.6.4,
+# v3.6.8) and kubeadm pairs them with etcd 3.6.
+KUBE_VERSION=${KUBE_VERSION:-v1.36.3}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 # v5.7.1: the newest kustomize that builds with Go 1.26 (5.8 wants Go 1.27).
 KUSTOMIZE_VERSION=${KUSTOMIZE_VERSION:-v5.7.1}
