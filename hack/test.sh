@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README and .ci/run call this): installs what the tests need into .venv,
 # builds (or finds cached) the local control plane, then runs the linters, the type checker and
-# the test suite. Needs python3 with venv, and Go >= 1.24 with the module proxy for a cold build.
+# the test suite. Needs python3 with venv, and Go >= 1.26 with the module proxy for a cold build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+
 import pytest
 from kubernetes import client
 
@@ -13,7 +16,16 @@ pytestmark = pytest.mark.cluster
 
 def test_api_server_is_real_and_enforces_validation(control_plane: ControlPlane) -> None:
     core = client.CoreV1Api(api_client(control_plane))
-    assert client.VersionApi(api_client(control_plane)).get_code().git_version == "v1.34.2"
+    # The server is the binary build.sh made (of the release it was asked for).
+    assert control_plane.bin_dir is not None
+    built = subprocess.run(
+        [str(control_plane.bin_dir / "kube-apiserver"), "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    served = client.VersionApi(api_client(control_plane)).get_code().git_version
+    assert built == ["Kubernetes", served] and served.startswith("v1.")
     names = {ns.metadata.name for ns in core.list_namespace().items}
     assert {"default", "kube-system"} <= names
     with pytest.raises(client.ApiException) as error:
@@ -58,3 +70,82 @@ def test_the_binaries_are_found_through_build_sh_without_the_variable(
     assert (found / "kube-apiserver").is_file()
     if expected:
         assert found == Path(expected)
+
+
+def test_jobset_controller_runs_a_jobset_through_jobs_to_bound_pods(
+    control_plane: ControlPlane,
+) -> None:
+    """JobSet's own controller, CRD and webhooks (from the release build.sh built): a plain
+    JobSet, no topogate, becomes Jobs (JobSet's controller) and bound pods (the Job controller
+    and the scheduler)."""
+    control_plane.start_jobset()
+    control_plane.start_jobset()  # a second call finds it running
+    api = api_client(control_plane)
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    core.create_node(fake_node("cp-jobset-node"))
+    core.create_namespace({"metadata": {"name": "cp-jobset"}})
+    custom = client.CustomObjectsApi(api)
+    pod_spec = {
+        "restartPolicy": "Never",
+        "nodeSelector": {"kubernetes.io/hostname": "cp-jobset-node"},
+        "containers": [{"name": "c", "image": "x"}],
+    }
+    made = custom.create_namespaced_custom_object(
+        "jobset.x-k8s.io",
+        "v1alpha2",
+        "cp-jobset",
+        "jobsets",
+        {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {"name": "pair"},
+            "spec": {
+                "replicatedJobs": [
+                    {
+                        "name": "w",
+                        "replicas": 2,
+                        "template": {
+                            "spec": {
+                                "parallelism": 1,
+                                "completions": 1,
+                                "template": {"spec": pod_spec},
+                            }
+                        },
+                    }
+                ]
+            },
+        },
+    )
+    # JobSet's defaulting webhook answered (the CRD defaults none of these).
+    template = made["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert template["completionMode"] == "Indexed"
+    assert made["spec"]["successPolicy"] == {"operator": "All"}
+
+    def jobs() -> list[str] | None:
+        items = batch.list_namespaced_job("cp-jobset").items
+        return sorted(str(j.metadata.name) for j in items) or None
+
+    assert eventually(jobs, 30) == ["pair-w-0", "pair-w-1"]
+
+    def bound() -> list[str] | None:
+        pods = core.list_namespaced_pod("cp-jobset").items
+        nodes = [p.spec.node_name for p in pods if p.spec.node_name]
+        return nodes if len(nodes) == 2 else None
+
+    assert eventually(bound, 60) == ["cp-jobset-node", "cp-jobset-node"]
+    # JobSet's validating webhook answers too: a running JobSet's replicated jobs are
+    # immutable (the CRD's own rules do not cover them).
+    with pytest.raises(client.ApiException) as error:
+        custom.patch_namespaced_custom_object(
+            "jobset.x-k8s.io",
+            "v1alpha2",
+            "cp-jobset",
+            "jobsets",
+            "pair",
+            [{"op": "replace", "path": "/spec/replicatedJobs/0/replicas", "value": 3}],
+            _content_type="application/json-patch+json",
+        )
+    assert error.value.status == 422, error.value
+    message = json.loads(error.value.body)["message"]
+    assert message.startswith('admission webhook "vjobset.kb.io" denied the request'), message
+    assert "field is immutable" in message, message

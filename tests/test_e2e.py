@@ -1,6 +1,7 @@
 """End to end on the real control plane: `topogate serve` (with its webhooks) admits queued
-jobs, the real Job controller creates their pods, topogate's ungater releases them onto their
-domains and the real kube-scheduler binds them to fake Ready nodes.
+jobs, the real JobSet controller creates a JobSet's Jobs, the real Job controller creates their
+pods, topogate's ungater releases them onto their domains and the real kube-scheduler binds
+them to fake Ready nodes.
 
 Each test has its own namespace, ResourceFlavor (selecting its own nodes by a pool label),
 ClusterQueue and LocalQueue, so tests never see each other's capacity.
@@ -36,7 +37,8 @@ GROUP, VERSION = "topogate.dev", "v1alpha1"
 
 @pytest.fixture(scope="module")
 def cluster(control_plane: ControlPlane) -> Iterator[ControlPlane]:
-    install_crds(control_plane.kubeconfig)
+    control_plane.start_jobset()  # JobSet's controller, webhooks and CRD, from its release
+    install_crds(control_plane.kubeconfig, jobset=False)
     create_all(
         control_plane.kubeconfig,
         [
@@ -315,6 +317,9 @@ def test_jobset_is_admitted_as_one_gang(serve: Serve, pool: Pool) -> None:
     }
     created = submit(pool, jobset)
     assert created["spec"]["suspend"] is True
+    # Defaulted by JobSet's own webhook (its CRD defaults neither).
+    assert created["spec"]["successPolicy"]["operator"] == "All"
+    assert created["spec"]["network"]["enableDNSHostnames"] is True
     custom = client.CustomObjectsApi(pool.api)
 
     def started() -> dict[str, Any] | None:
@@ -323,34 +328,9 @@ def test_jobset_is_admitted_as_one_gang(serve: Serve, pool: Pool) -> None:
         )
         return obj if obj["spec"].get("suspend") is False else None
 
-    running = eventually(started, 60)
-    # The JobSet controller is not available here (its module is not in the reachable proxy);
-    # the test makes the child Jobs exactly as it would, and the real Job controller runs them.
-    rjob = running["spec"]["replicatedJobs"][0]
-    children = []
-    for index in range(2):
-        labels = {
-            "jobset.sigs.k8s.io/jobset-name": "ring",
-            "jobset.sigs.k8s.io/replicatedjob-name": "workers",
-            "jobset.sigs.k8s.io/job-index": str(index),
-        }
-        spec = dict(rjob["template"]["spec"])
-        pod_template = dict(spec["template"])
-        pod_template["metadata"] = {
-            **pod_template["metadata"],
-            "labels": {**pod_template["metadata"].get("labels", {}), **labels},
-        }
-        spec["template"] = pod_template
-        children.append(
-            {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "metadata": {"name": f"ring-workers-{index}", "labels": labels},
-                "spec": spec,
-            }
-        )
-    for child in children:
-        submit(pool, child)
+    eventually(started, 60)
+    # No child Job is made here: JobSet's own controller creates them (suspended while the
+    # JobSet is) and resumes them with the scheduling directives topogate put in its templates.
     pods = eventually(lambda: all_bound(pool, "jobset.sigs.k8s.io/jobset-name=ring", 4), 60)
     labels = pool.node_labels()
     assert {labels[p.spec.node_name][RACK] for p in pods} == {"r1"}
@@ -363,6 +343,22 @@ def test_jobset_is_admitted_as_one_gang(serve: Serve, pool: Pool) -> None:
         for p in pods
     }
     assert [by_rank[r] for r in range(4)] == expanded
+    batch = client.BatchV1Api(pool.api)
+    children = batch.list_namespaced_job(
+        pool.namespace, label_selector="jobset.sigs.k8s.io/jobset-name=ring"
+    ).items
+    assert sorted(str(j.metadata.name) for j in children) == ["ring-workers-0", "ring-workers-1"]
+    for child in children:
+        owner = child.metadata.owner_references[0]
+        assert (owner.kind, owner.name, owner.uid, owner.controller) == (
+            "JobSet",
+            "ring",
+            created["metadata"]["uid"],
+            True,
+        )
+        assert child.spec.suspend is False
+    # One Workload for the gang: the child Jobs are the JobSet's, not queued on their own.
+    assert [w["metadata"]["ownerReferences"][0]["name"] for w in pool.workloads()] == ["ring"]
 
 
 def test_job_that_does_not_fit_waits_then_runs_when_a_node_is_added(

@@ -6,25 +6,33 @@
 #                                   replace lines, derived from that release's own go.mod)
 #   etcd                            from go.etcd.io/etcd/server/v3 (a wrapper module)
 #   kustomize                       sigs.k8s.io/kustomize/kustomize/v5 (go install; renders config/)
+#   jobset-controller               sigs.k8s.io/jobset (go install: its go.mod has no replace lines),
+#     jobset-crd.yaml               with its CRD and webhook configurations from the same module
+#     jobset-webhooks.yaml          (config/components/crd/bases, kustomize build config/components/webhook)
 #
 # Outputs live outside the repository, keyed by version:
-#   ${TOPOGATE_CACHE:-~/.cache/topogate}/controlplane/kube-<v>-etcd-<v>/bin
+#   ${TOPOGATE_CACHE:-~/.cache/topogate}/controlplane/kube-<v>-etcd-<v>-kustomize-<v>-jobset-<v>/bin
 # A warm machine returns at once; a cold one needs the Go module proxy and many minutes.
 set -euo pipefail
 
-# v1.34.2: the newest 1.34 whose staging modules the module proxy serves in full here.
-KUBE_VERSION=${KUBE_VERSION:-v1.34.2}
+# v1.36.3: the module proxy here serves it with all its staging modules, it builds completely
+# and the cluster tests pass on it (v1.34.2, the newest full 1.34 here, still builds with
+# KUBE_VERSION=v1.34.2). etcd v3.6.16 suits both: 1.34 and 1.36 use the v3.6 client (v3.6.4,
+# v3.6.8) and kubeadm pairs them with etcd 3.6.
+KUBE_VERSION=${KUBE_VERSION:-v1.36.3}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 # v5.7.1: the newest kustomize that builds with Go 1.26 (5.8 wants Go 1.27).
 KUSTOMIZE_VERSION=${KUSTOMIZE_VERSION:-v5.7.1}
+JOBSET_VERSION=${JOBSET_VERSION:-v0.12.0}
 CACHE=${TOPOGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/topogate}
-OUT=$CACHE/controlplane/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-kustomize-$KUSTOMIZE_VERSION
+OUT=$CACHE/controlplane/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-kustomize-$KUSTOMIZE_VERSION-jobset-$JOBSET_VERSION
 BIN=$OUT/bin
 
 KUBE_TOOLS="kube-apiserver kube-scheduler kube-controller-manager"
 complete() {
   local tool
-  for tool in $KUBE_TOOLS etcd kustomize; do [ -x "$1/$tool" ] || return 1; done
+  for tool in $KUBE_TOOLS etcd kustomize jobset-controller; do [ -x "$1/$tool" ] || return 1; done
+  [ -s "$1/jobset-crd.yaml" ] && [ -s "$1/jobset-webhooks.yaml" ]
 }
 if complete "$BIN"; then
   echo "$BIN"
@@ -93,17 +101,52 @@ build_kustomize() {
     "sigs.k8s.io/kustomize/kustomize/v5@$KUSTOMIZE_VERSION"
 }
 
+build_jobset() {
+  # A wrapper module rather than `go install …@version`: that looks up the module's version
+  # list for deprecations, which a proxy serving only pinned versions refuses (403).
+  local src=$CACHE/src/jobset-$JOBSET_VERSION
+  mkdir -p "$src" && cd "$src"
+  if [ ! -f go.sum ]; then
+    rm -f go.mod
+    go mod init topogate.local/jobsetbin >/dev/null 2>&1
+    go mod edit -require "sigs.k8s.io/jobset@$JOBSET_VERSION" -tool sigs.k8s.io/jobset
+    log "resolving JobSet $JOBSET_VERSION modules"
+    go mod tidy
+  fi
+  log "compiling the JobSet controller $JOBSET_VERSION"
+  local ldflags="-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION"
+  go build -p 2 -trimpath -ldflags "$ldflags" -o "$staging/jobset-controller" sigs.k8s.io/jobset
+  # The CRD and webhook configurations of the same release, as its own manifests install them
+  # (the CRD without the conversion-webhook patch: JobSet serves a single version).
+  local dir
+  dir=$(go list -m -f '{{.Dir}}' sigs.k8s.io/jobset)
+  cp "$dir/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" "$staging/jobset-crd.yaml"
+  "$staging/kustomize" build "$dir/config/components/webhook" >"$staging/jobset-webhooks.yaml"
+  chmod 644 "$staging/jobset-crd.yaml" "$staging/jobset-webhooks.yaml"
+}
+
 started=$(date +%s)
-# Reuse binaries a previous cache entry already built (only the missing ones are compiled).
-previous=$(ls -d "$CACHE"/controlplane/kube-"$KUBE_VERSION"-etcd-"$ETCD_VERSION"*/bin 2>/dev/null | head -n 1 || true)
-for tool in etcd $KUBE_TOOLS kustomize; do
-  if [ -n "$previous" ] && [ -x "$previous/$tool" ]; then cp "$previous/$tool" "$staging/"; fi
-done
+# Reuse what previous cache entries of the same versions already built (only the missing
+# parts are compiled): each part is keyed by its own version in the entry's name.
+reuse() {
+  local pattern=$1 previous
+  shift
+  for previous in "$CACHE"/controlplane/$pattern/bin; do
+    for part in "$@"; do
+      if [ ! -e "$staging/$part" ] && [ -s "$previous/$part" ]; then cp "$previous/$part" "$staging/"; fi
+    done
+  done
+}
+reuse "*-etcd-$ETCD_VERSION-*" etcd
+reuse "kube-$KUBE_VERSION-*" $KUBE_TOOLS
+reuse "*-kustomize-$KUSTOMIZE_VERSION*" kustomize
+reuse "*-jobset-$JOBSET_VERSION" jobset-controller jobset-crd.yaml jobset-webhooks.yaml
 [ -x "$staging/etcd" ] || build_etcd
 for tool in $KUBE_TOOLS; do
   if [ ! -x "$staging/$tool" ]; then build_kube; break; fi
 done
 [ -x "$staging/kustomize" ] || build_kustomize
+[ -x "$staging/jobset-controller" ] && [ -s "$staging/jobset-webhooks.yaml" ] || build_jobset
 chmod 755 "$staging"
 rm -rf "$BIN"
 mv "$staging" "$BIN"

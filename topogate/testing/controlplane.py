@@ -1,5 +1,6 @@
 """A local Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, kube-scheduler and
-kube-controller-manager running the Job and garbage-collector controllers.
+kube-controller-manager running the Job and garbage-collector controllers; on request also
+JobSet's own controller and webhooks (``start_jobset``).
 
 Started envtest-style from binaries built by ``hack/controlplane/build.sh``: client
 certificates for authentication, RBAC authorization, and the ServiceAccount and
@@ -8,13 +9,14 @@ lifts the not-ready taint). The Job controller creates a Job's pods as in a clus
 garbage collector deletes what an owner reference ties to a deleted object. The webhook
 admission plugins stay on, so the API server calls topogate's webhooks exactly as in a cluster.
 
-    python -m topogate.testing.controlplane start --dir DIR   # prints the kubeconfig path
+    python -m topogate.testing.controlplane start --dir DIR [--jobset]  # prints the kubeconfig
     python -m topogate.testing.controlplane stop --dir DIR
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import json
 import os
@@ -26,9 +28,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -36,6 +39,8 @@ from topogate.webhooks.certs import issue, make_ca
 
 BIN_ENV = "TOPOGATE_CONTROLPLANE_BIN"
 _STATE = "controlplane.json"
+JOBSET = "jobset-controller"
+_JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2"
 
 
 class ControlPlaneError(RuntimeError):
@@ -81,6 +86,7 @@ class ControlPlane:
     pids: dict[str, int] = field(default_factory=dict)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     argv: dict[str, list[str]] = field(default_factory=dict)
+    bin_dir: Path | None = None
 
     @property
     def kubeconfig(self) -> Path:
@@ -94,13 +100,19 @@ class ControlPlane:
 
     @classmethod
     def start(
-        cls, directory: Path, bin_dir: Path | None = None, scheduler: bool = True
+        cls,
+        directory: Path,
+        bin_dir: Path | None = None,
+        scheduler: bool = True,
+        jobset: bool = False,
     ) -> ControlPlane:
         directory.mkdir(parents=True, exist_ok=True)
         bin_dir = bin_dir or binaries()
-        plane = cls(directory)
+        plane = cls(directory, bin_dir=bin_dir)
         try:
             plane._start(bin_dir, scheduler)
+            if jobset:
+                plane.start_jobset()
         except BaseException:
             plane.stop()
             raise
@@ -215,9 +227,7 @@ class ControlPlane:
             ],
         )
         # /readyz needs an authenticated client: the admin certificate.
-        context = ssl.create_default_context(cafile=str(d / "serving-ca.crt"))
-        context.load_cert_chain(str(d / "admin.crt"), str(d / "admin.key"))
-        self._wait("kube-apiserver", f"{self.url}/readyz", context, 120)
+        self._wait("kube-apiserver", f"{self.url}/readyz", self._admin_context(), 120)
 
     def _start_scheduler(self, bin_dir: Path) -> None:
         self._spawn(
@@ -280,6 +290,156 @@ class ControlPlane:
         }
         self.kubeconfig.write_text(yaml.safe_dump(config))
 
+    # --- JobSet ------------------------------------------------------------------------
+
+    def start_jobset(self, bin_dir: Path | None = None) -> None:
+        """JobSet's own controller (sigs.k8s.io/jobset, built by build.sh) with the CRD and
+        webhooks of the same release: it creates a JobSet's child Jobs (kube-controller-manager
+        their pods) and defaults and validates JobSets, as installed in a cluster. Its cert
+        rotation is off (it issues for an in-cluster Service name and stores a Secret); the
+        webhooks are served on 127.0.0.1 with a certificate made here and registered by URL.
+        Does nothing if it runs already."""
+        if JOBSET in self.pids:
+            return
+        bin_dir = bin_dir or self.bin_dir or binaries()
+        self._apply(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            yaml.safe_load((bin_dir / "jobset-crd.yaml").read_text()),
+        )
+        self._wait_for(self._jobset_crd_established, "the JobSet CRD Established", 30)
+        port, ca_pem = self._start_jobset_controller(bin_dir)
+        self._register_jobset_webhooks(bin_dir / "jobset-webhooks.yaml", port, ca_pem)
+        # The API server learns of new webhook configurations through an informer: wait
+        # until a JobSet comes back defaulted by JobSet's webhook (a dry run, nothing made).
+        self._wait_for(self._jobset_defaulted, "JobSet's defaulting webhook answering", 30)
+
+    def _start_jobset_controller(self, bin_dir: Path) -> tuple[int, bytes]:
+        """Start it on loopback ports; returns its webhook port and the CA of its certificate."""
+        d = self.directory / "jobset"
+        d.mkdir(exist_ok=True)
+        ca = make_ca("topogate-test-jobset-webhook")
+        serving = issue(ca, "localhost", dns_names=["localhost"], ip_addresses=["127.0.0.1"])
+        serving.write(d / "tls.crt", d / "tls.key")  # controller-runtime's default names
+        webhook_port, probe_port = free_port(), free_port()
+        config = {
+            "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
+            "kind": "Configuration",
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(d)},
+            "metrics": {"bindAddress": "0"},  # "0": no metrics server
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{probe_port}"},
+        }
+        (d / "config.yaml").write_text(yaml.safe_dump(config))
+        self._spawn(
+            JOBSET,
+            [
+                str(bin_dir / JOBSET),
+                f"--config={d / 'config.yaml'}",
+                f"--kubeconfig={self.kubeconfig}",
+                "--zap-log-level=info",
+            ],
+        )
+        # Ready once its webhook server listens with the certificate.
+        self._wait(JOBSET, f"http://127.0.0.1:{probe_port}/readyz", None, 60)
+        return webhook_port, ca.cert_pem
+
+    def _register_jobset_webhooks(self, manifest: Path, port: int, ca_pem: bytes) -> None:
+        """JobSet's webhook configurations as its release renders them (names prefixed
+        `jobset-` as its install does), each Service reference turned into a loopback URL."""
+        bundle = base64.b64encode(ca_pem).decode()
+        for doc in yaml.safe_load_all(manifest.read_text()):
+            kind = str((doc or {}).get("kind", ""))
+            if not kind.endswith("WebhookConfiguration"):
+                continue  # the Service in front of the webhooks: nothing to route here
+            doc["metadata"] = {"name": f"jobset-{doc['metadata']['name']}"}
+            for hook in doc["webhooks"]:
+                path = hook["clientConfig"]["service"]["path"]
+                hook["clientConfig"] = {
+                    "url": f"https://127.0.0.1:{port}{path}",
+                    "caBundle": bundle,
+                }
+            self._apply(f"/apis/admissionregistration.k8s.io/v1/{kind.lower()}s", doc)
+
+    def _jobset_crd_established(self) -> bool:
+        crd = self.request(
+            "GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/jobsets.jobset.x-k8s.io"
+        )
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    def _jobset_defaulted(self) -> bool:
+        probe = {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {"name": "topogate-probe"},
+            "spec": {
+                "replicatedJobs": [
+                    {
+                        "name": "probe",
+                        "template": {
+                            "spec": {
+                                "template": {
+                                    "spec": {"containers": [{"name": "probe", "image": "probe"}]}
+                                }
+                            }
+                        },
+                    }
+                ]
+            },
+        }
+        made = self.request("POST", f"{_JOBSETS}/namespaces/default/jobsets?dryRun=All", probe)
+        template = made["spec"]["replicatedJobs"][0]["template"]["spec"]
+        # Both set by JobSet's webhook only (the CRD defaults neither).
+        return (
+            bool(made["spec"].get("successPolicy")) and template.get("completionMode") == "Indexed"
+        )
+
+    # --- requests as the admin -----------------------------------------------------------
+
+    def _admin_context(self) -> ssl.SSLContext:
+        d = self.directory
+        context = ssl.create_default_context(cafile=str(d / "serving-ca.crt"))
+        context.load_cert_chain(str(d / "admin.crt"), str(d / "admin.key"))
+        return context
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        """One JSON request to the API server as the admin; an error status raises HTTPError."""
+        request = urllib.request.Request(
+            self.url + path,
+            data=None if body is None else json.dumps(body).encode(),
+            method=method,
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30, context=self._admin_context()) as answer:
+            return json.loads(answer.read() or b"null")
+
+    def _apply(self, collection: str, obj: dict[str, Any]) -> None:
+        """Create ``obj`` in ``collection``, or replace the object of its name there."""
+        try:
+            self.request("POST", collection, obj)
+            return
+        except urllib.error.HTTPError as error:
+            if error.code != 409:
+                raise
+        path = f"{collection}/{obj['metadata']['name']}"
+        version = self.request("GET", path)["metadata"]["resourceVersion"]
+        self.request(
+            "PUT", path, {**obj, "metadata": {**obj["metadata"], "resourceVersion": version}}
+        )
+
+    def _wait_for(self, check: Callable[[], bool], what: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                if check():
+                    return
+            except (urllib.error.URLError, OSError, KeyError) as error:
+                last = error
+            time.sleep(0.25)
+        raise ControlPlaneError(f"no {what} after {timeout:.0f} s ({last}); see {self.directory}")
+
     # --- faults --------------------------------------------------------------------------
 
     def restart_apiserver(self, down: float = 0.0, *, kill: bool = False) -> float:
@@ -301,10 +461,7 @@ class ControlPlane:
                 process.wait(timeout=5)
         time.sleep(down)
         self._spawn(name, self.argv[name])
-        d = self.directory
-        context = ssl.create_default_context(cafile=str(d / "serving-ca.crt"))
-        context.load_cert_chain(str(d / "admin.crt"), str(d / "admin.key"))
-        self._wait(name, f"{self.url}/readyz", context, 120)
+        self._wait(name, f"{self.url}/readyz", self._admin_context(), 120)
         return time.monotonic() - started
 
     # --- state and stop ------------------------------------------------------------------
@@ -363,10 +520,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--no-scheduler", action="store_true", help="without kube-scheduler and controller-manager"
     )
+    parser.add_argument(
+        "--jobset", action="store_true", help="with JobSet's controller, CRD and webhooks"
+    )
     args = parser.parse_args(argv)
     if args.action == "start":
         try:
-            plane = ControlPlane.start(args.dir, scheduler=not args.no_scheduler)
+            plane = ControlPlane.start(
+                args.dir, scheduler=not args.no_scheduler, jobset=args.jobset
+            )
         except ControlPlaneError as error:
             print(f"controlplane: {error}", file=sys.stderr)
             return 1

@@ -29,8 +29,8 @@ from topogate.kube.resources import Resource
 Obj = dict[str, Any]
 
 JOBSET_CRD: Obj = {
-    # A permissive schema of JobSet's CRD: enough for topogate's JobSet integration to run
-    # against a real API server (the tests create the child Jobs as JobSet's controller would).
+    # A permissive stand-in for JobSet's CRD, for what only stores JobSets (webhook tests,
+    # benches); ControlPlane.start_jobset installs the release's own CRD with its controller.
     "apiVersion": "apiextensions.k8s.io/v1",
     "kind": "CustomResourceDefinition",
     "metadata": {"name": f"{JOBSET.plural}.{JOBSET.group}"},
