@@ -12,10 +12,14 @@ Workload admitted is marked Finished once its running time has passed since admi
 an evicted one is requeued (the job controller's part). Time to admission is measured as
 Kueue's recorder measures it: Admitted's lastTransitionTime minus creationTimestamp.
 
-    .venv/bin/python hack/bench_kueue_scenario.py [--cohorts 5] [--kueue-checkout DIR]
+    .venv/bin/python hack/bench_kueue_scenario.py [--cohorts 5]
+        [--kueue-checkout DIR --kueue-bin DIR]
 
 --cohorts 1 is a quick run (3,000 Workloads); Kueue's is 5 (15,000). The Kueue side runs
-hack/kueue_side.sh with the same config and the same cohort count.
+hack/kueue_side.sh with the same config and the same cohort count: Kueue's runner and
+minimalkueue from --kueue-bin (built by you from that checkout's test/performance/scheduler;
+this repository carries no recipe that builds another project's code), the CRDs from the
+checkout.
 
 Pod churn (topogate side): --pods-per-node N binds N running pods (1 CPU each, not
 topogate's) to every node before `serve` starts, and --churn P replaces P% of them every
@@ -30,6 +34,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
+import os
 import random
 import re
 import signal
@@ -603,7 +608,9 @@ def topogate_side(
         plane.stop()
 
 
-def kueue_side(checkout: Path, directory: Path, cohorts: int, fraction: float) -> dict[str, Any]:
+def kueue_side(
+    checkout: Path, binaries: Path, directory: Path, cohorts: int, fraction: float
+) -> dict[str, Any]:
     config = yaml.safe_load(
         (checkout / "test/performance/scheduler/configs/tas/generator.yaml").read_text()
     )
@@ -617,6 +624,7 @@ def kueue_side(checkout: Path, directory: Path, cohorts: int, fraction: float) -
     started = time.monotonic()
     subprocess.run(
         ["bash", str(ROOT / "hack/kueue_side.sh"), "run", str(checkout), str(path), str(out)],
+        env={**os.environ, "KUEUE_BIN": str(binaries)},
         check=True,
         stdout=open(directory / "kueue-runner.log", "wb"),  # noqa: SIM115 - the child's
         stderr=subprocess.STDOUT,
@@ -687,6 +695,9 @@ def main() -> None:
         "--fraction", type=float, default=1.0, help="scale each set's count (1: Kueue's)"
     )
     parser.add_argument("--kueue-checkout", type=Path, help="also run Kueue's side from here")
+    parser.add_argument(
+        "--kueue-bin", type=Path, help="Kueue's runner and minimalkueue, built from that checkout"
+    )
     parser.add_argument("--racks", type=int, default=RACKS, help="topogate side: racks")
     parser.add_argument(
         "--nodes-per-rack", type=int, default=NODES_PER_RACK, help="topogate side: nodes per rack"
@@ -705,11 +716,13 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="write the figures here too")
     args = parser.parse_args()
+    if (args.kueue_checkout is None) != (args.kueue_bin is None):
+        parser.error("--kueue-checkout and --kueue-bin go together")
     with tempfile.TemporaryDirectory() as tmp:
         theirs = None
         if args.kueue_checkout is not None:
-            checkout = args.kueue_checkout.resolve()
-            theirs = kueue_side(checkout, Path(tmp), args.cohorts, args.fraction)
+            checkout, binaries = args.kueue_checkout.resolve(), args.kueue_bin.resolve()
+            theirs = kueue_side(checkout, binaries, Path(tmp), args.cohorts, args.fraction)
         churn = Churn(args.churn, args.churn_interval)
         ours = topogate_side(
             Path(tmp),
