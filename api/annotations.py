@@ -7,12 +7,12 @@ the annotation by its path, in the shape Kubernetes uses (``...annotations[key]:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from . import constants as c
+from .errors import loads_json
 from .models import PodSetTopologyRequest, SliceConstraint
 from .names import label_key_problem
 
@@ -115,8 +115,8 @@ def _check_nesting(where: str, layers: Sequence[tuple[str, int]], problems: list
 def _constraints(path: str, found: _Found, problems: list[str]) -> list[SliceConstraint] | None:
     where = f"{path}[{found.key}]"
     try:
-        raw = json.loads(found.value)
-    except json.JSONDecodeError as exc:
+        raw = loads_json(found.value)
+    except ValueError as exc:
         problems.append(
             f"{where}: Invalid value: {found.value!r}: must be a valid JSON array: {exc}"
         )

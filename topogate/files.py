@@ -67,6 +67,8 @@ def _parse(path: Path) -> Iterator[Any]:
         raise InputError(f"invalid JSON: {exc}", where=path_name) from None
     except yaml.YAMLError as exc:  # stdin is read as YAML, and JSON is YAML
         raise InputError(f"invalid YAML: {exc}".replace("\n", " "), where=path_name) from None
+    except RecursionError:  # [[[[... thousands deep: no manifest nests like that
+        raise InputError("is nested too deeply", where=path_name) from None
 
 
 def documents(path: Path) -> Iterator[Document]:

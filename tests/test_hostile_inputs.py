@@ -1,0 +1,109 @@
+"""Inputs a hostile or careless user writes, through the pure readers, plan and the webhook
+handler: each is refused with the object and the field, never a traceback, an exception out
+of the webhook handler or unbounded work."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.kit import review_for
+from topogate.api.errors import InputError
+from topogate.api.gpus import parse_allocation, parse_assignment, parse_matrix
+from topogate.api.jobs import workload_from_object
+from topogate.cache.nodes import pod_usage_from_kube
+from topogate.cli import main
+from topogate.webhooks.review import Review, validate
+
+DEEP = "[" * 100_000 + "]" * 100_000  # past Python's recursion limit when parsed
+NETWORK_TOPOLOGY = "topogate.dev/network-topology"
+LAYERS = "kueue.x-k8s.io/podset-slice-required-topology-constraints"
+
+
+def _job(
+    template_annotations: dict[str, str] | None = None, metadata: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "j",
+            "namespace": "ml",
+            "labels": {"kueue.x-k8s.io/queue-name": "q"},
+            **(metadata or {}),
+        },
+        "spec": {
+            "parallelism": 4,
+            "template": {
+                "metadata": {"annotations": template_annotations or {}},
+                "spec": {
+                    "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}],
+                    "restartPolicy": "Never",
+                },
+            },
+        },
+    }
+
+
+@pytest.mark.parametrize("parse", [parse_matrix, parse_allocation, parse_assignment])
+def test_gpu_annotations_nested_too_deeply_are_a_value_error(parse: Any) -> None:
+    # Every caller catches ValueError; a RecursionError went through them.
+    with pytest.raises(ValueError, match="nested too deeply"):
+        parse(DEEP)
+
+
+def test_a_pods_deep_gpu_allocation_does_not_stop_the_cache() -> None:
+    pod = {
+        "metadata": {
+            "name": "p",
+            "namespace": "ml",
+            "annotations": {"topogate.dev/gpu-allocation": DEEP},
+        },
+        "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
+        "status": {"phase": "Running"},
+    }
+    usage = pod_usage_from_kube(pod)
+    assert usage is not None and usage.gpus == frozenset()
+
+
+@pytest.mark.parametrize("key", [NETWORK_TOPOLOGY, LAYERS])
+def test_deep_json_annotation_is_invalid_input_naming_the_field(key: str) -> None:
+    with pytest.raises(InputError) as caught:
+        workload_from_object(_job({key: DEEP}))
+    assert f"spec.template.metadata.annotations[{key}]" in str(caught.value)
+    assert "nested too deeply" in str(caught.value)
+
+
+@pytest.mark.parametrize("key", [NETWORK_TOPOLOGY, LAYERS])
+def test_webhook_refuses_a_deep_json_annotation_itself(key: str) -> None:
+    answer = validate(Review.parse(review_for(_job({key: DEEP}), "Job", "batch", namespace="ml")))
+    response = answer["response"]
+    assert response["allowed"] is False and response["status"]["code"] == 422
+    assert f"annotations[{key}]" in response["status"]["message"]
+
+
+def _plan(tmp_path: Path, workload: str, suffix: str = ".yaml") -> tuple[int, str]:
+    cluster = Path(__file__).parents[1] / "topogate" / "examples" / "cluster.yaml"
+    path = tmp_path / f"job{suffix}"
+    path.write_text(workload)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(["plan", "--cluster", str(cluster), "--workload", str(path)])
+    return code, err.getvalue()
+
+
+def test_plan_refuses_a_json_file_nested_too_deeply(tmp_path: Path) -> None:
+    code, err = _plan(tmp_path, DEEP, ".json")
+    assert code == 2
+    assert err.strip() == f"topogate plan: error: {tmp_path / 'job.json'}: is nested too deeply"
+
+
+def test_plan_refuses_a_deep_network_topology(tmp_path: Path) -> None:
+    code, err = _plan(tmp_path, json.dumps(_job({NETWORK_TOPOLOGY: DEEP})))
+    assert code == 2
+    assert f"annotations[{NETWORK_TOPOLOGY}]" in err and "nested too deeply" in err
