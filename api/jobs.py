@@ -218,12 +218,27 @@ def _min_available_hint(obj: Mapping[str, Any]) -> str:
     )
 
 
+def _labels(value: Any, where: str) -> dict[str, str]:
+    """Label values are strings (the API server refuses a YAML ``5`` or ``true`` unquoted,
+    and reads a null as ""); a number read as its text would name a queue nobody meant."""
+    labels = _mapping(value, where, "metadata.labels", required=False)
+    labels = {k: "" if v is None else v for k, v in labels.items()}
+    for key, text in labels.items():
+        if not isinstance(text, str):
+            raise InputError(
+                f"Invalid value: {text!r}: must be a string (quote it in YAML)",
+                where=where,
+                field=f"metadata.labels[{key}]",
+            )
+    return {str(k): v for k, v in labels.items()}
+
+
 def _meta(obj: Mapping[str, Any], where: str) -> ObjectMeta:
     meta = _mapping(obj.get("metadata"), where, "metadata")
     return ObjectMeta(
         name=str(meta.get("name") or meta.get("generateName") or ""),
         namespace=str(meta.get("namespace") or "default"),
-        labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+        labels=_labels(meta.get("labels"), where),
     )
 
 
@@ -293,8 +308,9 @@ def workload_from_object(
             "topogate.dev/v1alpha1 Workload",
             where=where,
         )
+    metadata = _meta(obj, where)
     try:
-        workload = Workload(metadata=_meta(obj, where), spec=WorkloadSpec(pod_sets=podsets))
+        workload = Workload(metadata=metadata, spec=WorkloadSpec(pod_sets=podsets))
     except ValueError as exc:
         raise InputError(
             str(exc).splitlines()[-2].strip() if "\n" in str(exc) else str(exc),

@@ -107,3 +107,25 @@ def test_plan_refuses_a_deep_network_topology(tmp_path: Path) -> None:
     code, err = _plan(tmp_path, json.dumps(_job({NETWORK_TOPOLOGY: DEEP})))
     assert code == 2
     assert f"annotations[{NETWORK_TOPOLOGY}]" in err and "nested too deeply" in err
+
+
+@pytest.mark.parametrize(
+    ("labels", "field", "says"),
+    [
+        ("team-a", "metadata.labels", "must be an object"),
+        (["a"], "metadata.labels", "must be an object"),
+        ({"kueue.x-k8s.io/queue-name": 5}, "metadata.labels[kueue.x-k8s.io/queue-name]", "5"),
+        ({"team": True}, "metadata.labels[team]", "True"),
+    ],
+)
+def test_labels_that_are_not_strings_are_invalid_input(labels: Any, field: str, says: str) -> None:
+    # A string where the map belongs was an AttributeError; an unquoted number named a queue.
+    with pytest.raises(InputError) as caught:
+        workload_from_object(_job(metadata={"labels": labels}))
+    assert caught.value.where == "Job ml/j" and caught.value.field == field
+    assert says in caught.value.message
+
+
+def test_a_null_label_value_is_empty_as_the_api_server_reads_it() -> None:
+    source = workload_from_object(_job(metadata={"labels": {"team": None}}))
+    assert source.workload.metadata.labels == {"team": ""}
