@@ -161,10 +161,13 @@ def min_parallelism(
             where=where,
             field=path,
         )
-    text = str(raw).strip()
-    if re.fullmatch(r"-?[0-9]+", text) is None:
+    text = str(raw)
+    # Kueue parses it with Go's strconv.Atoi: an optional sign and digits, no spaces.
+    if re.fullmatch(r"[+-]?[0-9]+", text) is None:
         raise InputError(
-            f"Invalid value: {str(raw)!r}: must be an integer", where=where, field=path
+            f"Invalid value: {text!r}: must be an integer (digits only, no spaces)",
+            where=where,
+            field=path,
         )
     value = int(text)
     if check_range and not 0 < value < count:
