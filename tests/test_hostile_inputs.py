@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -129,3 +130,45 @@ def test_labels_that_are_not_strings_are_invalid_input(labels: Any, field: str, 
 def test_a_null_label_value_is_empty_as_the_api_server_reads_it() -> None:
     source = workload_from_object(_job(metadata={"labels": {"team": None}}))
     assert source.workload.metadata.labels == {"team": ""}
+
+
+def _laughs(levels: int) -> str:
+    """A Node whose label value is a YAML alias bomb: 9**levels strings from a few lines."""
+    lines = ['    l0: &l0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    for i in range(1, levels):
+        lines.append(f"    l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]")
+    return "apiVersion: v1\nkind: Node\nmetadata:\n  name: n\n  labels:\n" + "\n".join(lines)
+
+
+def _plan_on(tmp_path: Path, cluster: str) -> tuple[int, str]:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(cluster)
+    job = Path(__file__).parents[1] / "topogate" / "examples" / "training-job.yaml"
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(["plan", "--cluster", str(path), "--workload", str(job)])
+    return code, err.getvalue()
+
+
+def test_plan_refuses_yaml_aliases_that_expand_far_beyond_the_text(tmp_path: Path) -> None:
+    # Six lines, 531,441 strings once written out (nine lines took plan 50 s to walk).
+    code, err = _plan_on(tmp_path, _laughs(6))
+    assert code == 2
+    found = re.search(r"document 1 uses aliases \(\*name\) that expand to (\d+) values", err)
+    assert found is not None and int(found.group(1)) > 9**6, err
+
+
+def test_plan_refuses_a_yaml_value_that_contains_itself(tmp_path: Path) -> None:
+    code, err = _plan_on(tmp_path, "kind: Node\nmetadata:\n  name: n\n  labels: &a\n    b: *a\n")
+    assert code == 2
+    assert "alias (*name) inside its own anchor (&name)" in err
+
+
+def test_plain_yaml_anchors_are_still_read(tmp_path: Path) -> None:
+    example = Path(__file__).parents[1] / "topogate" / "examples" / "cluster.yaml"
+    # Each Node's hostname label as an alias of its name (anchors are per document).
+    text = re.sub(r"\n  name: (gpu-\S+)\n", r"\n  name: &host \1\n", example.read_text())
+    text = re.sub(r"kubernetes.io/hostname: gpu-\S+", "kubernetes.io/hostname: *host", text)
+    assert text.count("*host") > 10
+    code, err = _plan_on(tmp_path, text)
+    assert code == 0, err
