@@ -19,6 +19,7 @@ from topogate.api.gpus import parse_allocation, parse_assignment, parse_matrix
 from topogate.api.jobs import workload_from_object
 from topogate.cache.nodes import pod_usage_from_kube
 from topogate.cli import main
+from topogate.files import load_discovery_config
 from topogate.webhooks.review import Review, validate
 
 DEEP = "[" * 100_000 + "]" * 100_000  # past Python's recursion limit when parsed
@@ -172,3 +173,45 @@ def test_plain_yaml_anchors_are_still_read(tmp_path: Path) -> None:
     assert text.count("*host") > 10
     code, err = _plan_on(tmp_path, text)
     assert code == 0, err
+
+
+@pytest.mark.parametrize(
+    ("config_map", "field", "says"),
+    [
+        ("kind: ConfigMap\ndata: 5\n", "data", "must be an object"),
+        ("kind: ConfigMap\ndata: [a]\n", "data", "must be an object"),
+        (
+            "kind: ConfigMap\ndata: {volcano-controller.conf: 5}\n",
+            "data[volcano-controller.conf]",
+            "must be a string",
+        ),
+        ("kind: ConfigMap\ndata: {}\n", "data", "has no data[volcano-controller.conf]"),
+        (
+            "kind: ConfigMap\ndata: {volcano-controller.conf: '[[[['}\n",
+            "data[volcano-controller.conf]",
+            "is not YAML",
+        ),
+        (
+            "kind: ConfigMap\ndata:\n  volcano-controller.conf: |\n"
+            + "".join(
+                f"    l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 7)
+            ).replace(
+                "    l1: &l1",
+                '    l0: &l0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]\n    l1: &l1',
+                1,
+            ),
+            "",
+            "expand to",
+        ),
+    ],
+)
+def test_a_discovery_config_map_of_the_wrong_shape_is_invalid_input(
+    tmp_path: Path, config_map: str, field: str, says: str
+) -> None:
+    # data: 5 was an AttributeError traceback; aliases in the payload were walked unbounded.
+    path = tmp_path / "cm.yaml"
+    path.write_text(config_map)
+    with pytest.raises(InputError) as caught:
+        load_discovery_config(path)
+    assert caught.value.where == f"{path}: ConfigMap" and caught.value.field == field
+    assert says in caught.value.message

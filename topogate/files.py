@@ -163,18 +163,28 @@ def read_discovery_payload(path: Path) -> Mapping[str, Any]:
         raise InputError(f"must hold exactly one document, found {len(docs)}", where=str(path))
     obj: Any = docs[0].obj
     if isinstance(obj, dict) and obj.get("kind") == "ConfigMap":
-        data = obj.get("data") or {}
-        text = data.get("volcano-controller.conf")
-        if not isinstance(text, str):
-            raise InputError(
-                "has no data[volcano-controller.conf]", where=f"{path}: ConfigMap", field="data"
-            )
-        try:
-            obj = yaml.safe_load(text)
-        except yaml.YAMLError as error:
-            raise InputError(
-                f"is not YAML: {error}", where=str(path), field="data[volcano-controller.conf]"
-            ) from None
+        obj = _config_map_payload(obj.get("data"), f"{path}: ConfigMap")
     if not isinstance(obj, dict):
         raise InputError("must be a mapping", where=str(path))
     return obj
+
+
+def _config_map_payload(data: Any, where: str) -> Any:
+    """The YAML in a ConfigMap's data[volcano-controller.conf], read as files are (aliases
+    bounded, depth refused)."""
+    if not isinstance(data, Mapping):
+        raise InputError("must be an object", where=where, field="data")
+    key = "volcano-controller.conf"
+    text = data.get(key)
+    if text is None:
+        raise InputError(f"has no data[{key}]", where=where, field="data")
+    if not isinstance(text, str):
+        raise InputError("must be a string (the file's text)", where=where, field=f"data[{key}]")
+    try:
+        loaded = list(_yaml_documents(text, where))
+    except yaml.YAMLError as error:
+        message = f"is not YAML: {error}".replace("\n", " ")
+        raise InputError(message, where=where, field=f"data[{key}]") from None
+    except RecursionError:
+        raise InputError("is nested too deeply", where=where, field=f"data[{key}]") from None
+    return loaded[0] if len(loaded) == 1 else None
