@@ -45,11 +45,20 @@ def _mapping(value: Any, where: str, path: str, required: bool = True) -> Mappin
     return value
 
 
+MAX_INT32 = 2**31 - 1
+
+
 def _count(value: Any, where: str, path: str, default: int = 1) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InputError(f"{value!r} must be a non-negative integer", where=where, field=path)
+    if value > MAX_INT32:  # parallelism, completions and replicas are int32: the API server
+        raise InputError(  # refuses a larger number before any webhook sees it
+            f"Invalid value: {value}: must be at most {MAX_INT32} (an int32)",
+            where=where,
+            field=path,
+        )
     return value
 
 

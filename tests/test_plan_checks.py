@@ -89,6 +89,21 @@ def test_a_job_without_containers_is_refused_as_the_api_server_would(
     ]
 
 
+@pytest.mark.parametrize("field", ["parallelism", "completions"])
+def test_a_pod_count_beyond_int32_is_refused_as_the_api_server_would(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str
+) -> None:
+    # With job-min-parallelism, 2**63 pods was planned as a partial fit (exit 0).
+    job = _job(2)
+    job["spec"][field] = 2**63
+    job["metadata"]["annotations"] = {"kueue.x-k8s.io/job-min-parallelism": "1"}
+    assert _plan(tmp_path, job) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"topogate plan: error: {tmp_path / 'job.yaml'}: Job ml/train: spec.{field}: "
+        f"Invalid value: {2**63}: must be at most 2147483647 (an int32)"
+    ]
+
+
 def test_requests_above_limits_are_refused_with_the_api_servers_words(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
