@@ -58,8 +58,8 @@ def _collect(annotations: Mapping[str, str], path: str, problems: list[str]) -> 
 
 def _parse_int32(text: str) -> int | None:
     body = text[1:] if text[:1] in "+-" else text
-    if not body.isascii() or not body.isdigit():
-        return None
+    if not body.isascii() or not body.isdigit() or len(body.lstrip("0")) > 10:
+        return None  # more than 10 digits is out of int32's range (and int() has a limit)
     number = int(text)
     return number if -(2**31) <= number <= _INT32_MAX else None
 

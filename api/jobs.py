@@ -178,6 +178,10 @@ def min_parallelism(
             where=where,
             field=path,
         )
+    if len(text.lstrip("+-").lstrip("0")) > 19:  # beyond int64, as Atoi says: out of range
+        raise InputError(
+            f"Invalid value: {text[:40]!r}...: value out of range", where=where, field=path
+        )
     value = int(text)
     if check_range and not 0 < value < count:
         raise InputError(

@@ -215,3 +215,31 @@ def test_a_discovery_config_map_of_the_wrong_shape_is_invalid_input(
         load_discovery_config(path)
     assert caught.value.where == f"{path}: ConfigMap" and caught.value.field == field
     assert says in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("metadata", "template", "key"),
+    [
+        ({"annotations": {"kueue.x-k8s.io/job-min-parallelism": "9" * 5000}}, {}, "job-min-"),
+        (
+            None,
+            {
+                "kueue.x-k8s.io/podset-required-topology": "rack",
+                "kueue.x-k8s.io/podset-slice-required-topology": "rack",
+                "kueue.x-k8s.io/podset-slice-size": "9" * 5000,
+            },
+            "podset-slice-size",
+        ),
+    ],
+)
+def test_an_integer_annotation_of_thousands_of_digits_is_invalid_input(
+    metadata: dict[str, Any] | None, template: dict[str, str], key: str
+) -> None:
+    # Past Python's 4300-digit limit int() raised a bare ValueError (a plan traceback, an
+    # exception out of the webhook handler).
+    with pytest.raises(InputError) as caught:
+        workload_from_object(_job(template, metadata))
+    assert key in caught.value.describe()
+    answer = validate(Review.parse(review_for(_job(template, metadata), "Job", "batch")))
+    assert answer["response"]["allowed"] is False
+    assert answer["response"]["status"]["code"] == 422
