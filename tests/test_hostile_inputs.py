@@ -154,9 +154,32 @@ def _plan_on(tmp_path: Path, cluster: str) -> tuple[int, str]:
 def test_plan_refuses_yaml_aliases_that_expand_far_beyond_the_text(tmp_path: Path) -> None:
     # Six lines, 531,441 strings once written out (nine lines took plan 50 s to walk).
     code, err = _plan_on(tmp_path, _laughs(6))
-    assert code == 2
+    assert code == 2 and "invalid YAML" not in err
     found = re.search(r"document 1 uses aliases \(\*name\) that expand to (\d+) values", err)
     assert found is not None and int(found.group(1)) > 9**6, err
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("kind: Node\nmetadata:\n  name: n\n  creationTimestamp: 2001-13-45\n", "month must be"),
+        ("kind: Node\nmetadata:\n  name: n\nspec:\n  n: " + "9" * 5000 + "\n", "4300 digits"),
+    ],
+)
+def test_plan_refuses_a_yaml_scalar_that_does_not_convert(
+    tmp_path: Path, text: str, says: str
+) -> None:
+    # A bad date or a number past Python's digit limit was a ValueError traceback.
+    code, err = _plan_on(tmp_path, text)
+    assert code == 2
+    assert err.startswith(f"topogate plan: error: {tmp_path / 'cluster.yaml'}: invalid YAML: ")
+    assert says in err and err.count("\n") == 1
+
+
+def test_plan_refuses_a_json_number_past_the_digit_limit(tmp_path: Path) -> None:
+    code, err = _plan(tmp_path, '{"kind": "Job", "n": ' + "9" * 5000 + "}", ".json")
+    assert code == 2
+    assert err.startswith(f"topogate plan: error: {tmp_path / 'job.json'}: invalid JSON: ")
 
 
 def test_plan_refuses_a_yaml_value_that_contains_itself(tmp_path: Path) -> None:

@@ -69,6 +69,11 @@ def _parse(path: Path) -> Iterator[Any]:
         raise InputError(f"invalid YAML: {exc}".replace("\n", " "), where=path_name) from None
     except RecursionError:  # [[[[... thousands deep: no manifest nests like that
         raise InputError("is nested too deeply", where=path_name) from None
+    except InputError:
+        raise
+    except ValueError as exc:  # a scalar that does not convert: 2001-13-45, 5000 digits
+        kind = "JSON" if path.suffix == ".json" else "YAML"
+        raise InputError(f"invalid {kind}: {exc}", where=path_name) from None
 
 
 def _yaml_documents(text: str, path_name: str) -> Iterator[Any]:
