@@ -258,6 +258,44 @@ def test_quota_in_use_by_admitted_workloads_counts(
     ]
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("podSetAssignments", "main", "podSetAssignments: must be a list"),
+        ("podSetAssignments", [1], "podSetAssignments[0]: must be an object"),
+        ("flavors", ["gpu"], "podSetAssignments[0].flavors: must be an object"),
+        ("resourceUsage", "8", "podSetAssignments[0].resourceUsage: must be an object"),
+        (
+            "resourceUsage",
+            {"nvidia.com/gpu": "lots"},
+            "podSetAssignments[0].resourceUsage[nvidia.com/gpu]: 'lots' is not a quantity "
+            "(expected e.g. 500m, 2, 1.5Gi, 4e3)",
+        ),
+        (
+            "resourceUsage",
+            {"nvidia.com/gpu": "-8"},
+            "podSetAssignments[0].resourceUsage[nvidia.com/gpu]: '-8' is negative",
+        ),
+    ],
+)
+def test_a_malformed_admission_in_the_cluster_input_is_invalid_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, value: Any, says: str
+) -> None:
+    # Each was an AttributeError or QuantityError traceback from the quota count.
+    running = json.loads(json.dumps(RUNNING))
+    admission = running["status"]["admission"]
+    if field == "podSetAssignments":
+        admission[field] = value
+    else:
+        admission["podSetAssignments"][0][field] = value
+    objects = (FLAVOR, _cluster_queue(16), LOCAL_QUEUE, running)
+    assert _plan(tmp_path, _queued(2), *objects) == 2
+    assert capsys.readouterr().err == (
+        f"topogate plan: error: {tmp_path / 'cluster' / 'nodes.yaml'}: Workload ml/running: "
+        f"status.admission.{says}\n"
+    )
+
+
 def test_ignore_queues_skips_the_quota(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     objects = (FLAVOR, _cluster_queue(8), LOCAL_QUEUE)
     (tmp_path / "a").mkdir()
