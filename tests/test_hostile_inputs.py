@@ -266,3 +266,20 @@ def test_an_integer_annotation_of_thousands_of_digits_is_invalid_input(
     answer = validate(Review.parse(review_for(_job(template, metadata), "Job", "batch")))
     assert answer["response"]["allowed"] is False
     assert answer["response"]["status"]["code"] == 422
+
+
+@pytest.mark.parametrize(
+    ("status", "field"), [("Running", "status"), ({"phase": ["Running"]}, "status.phase")]
+)
+def test_a_pod_status_of_the_wrong_shape_is_invalid_input(status: Any, field: str) -> None:
+    # An AttributeError and an unhashable-list TypeError in plan's and topology's pod reader.
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ml"},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
+        "status": status,
+    }
+    with pytest.raises(InputError) as caught:
+        pod_usage_from_kube(pod)
+    assert caught.value.where == "Pod ml/p" and caught.value.field == field
