@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.kit import review_for
 from tests.test_cli_plan import RACK, TOPOLOGY, _job, _node
 from topogate.cli import main
+from topogate.webhooks.review import Review, validate
 
 
 def _cluster(tmp_path: Path, *extra: dict[str, Any]) -> Path:
@@ -360,6 +362,28 @@ def test_a_bad_queue_object_is_refused_naming_it(
     local = {**LOCAL_QUEUE, "spec": {}}
     assert _plan(tmp_path / "b", _queued(1), FLAVOR, _cluster_queue(16), local) == 2
     assert "LocalQueue ml/q: spec.clusterQueue: is required" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("resource", "quota"), [("nvidia.com/gpu", 10**30), ("cpu", "9300000000000000")]
+)
+def test_a_quota_beyond_int64_names_its_field_in_plan_and_the_webhook(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], resource: str, quota: Any
+) -> None:
+    # plan refused it without the field ("ClusterQueue cq: ... is too large"), the validating
+    # webhook let it through; cpu counts in millicores, so 9.3e15 cores is past int64 too.
+    queue = _cluster_queue(16)
+    quotas = queue["spec"]["resourceGroups"][0]
+    quotas["coveredResources"] = [resource]
+    quotas["flavors"][0]["resources"][0] = {"name": resource, "nominalQuota": quota}
+    assert _plan(tmp_path, _queued(1), FLAVOR, queue, LOCAL_QUEUE) == 2
+    field = "spec.resourceGroups[0].flavors[0].resources[0].nominalQuota"
+    assert f"ClusterQueue cq: {field}: {quota!r} is too large" in capsys.readouterr().err
+    review = review_for(
+        {**queue, "apiVersion": "topogate.dev/v1alpha1"}, "ClusterQueue", "topogate.dev"
+    )
+    answer = validate(Review.parse(review))["response"]
+    assert answer["allowed"] is False and field in answer["status"]["message"]
 
 
 def test_a_level_the_queues_topology_lacks_is_invalid_input(
