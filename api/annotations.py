@@ -7,12 +7,12 @@ the annotation by its path, in the shape Kubernetes uses (``...annotations[key]:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from . import constants as c
+from .errors import loads_json
 from .models import PodSetTopologyRequest, SliceConstraint
 from .names import label_key_problem
 
@@ -58,8 +58,8 @@ def _collect(annotations: Mapping[str, str], path: str, problems: list[str]) -> 
 
 def _parse_int32(text: str) -> int | None:
     body = text[1:] if text[:1] in "+-" else text
-    if not body.isascii() or not body.isdigit():
-        return None
+    if not body.isascii() or not body.isdigit() or len(body.lstrip("0")) > 10:
+        return None  # more than 10 digits is out of int32's range (and int() has a limit)
     number = int(text)
     return number if -(2**31) <= number <= _INT32_MAX else None
 
@@ -115,8 +115,8 @@ def _check_nesting(where: str, layers: Sequence[tuple[str, int]], problems: list
 def _constraints(path: str, found: _Found, problems: list[str]) -> list[SliceConstraint] | None:
     where = f"{path}[{found.key}]"
     try:
-        raw = json.loads(found.value)
-    except json.JSONDecodeError as exc:
+        raw = loads_json(found.value)
+    except ValueError as exc:
         problems.append(
             f"{where}: Invalid value: {found.value!r}: must be a valid JSON array: {exc}"
         )

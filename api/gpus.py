@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .constants import GROUP
-from .errors import InputError
+from .errors import InputError, loads_json
 from .quantity import QuantityError, to_units
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -122,8 +122,8 @@ def _field(key: str) -> str:
 def parse_matrix(text: str) -> Matrix:
     """A bandwidth matrix from JSON; ValueError says what is wrong."""
     try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
+        raw = loads_json(text)
+    except ValueError as exc:
         raise ValueError(f"is not valid JSON: {exc}") from None
     if not isinstance(raw, list) or not raw:
         raise ValueError("must be a non-empty JSON list of rows (a square matrix)")
@@ -250,8 +250,8 @@ def _index(value: Any, what: str) -> int:
 def parse_allocation(text: str) -> Allocation:
     """The pod annotation; ValueError says what is wrong."""
     try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
+        raw = loads_json(text)
+    except ValueError as exc:
         raise ValueError(f"is not valid JSON: {exc}") from None
     if not isinstance(raw, Mapping):
         raise ValueError("must be a JSON object with allocatedGPUs and visibleGPUs")
@@ -317,8 +317,8 @@ def assignment_text(assignment: Mapping[str, Mapping[str, GpuSets]]) -> str:
 def parse_assignment(text: str) -> GpuAssignment:
     """The Workload annotation; ValueError says what is wrong."""
     try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
+        raw = loads_json(text)
+    except ValueError as exc:
         raise ValueError(f"is not valid JSON: {exc}") from None
     if not isinstance(raw, Mapping):
         raise ValueError("must be a JSON object {podset: {node: [[gpu, ...], ...]}}")

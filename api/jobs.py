@@ -45,11 +45,20 @@ def _mapping(value: Any, where: str, path: str, required: bool = True) -> Mappin
     return value
 
 
+MAX_INT32 = 2**31 - 1
+
+
 def _count(value: Any, where: str, path: str, default: int = 1) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InputError(f"{value!r} must be a non-negative integer", where=where, field=path)
+    if value > MAX_INT32:  # parallelism, completions and replicas are int32: the API server
+        raise InputError(  # refuses a larger number before any webhook sees it
+            f"Invalid value: {value}: must be at most {MAX_INT32} (an int32)",
+            where=where,
+            field=path,
+        )
     return value
 
 
@@ -161,10 +170,17 @@ def min_parallelism(
             where=where,
             field=path,
         )
-    text = str(raw).strip()
-    if re.fullmatch(r"-?[0-9]+", text) is None:
+    text = str(raw)
+    # Kueue parses it with Go's strconv.Atoi: an optional sign and digits, no spaces.
+    if re.fullmatch(r"[+-]?[0-9]+", text) is None:
         raise InputError(
-            f"Invalid value: {str(raw)!r}: must be an integer", where=where, field=path
+            f"Invalid value: {text!r}: must be an integer (digits only, no spaces)",
+            where=where,
+            field=path,
+        )
+    if len(text.lstrip("+-").lstrip("0")) > 19:  # beyond int64, as Atoi says: out of range
+        raise InputError(
+            f"Invalid value: {text[:40]!r}...: value out of range", where=where, field=path
         )
     value = int(text)
     if check_range and not 0 < value < count:
@@ -218,12 +234,27 @@ def _min_available_hint(obj: Mapping[str, Any]) -> str:
     )
 
 
+def _labels(value: Any, where: str) -> dict[str, str]:
+    """Label values are strings (the API server refuses a YAML ``5`` or ``true`` unquoted,
+    and reads a null as ""); a number read as its text would name a queue nobody meant."""
+    labels = _mapping(value, where, "metadata.labels", required=False)
+    labels = {k: "" if v is None else v for k, v in labels.items()}
+    for key, text in labels.items():
+        if not isinstance(text, str):
+            raise InputError(
+                f"Invalid value: {text!r}: must be a string (quote it in YAML)",
+                where=where,
+                field=f"metadata.labels[{key}]",
+            )
+    return {str(k): v for k, v in labels.items()}
+
+
 def _meta(obj: Mapping[str, Any], where: str) -> ObjectMeta:
     meta = _mapping(obj.get("metadata"), where, "metadata")
     return ObjectMeta(
         name=str(meta.get("name") or meta.get("generateName") or ""),
         namespace=str(meta.get("namespace") or "default"),
-        labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+        labels=_labels(meta.get("labels"), where),
     )
 
 
@@ -293,8 +324,9 @@ def workload_from_object(
             "topogate.dev/v1alpha1 Workload",
             where=where,
         )
+    metadata = _meta(obj, where)
     try:
-        workload = Workload(metadata=_meta(obj, where), spec=WorkloadSpec(pod_sets=podsets))
+        workload = Workload(metadata=metadata, spec=WorkloadSpec(pod_sets=podsets))
     except ValueError as exc:
         raise InputError(
             str(exc).splitlines()[-2].strip() if "\n" in str(exc) else str(exc),

@@ -277,6 +277,10 @@ def _misplaced(key: str, field: str, place: _Place, obj: Mapping[str, Any]) -> s
 # A nearest key costs a few milliseconds; an object with hundreds of unknown keys must not hold
 # the webhook (each one past these is still named, without a suggestion).
 MAX_SUGGESTIONS = 32
+# The longest key Kubernetes allows (a 253-character prefix, '/', a 63-character name). The
+# comparison is quadratic in the key's length: a longer key (which the API server refuses
+# anyway, but plan reads files) gets no suggestion, so one 100 KB key cannot cost seconds.
+MAX_KEY_LENGTH = 317
 
 
 def key_warnings(obj: Mapping[str, Any]) -> list[str]:
@@ -294,7 +298,7 @@ def key_warnings(obj: Mapping[str, Any]) -> list[str]:
                     continue
                 where = f"{join(place.path, field)}[{key}]"
                 known = KNOWN_KEYS[prefix]
-                if key not in known and suggested < MAX_SUGGESTIONS:
+                if key not in known and suggested < MAX_SUGGESTIONS and len(key) <= MAX_KEY_LENGTH:
                     suggested += 1
                     warnings.append(f"{where}: unknown; did you mean {nearest_key(key, known)}?")
                     continue

@@ -8,13 +8,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from .constants import API_VERSION, HOSTNAME_LABEL, KAI_API_VERSION, KUEUE_API_VERSIONS
 from .errors import InputError
 from .names import label_key_problem
-from .quantity import QuantityError, parse_quantity
+from .quantity import QuantityError, parse_quantity, to_units
 from .topology_assignment import MAX_SLICES, AssignedDomain, Assignment, decode, encode
 
 
@@ -215,12 +223,15 @@ class ResourceQuota(ApiModel):
 
     @field_validator("nominal_quota", "borrowing_limit", "lending_limit")
     @classmethod
-    def _quantity(cls, value: str | int | None) -> str | int | None:
+    def _quantity(cls, value: str | int | None, info: ValidationInfo) -> str | int | None:
         if value is None:
             return None
         try:
             if parse_quantity(value) < 0:
                 raise ValueError(f"{value!r} must not be negative")
+            # As the cache counts it (millicores for cpu): above int64 is refused here, with
+            # its field, rather than by plan without one or never by the webhook.
+            to_units(str(info.data.get("name") or ""), value)
         except QuantityError as error:
             raise ValueError(str(error)) from None
         return value

@@ -29,6 +29,9 @@ _QUANTITY = re.compile(
 )
 # Kubernetes caps quantities at 2^63-1 of the base unit; anything larger is a typo.
 _MAX = 2**63 - 1
+# Far more than any quantity needs, and below Python's limit on converting digits to an int
+# (4300), which would otherwise raise a bare ValueError past every QuantityError handler.
+_MAX_DIGITS = 1000
 
 MILLI_RESOURCES = frozenset({"cpu"})
 
@@ -52,6 +55,8 @@ def parse_quantity(value: str | int | float) -> Fraction:
     match = _QUANTITY.match(value.strip())
     if match is None:
         raise QuantityError(f"{value!r} is not a quantity (expected e.g. 500m, 2, 1.5Gi, 4e3)")
+    if len(match["number"]) > _MAX_DIGITS:
+        raise QuantityError(f"{value[:40]!r}... has more than {_MAX_DIGITS} digits")
     number = Fraction(match["number"])
     if match["exp"] is not None:
         number *= Fraction(10) ** int(match["exp"])

@@ -26,6 +26,8 @@ from .errors import InputError
 
 MAX_SLICES = 1_000  # Kueue's MaxItems of TopologyAssignment.slices
 MAX_DOMAINS_PER_SLICE = 100_000  # Kueue's MaxItems of roots and of podCounts.individual
+MAX_VALUE_LENGTH = 63  # Kueue's MaxLength of universal, prefix, suffix and each root
+MAX_INT32 = 2**31 - 1  # domainCount and the pod counts are int32 in Kueue
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +210,14 @@ def decode(topology: Any, where: str = "", field: str = "") -> Assignment:
         found = _decode_domains(len(levels), domains, where, _at(field, "domains"))
     else:
         found = []
-        for i, item in enumerate(_list(slices or [], where, _at(field, "slices"))):
+        items = _list(slices or [], where, _at(field, "slices"))
+        if len(items) > MAX_SLICES:
+            raise InputError(
+                f"has {len(items)} slices; at most {MAX_SLICES} are allowed",
+                where=where,
+                field=_at(field, "slices"),
+            )
+        for i, item in enumerate(items):
             found.extend(_decode_slice(len(levels), item, where, _at(field, f"slices[{i}]")))
     return Assignment(tuple(levels), tuple(found))
 
@@ -235,12 +244,26 @@ def _strings(value: Any, where: str, field: str) -> list[str]:
     return items
 
 
-def _count(value: Any, where: str, field: str) -> int:
-    if not _is_int(value) or value < 1:
+def _count(value: Any, where: str, field: str, most: int = MAX_INT32) -> int:
+    if not _is_int(value) or not 1 <= value <= most:
         raise InputError(
-            f"must be an integer of at least 1, not {value!r}", where=where, field=field
+            f"must be an integer of at least 1 and at most {most}, not {value!r}",
+            where=where,
+            field=field,
         )
     return int(value)
+
+
+def _text(value: Any, where: str, field: str) -> str:
+    if not isinstance(value, str):
+        raise InputError("must be a string", where=where, field=field)
+    if len(value) > MAX_VALUE_LENGTH:
+        raise InputError(
+            f"is {len(value)} characters long; at most {MAX_VALUE_LENGTH} are allowed",
+            where=where,
+            field=field,
+        )
+    return value
 
 
 def _decode_domains(level_count: int, domains: Any, where: str, field: str) -> list[AssignedDomain]:
@@ -263,7 +286,7 @@ def _decode_domains(level_count: int, domains: Any, where: str, field: str) -> l
 def _decode_slice(level_count: int, item: Any, where: str, field: str) -> list[AssignedDomain]:
     if not isinstance(item, Mapping):
         raise InputError("must be an object", where=where, field=field)
-    size = _count(item.get("domainCount"), where, _at(field, "domainCount"))
+    size = _count(item.get("domainCount"), where, _at(field, "domainCount"), MAX_DOMAINS_PER_SLICE)
     per_level = _list(item.get("valuesPerLevel"), where, _at(field, "valuesPerLevel"))
     if len(per_level) != level_count:
         raise InputError(
@@ -271,6 +294,14 @@ def _decode_slice(level_count: int, item: Any, where: str, field: str) -> list[A
             "have the same length as levels",
             where=where,
             field=_at(field, "valuesPerLevel"),
+        )
+    if size > 1 and all(isinstance(e, Mapping) and e.get("individual") is None for e in per_level):
+        # Checked before expanding: a few bytes must not become domainCount copies.
+        raise InputError(
+            f"{size} domains with every level universal are one domain {size} times; "
+            "write it once (domainCount 1) with all its pods",
+            where=where,
+            field=_at(field, "domainCount"),
         )
     columns = [
         _level_values(entry, size, where, _at(field, f"valuesPerLevel[{level}]"))
@@ -295,18 +326,16 @@ def _exactly_one(entry: Any, where: str, field: str) -> tuple[str, Any]:
 def _level_values(entry: Any, size: int, where: str, field: str) -> list[str]:
     kind, value = _exactly_one(entry, where, field)
     if kind == "universal":
-        if not isinstance(value, str):
-            raise InputError("must be a string", where=where, field=f"{field}.universal")
-        return [value] * size
+        return [_text(value, where, f"{field}.universal")] * size
     at = f"{field}.individual"
     if not isinstance(value, Mapping):
         raise InputError("must be an object", where=where, field=at)
-    prefix, suffix = value.get("prefix") or "", value.get("suffix") or ""
-    for name, part in (("prefix", prefix), ("suffix", suffix)):
-        if not isinstance(part, str):
-            raise InputError("must be a string", where=where, field=f"{at}.{name}")
-    roots = _strings(value.get("roots"), where, f"{at}.roots")
+    prefix = _text(value.get("prefix") or "", where, f"{at}.prefix")
+    suffix = _text(value.get("suffix") or "", where, f"{at}.suffix")
+    roots = _list(value.get("roots"), where, f"{at}.roots")
     _same_length(roots, size, where, f"{at}.roots")
+    for i, root in enumerate(roots):
+        _text(root, where, f"{at}.roots[{i}]")
     return [f"{prefix}{root}{suffix}" for root in roots]
 
 

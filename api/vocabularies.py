@@ -22,12 +22,12 @@ against a topology when the request is built (topogate/planner.py).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from . import constants as c
 from .annotations import AnnotationError
+from .errors import loads_json
 
 KAI_TOPOLOGY = "kai.scheduler/topology"
 KAI_REQUIRED = "kai.scheduler/topology-required-placement"
@@ -85,8 +85,8 @@ def _volcano(text: str, where: str, problems: list[str]) -> VolcanoTopology | No
         '{"mode": "hard", "highestTierName": "<tier name>"}'
     )
     try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
+        raw = loads_json(text)
+    except ValueError as exc:
         problems.append(f"{where}: Invalid value: {text!r}: must be a JSON object: {exc}")
         return None
     if not isinstance(raw, dict):

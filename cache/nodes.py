@@ -109,7 +109,12 @@ def pod_usage_from_kube(obj: Mapping[str, Any]) -> PodUsage | None:
     if not isinstance(spec, Mapping):
         raise InputError("is required", where=where, field="spec")
     node_name = spec.get("nodeName")
-    phase = (obj.get("status") or {}).get("phase")
+    status = obj.get("status") or {}
+    if not isinstance(status, Mapping):
+        raise InputError("must be an object", where=where, field="status")
+    phase = status.get("phase")
+    if phase is not None and not isinstance(phase, str):
+        raise InputError(f"{phase!r} must be a string", where=where, field="status.phase")
     if not node_name or phase in TERMINAL_PHASES:
         return None
     key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or meta.get('uid')}"

@@ -40,6 +40,14 @@ def test_bad_quantities_are_refused(text: str) -> None:
     assert str(error.value) == f"{text!r} is not a quantity (expected e.g. 500m, 2, 1.5Gi, 4e3)"
 
 
+@pytest.mark.parametrize("text", ["1" + "0" * 5000, "0." + "0" * 5000 + "1", "9" * 1001 + "Gi"])
+def test_a_quantity_of_thousands_of_digits_is_a_quantity_error(text: str) -> None:
+    # Past Python's 4300-digit int limit it was a bare ValueError, which the readers'
+    # QuantityError handlers let through as a traceback.
+    with pytest.raises(QuantityError, match="has more than 1000 digits"):
+        to_units("cpu", text)
+
+
 def test_units_round_up_like_kubernetes() -> None:
     assert to_units("cpu", "100m") == 100
     assert to_units("cpu", "0.0001") == 1  # a request below a millicore still takes one

@@ -101,6 +101,22 @@ def test_single_gpu() -> None:
         ("\tGPU0\tGPU1\nGPU0\t X \tX\nGPU1\tNV4\t X \n", "GPU0/GPU1: unexpected 'X'"),
         ("\tGPU0\tGPU1\nGPU0\t X \nGPU1\tNV4\t X \n", "GPU0 has 1 cells"),
         ("\tGPU0\tGPU2\nGPU0\t X \tNV4\nGPU2\tNV4\t X \n", "expected GPU0..GPU1 in order"),
+        # A link count of 400 digits was an OverflowError traceback (int to float).
+        (
+            f"\tGPU0\tGPU1\nGPU0\t X \tNV{'9' * 400}\nGPU1\tNV4\t X \n",
+            "is more than 1000 NVLinks",
+        ),
+        # More GPUs than the annotation may hold: topogate would refuse what it printed.
+        (
+            "\t"
+            + "\t".join(f"GPU{i}" for i in range(1025))
+            + "\n"
+            + "".join(
+                f"GPU{i}\t" + "\t".join(" X " if i == j else "SYS" for j in range(1025)) + "\n"
+                for i in range(1025)
+            ),
+            "has 1025 GPUs; at most 1024 are supported",
+        ),
     ],
 )
 def test_malformed_input_is_one_line_and_exit_2(

@@ -198,6 +198,16 @@ def test_suggestions_stop_after_a_bound() -> None:
     ]
 
 
+def test_a_key_longer_than_kubernetes_allows_gets_no_suggestion() -> None:
+    # Comparing a 30,000-character key with every known key took seconds (quadratic); the
+    # API server refuses such a key, plan reads it from a file.
+    long_key = "kueue.x-k8s.io/podset-required-topology" + "y" * 30_000
+    fits = "kueue.x-k8s.io/" + "a" * 302  # the longest a key may be: still suggested
+    warnings = key_warnings(_job(template_annotations={long_key: "v", fits: "v"}))
+    assert warnings[0].startswith(f"spec.template.metadata.annotations[{fits}]: unknown; did you")
+    assert warnings[1] == f"spec.template.metadata.annotations[{long_key}]: unknown"
+
+
 def test_edit_distance() -> None:
     assert edit_distance("topolgy", "topology") == 1
     assert edit_distance("", "abc") == 3

@@ -283,6 +283,9 @@ def test_the_annotation_becomes_the_podsets_min_count() -> None:
     own = {"topogate.dev/job-min-parallelism": "3"}
     assert workload_from_object(_job(annotations=own)).workload.spec.pod_sets[0].min_count == 3
     assert workload_from_object(_job()).workload.spec.pod_sets[0].min_count is None
+    # Atoi takes a leading +, so Kueue admits "+3" as 3
+    plus = {MIN: "+3"}
+    assert workload_from_object(_job(annotations=plus)).workload.spec.pod_sets[0].min_count == 3
 
 
 @pytest.mark.parametrize(
@@ -293,6 +296,11 @@ def test_the_annotation_becomes_the_podsets_min_count() -> None:
         ("8", 8, 8, "Invalid value: 8: should be between 0 and 7"),
         ("5", 8, 4, "Invalid value: 5: should be between 0 and 3"),  # min(parallelism, completions)
         ("-2", 8, 8, "Invalid value: -2: should be between 0 and 7"),
+        # As Go's strconv.Atoi, which Kueue's webhook parses it with: no spaces, no exponent.
+        (" 3", 8, 8, "Invalid value: ' 3': must be an integer"),
+        ("3\n", 8, 8, "Invalid value: '3\\n': must be an integer"),
+        ("1e3", 8, 8, "Invalid value: '1e3': must be an integer"),
+        ("\uff13", 8, 8, "Invalid value: '\uff13': must be an integer"),  # a fullwidth 3
     ],
 )
 def test_a_bad_minimum_is_refused_naming_the_annotation(

@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.kit import review_for
 from tests.test_cli_plan import RACK, TOPOLOGY, _job, _node
 from topogate.cli import main
+from topogate.webhooks.review import Review, validate
 
 
 def _cluster(tmp_path: Path, *extra: dict[str, Any]) -> Path:
@@ -86,6 +88,21 @@ def test_a_job_without_containers_is_refused_as_the_api_server_would(
     assert capsys.readouterr().err.splitlines() == [
         "topogate plan: error: "
         f"{tmp_path / 'job.yaml'}: Job ml/train: spec.template.spec.containers: Required value"
+    ]
+
+
+@pytest.mark.parametrize("field", ["parallelism", "completions"])
+def test_a_pod_count_beyond_int32_is_refused_as_the_api_server_would(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str
+) -> None:
+    # With job-min-parallelism, 2**63 pods was planned as a partial fit (exit 0).
+    job = _job(2)
+    job["spec"][field] = 2**63
+    job["metadata"]["annotations"] = {"kueue.x-k8s.io/job-min-parallelism": "1"}
+    assert _plan(tmp_path, job) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"topogate plan: error: {tmp_path / 'job.yaml'}: Job ml/train: spec.{field}: "
+        f"Invalid value: {2**63}: must be at most 2147483647 (an int32)"
     ]
 
 
@@ -243,6 +260,44 @@ def test_quota_in_use_by_admitted_workloads_counts(
     ]
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("podSetAssignments", "main", "podSetAssignments: must be a list"),
+        ("podSetAssignments", [1], "podSetAssignments[0]: must be an object"),
+        ("flavors", ["gpu"], "podSetAssignments[0].flavors: must be an object"),
+        ("resourceUsage", "8", "podSetAssignments[0].resourceUsage: must be an object"),
+        (
+            "resourceUsage",
+            {"nvidia.com/gpu": "lots"},
+            "podSetAssignments[0].resourceUsage[nvidia.com/gpu]: 'lots' is not a quantity "
+            "(expected e.g. 500m, 2, 1.5Gi, 4e3)",
+        ),
+        (
+            "resourceUsage",
+            {"nvidia.com/gpu": "-8"},
+            "podSetAssignments[0].resourceUsage[nvidia.com/gpu]: '-8' is negative",
+        ),
+    ],
+)
+def test_a_malformed_admission_in_the_cluster_input_is_invalid_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, value: Any, says: str
+) -> None:
+    # Each was an AttributeError or QuantityError traceback from the quota count.
+    running = json.loads(json.dumps(RUNNING))
+    admission = running["status"]["admission"]
+    if field == "podSetAssignments":
+        admission[field] = value
+    else:
+        admission["podSetAssignments"][0][field] = value
+    objects = (FLAVOR, _cluster_queue(16), LOCAL_QUEUE, running)
+    assert _plan(tmp_path, _queued(2), *objects) == 2
+    assert capsys.readouterr().err == (
+        f"topogate plan: error: {tmp_path / 'cluster' / 'nodes.yaml'}: Workload ml/running: "
+        f"status.admission.{says}\n"
+    )
+
+
 def test_ignore_queues_skips_the_quota(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     objects = (FLAVOR, _cluster_queue(8), LOCAL_QUEUE)
     (tmp_path / "a").mkdir()
@@ -307,6 +362,28 @@ def test_a_bad_queue_object_is_refused_naming_it(
     local = {**LOCAL_QUEUE, "spec": {}}
     assert _plan(tmp_path / "b", _queued(1), FLAVOR, _cluster_queue(16), local) == 2
     assert "LocalQueue ml/q: spec.clusterQueue: is required" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("resource", "quota"), [("nvidia.com/gpu", 10**30), ("cpu", "9300000000000000")]
+)
+def test_a_quota_beyond_int64_names_its_field_in_plan_and_the_webhook(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], resource: str, quota: Any
+) -> None:
+    # plan refused it without the field ("ClusterQueue cq: ... is too large"), the validating
+    # webhook let it through; cpu counts in millicores, so 9.3e15 cores is past int64 too.
+    queue = _cluster_queue(16)
+    quotas = queue["spec"]["resourceGroups"][0]
+    quotas["coveredResources"] = [resource]
+    quotas["flavors"][0]["resources"][0] = {"name": resource, "nominalQuota": quota}
+    assert _plan(tmp_path, _queued(1), FLAVOR, queue, LOCAL_QUEUE) == 2
+    field = "spec.resourceGroups[0].flavors[0].resources[0].nominalQuota"
+    assert f"ClusterQueue cq: {field}: {quota!r} is too large" in capsys.readouterr().err
+    review = review_for(
+        {**queue, "apiVersion": "topogate.dev/v1alpha1"}, "ClusterQueue", "topogate.dev"
+    )
+    answer = validate(Review.parse(review))["response"]
+    assert answer["allowed"] is False and field in answer["status"]["message"]
 
 
 def test_a_level_the_queues_topology_lacks_is_invalid_input(

@@ -242,6 +242,14 @@ def test_a_malformed_assignment_is_shown_not_a_traceback() -> None:
     assert document([summary])["workloads"][0]["podSets"][0]["problem"] == pod_set.problem
 
 
+@pytest.mark.parametrize("count", ["abc", [1], float("inf"), None])
+def test_a_pod_count_that_is_no_integer_is_shown_as_zero(count: Any) -> None:
+    workload = {"metadata": {"name": "w"}, "spec": {"podSets": [{"name": "main", "count": count}]}}
+    [summary] = summarize([workload], [])
+    assert summary.pod_sets[0].count == 0
+    assert "main" in render_workload(summary)
+
+
 def test_pending_workload_has_its_message_and_unassigned_pods() -> None:
     status = {
         "conditions": [

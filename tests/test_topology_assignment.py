@@ -21,6 +21,7 @@ from topogate.api.errors import InputError
 from topogate.api.models import TopologyAssignment
 from topogate.api.topology_assignment import (
     MAX_DOMAINS_PER_SLICE,
+    MAX_SLICES,
     AssignedDomain,
     Assignment,
     decode,
@@ -284,6 +285,22 @@ MALFORMED = [
         "must be a string",
     ),
     ("slices not a list", "slices", {"a": 1}, "must be a list"),
+    ("domainCount above int32", f"{S0}.domainCount", 2**31, "at most 100000"),
+    ("a pod count above int32", f"{S0}.podCounts.universal", 2**31, "at most 2147483647"),
+    (
+        "a root longer than a label value",
+        f"{S0}.valuesPerLevel.1.individual.roots",
+        ["1", "x" * 64],
+        "at most 63",
+    ),
+    ("a prefix longer than 63", f"{S0}.valuesPerLevel.1.individual.prefix", "p" * 64, "at most 63"),
+    ("a universal longer than 63", f"{S0}.valuesPerLevel.0.universal", "z" * 64, "at most 63"),
+    (
+        "one domain repeated by universal values",
+        f"{S0}.valuesPerLevel",
+        [{"universal": "z1"}, {"universal": "r1"}],
+        "one domain 2 times",
+    ),
     ("both slices and domains", "domains", [], "not both"),
     ("no levels", "levels", [], "at least one level"),
 ]
@@ -358,7 +375,9 @@ values = st.text(alphabet="ab-.0", max_size=6)
 )
 def test_round_trip(level_count: int, rows: list[tuple[str, str, str, int]], host: bool) -> None:
     levels = ["a", "b", H if host else "c"][-level_count:]
-    domains = [AssignedDomain((r[0], r[1], r[2])[3 - level_count :], r[3]) for r in rows]
+    # Each domain once, as every writer (topogate's placement, Kueue's) lists them.
+    unique = {(r[0], r[1], r[2])[3 - level_count :]: r[3] for r in reversed(rows)}
+    domains = [AssignedDomain(values, count) for values, count in reversed(unique.items())]
     written = encode(levels, domains)
     assert decode(written) == Assignment(tuple(levels), tuple(domains))
     if len(written["slices"]) > 1:  # several slices only when they are not larger
@@ -376,3 +395,89 @@ def test_ten_thousand_hosts_take_far_fewer_bytes() -> None:
     domains = [AssignedDomain((h,), 1) for h in hosts]
     new, old = wire_size(encode([H], domains)), wire_size(encode_domains([H], domains))
     assert new * 2 < old
+
+
+def test_a_few_bytes_never_expand_into_a_billion_domains() -> None:
+    # Each of these is under 300 bytes; expanded, it would be 10**9 domains (or 10**9-byte
+    # values) and exhaust the memory of the ungater, status or restart that reads it.
+    universal = one_slice(10**9, [{"universal": "z1"}, {"universal": "r1"}], {"universal": 1})
+    wide = one_slice(10**9, [{"universal": "z1"}, ind(["1"] * 3)], {"universal": 1})
+    huge_prefix = one_slice(
+        2, [{"universal": "z1"}, ind(["1", "2"], "p" * 10**6)], {"universal": 1}
+    )
+    many = [one_slice(1, [{"universal": "z"}], {"universal": 1})] * (MAX_SLICES + 1)
+    for topology, field in [
+        ({"levels": ["zone", "rack"], "slices": [universal]}, f"t.{S0}.domainCount"),
+        ({"levels": ["zone", "rack"], "slices": [wide]}, f"t.{S0}.domainCount"),
+        (
+            {"levels": ["zone", "rack"], "slices": [huge_prefix]},
+            f"t.{S0}.valuesPerLevel[1].individual.prefix",
+        ),
+        ({"levels": ["zone"], "slices": many}, "t.slices"),
+    ]:
+        with pytest.raises(InputError) as caught:
+            decode(topology, "w", "t")
+        assert caught.value.field == field
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet="abz-1", max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=3), children)
+    ),
+    max_leaves=20,
+)
+texts = st.text(alphabet="ab", max_size=70)
+level_values = st.fixed_dictionaries({"universal": texts}) | st.fixed_dictionaries(
+    {
+        "individual": st.fixed_dictionaries(
+            {"roots": st.lists(st.text(alphabet="ab", max_size=2), max_size=5)},
+            optional={"prefix": texts},
+        )
+    }
+)
+pod_counts = st.fixed_dictionaries({"universal": st.integers(-2, 2**40)}) | (
+    st.fixed_dictionaries({"individual": st.lists(st.integers(-1, 2**33), max_size=5)})
+)
+
+
+def _rarely_any_json(draw: st.DrawFn, value: st.SearchStrategy[Any]) -> Any:
+    """Mostly the value, one time in eight any JSON at all."""
+    return draw(json_values) if draw(st.integers(0, 7)) == 3 else draw(value)
+
+
+@st.composite
+def assignments(draw: st.DrawFn) -> Any:
+    """Mostly well-formed assignments (the levels and valuesPerLevel agree), with counts and
+    strings of any size, and now and then any JSON in any place."""
+    level_count = draw(st.integers(1, 3))
+    slices = [
+        {
+            "domainCount": _rarely_any_json(draw, st.integers(1, 5) | st.integers(-2, 2**40)),
+            "valuesPerLevel": _rarely_any_json(
+                draw, st.lists(level_values, min_size=level_count, max_size=level_count)
+            ),
+            "podCounts": _rarely_any_json(draw, pod_counts),
+        }
+        for _ in range(draw(st.integers(0, 3)))
+    ]
+    topology = {
+        "levels": _rarely_any_json(draw, st.just(["zone", "rack", H][-level_count:])),
+        "slices": _rarely_any_json(draw, st.just(slices)),
+    }
+    return _rarely_any_json(draw, st.just(topology))
+
+
+@settings(max_examples=400, deadline=None)
+@given(assignments())
+def test_decode_refuses_anything_malformed_and_expands_no_more_than_the_input(
+    topology: Any,
+) -> None:
+    """Whatever the JSON, decode answers an Assignment or an InputError, and never more
+    domains than the input has bytes (no domainCount is trusted before it is checked)."""
+    try:
+        decoded = decode(topology, "w", "t")
+    except InputError as error:
+        assert error.where == "w" and error.field.startswith("t")
+        return
+    assert len(decoded.domains) <= len(json.dumps(topology))

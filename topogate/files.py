@@ -62,11 +62,68 @@ def _parse(path: Path) -> Iterator[Any]:
         if path.suffix == ".json":
             yield json.loads(text)
         else:
-            yield from yaml.load_all(text, Loader=_Loader)
+            yield from _yaml_documents(text, path_name)
     except json.JSONDecodeError as exc:
         raise InputError(f"invalid JSON: {exc}", where=path_name) from None
     except yaml.YAMLError as exc:  # stdin is read as YAML, and JSON is YAML
         raise InputError(f"invalid YAML: {exc}".replace("\n", " "), where=path_name) from None
+    except RecursionError:  # [[[[... thousands deep: no manifest nests like that
+        raise InputError("is nested too deeply", where=path_name) from None
+    except InputError:
+        raise
+    except ValueError as exc:  # a scalar that does not convert: 2001-13-45, 5000 digits
+        kind = "JSON" if path.suffix == ".json" else "YAML"
+        raise InputError(f"invalid {kind}: {exc}", where=path_name) from None
+
+
+def _yaml_documents(text: str, path_name: str) -> Iterator[Any]:
+    """The YAML documents, refusing aliases that expand far beyond the text: PyYAML shares an
+    aliased value, but every reader walks (and str() prints) it once per reference, so nine
+    lines of nested ``*alias`` lists would cost minutes ("billion laughs")."""
+    loaded = yaml.load_all(text, Loader=_Loader)
+    if "*" not in text:  # no alias: every value is written out once
+        yield from loaded
+        return
+    budget = 100 * len(text) + 100_000
+    for i, document in enumerate(loaded):
+        size = _expanded_size(document)
+        if size is None:
+            raise InputError(
+                f"document {i + 1} uses an alias (*name) inside its own anchor (&name): "
+                "a value that contains itself",
+                where=path_name,
+            )
+        if size > budget:
+            raise InputError(
+                f"document {i + 1} uses aliases (*name) that expand to {size} values, more "
+                f"than the {budget} this text may hold; write the repeated values out",
+                where=path_name,
+            )
+        yield document
+
+
+def _expanded_size(root: Any) -> int | None:
+    """How many values the document has with every alias written out; None when a value
+    contains itself. Each shared value is counted once and multiplied, never walked again."""
+    if not isinstance(root, (dict, list)):
+        return 1
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        children = list(node.values()) if isinstance(node, dict) else node
+        key = id(node)
+        if children_done:
+            open_nodes.discard(key)
+            sizes[key] = 1 + sum(sizes.get(id(c), 1) for c in children)
+        elif key in open_nodes:
+            return None  # reached again from inside itself
+        elif key not in sizes:
+            open_nodes.add(key)
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if isinstance(c, (dict, list)))
+    return sizes.get(id(root), 1)
 
 
 def documents(path: Path) -> Iterator[Document]:
@@ -111,18 +168,28 @@ def read_discovery_payload(path: Path) -> Mapping[str, Any]:
         raise InputError(f"must hold exactly one document, found {len(docs)}", where=str(path))
     obj: Any = docs[0].obj
     if isinstance(obj, dict) and obj.get("kind") == "ConfigMap":
-        data = obj.get("data") or {}
-        text = data.get("volcano-controller.conf")
-        if not isinstance(text, str):
-            raise InputError(
-                "has no data[volcano-controller.conf]", where=f"{path}: ConfigMap", field="data"
-            )
-        try:
-            obj = yaml.safe_load(text)
-        except yaml.YAMLError as error:
-            raise InputError(
-                f"is not YAML: {error}", where=str(path), field="data[volcano-controller.conf]"
-            ) from None
+        obj = _config_map_payload(obj.get("data"), f"{path}: ConfigMap")
     if not isinstance(obj, dict):
         raise InputError("must be a mapping", where=str(path))
     return obj
+
+
+def _config_map_payload(data: Any, where: str) -> Any:
+    """The YAML in a ConfigMap's data[volcano-controller.conf], read as files are (aliases
+    bounded, depth refused)."""
+    if not isinstance(data, Mapping):
+        raise InputError("must be an object", where=where, field="data")
+    key = "volcano-controller.conf"
+    text = data.get(key)
+    if text is None:
+        raise InputError(f"has no data[{key}]", where=where, field="data")
+    if not isinstance(text, str):
+        raise InputError("must be a string (the file's text)", where=where, field=f"data[{key}]")
+    try:
+        loaded = list(_yaml_documents(text, where))
+    except yaml.YAMLError as error:
+        message = f"is not YAML: {error}".replace("\n", " ")
+        raise InputError(message, where=where, field=f"data[{key}]") from None
+    except RecursionError:
+        raise InputError("is nested too deeply", where=where, field=f"data[{key}]") from None
+    return loaded[0] if len(loaded) == 1 else None

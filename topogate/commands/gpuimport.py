@@ -29,6 +29,7 @@ from pathlib import Path
 from topogate.api.errors import InputError
 from topogate.api.gpus import (
     BANDWIDTH_ANNOTATION,
+    MAX_GPUS,
     NVLINK_GBPS_PER_LINK,
     PCIE_FACTORS,
     PCIE_GBPS,
@@ -38,6 +39,9 @@ from topogate.api.gpus import (
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _GPU = re.compile(r"^GPU(\d+)$")
 _NVLINK = re.compile(r"^NV(\d+)$")
+# Far above any part (NV18 on H100 and B200): a longer count is a garbled capture, and one of
+# 400 digits would not even convert to a float.
+MAX_NVLINKS = 1000
 _ALIASES = {"SOC": "SYS"}  # drivers before 2018 called the socket interconnect SOC
 _AFFINITY = {"CPU", "NUMA", "GPU"}  # first words of the columns after the device columns
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -84,6 +88,8 @@ def parse_topo(text: str, source: str = "nvidia-smi topo -m") -> list[list[str]]
             f"{len(gpus) - 1} in order",
             where=source,
         )
+    if len(gpus) > MAX_GPUS:  # the annotation topogate would then refuse to read
+        raise InputError(f"has {len(gpus)} GPUs; at most {MAX_GPUS} are supported", where=source)
     columns = {f"GPU{g}": devices.index(f"GPU{g}") for g in gpus}
     missing = [f"GPU{g}" for g in gpus if g not in rows]
     if missing:
@@ -110,6 +116,11 @@ def parse_topo(text: str, source: str = "nvidia-smi topo -m") -> list[list[str]]
                 known = "X, NV<n>, " + ", ".join(PCIE_FACTORS)
                 raise InputError(
                     f"GPU{g}/GPU{h}: unknown link kind {cell!r} (known: {known})", where=where
+                )
+            links = _NVLINK.match(kind)
+            if links is not None and int(links[1]) > MAX_NVLINKS:
+                raise InputError(
+                    f"GPU{g}/GPU{h}: {cell!r} is more than {MAX_NVLINKS} NVLinks", where=where
                 )
             row.append(kind)
         kinds.append(row)

@@ -207,7 +207,9 @@ def _domain_key(pod: Obj, levels: Sequence[str]) -> tuple[str, ...] | None:
 def _pod_set(spec_set: Obj | None, assignment: Obj | None, pods: Iterable[Obj]) -> PodSetStatus:
     name = str((spec_set or assignment or {}).get("name") or "")
     count = (spec_set if spec_set is not None else assignment or {}).get("count")
-    result = PodSetStatus(name=name, count=int(count or 0))
+    # An integer in any Workload the API server stores; anything else is shown as 0, not a
+    # traceback (status shows what is there).
+    result = PodSetStatus(name=name, count=count if isinstance(count, int) else 0)
     minimum = (spec_set or {}).get("minCount")
     result.min_count = minimum if isinstance(minimum, int) else None
     admitted = (assignment or {}).get("count")
