@@ -1,10 +1,11 @@
 """Benchmark partial admission (prints figures; not a test).
 
-On the 20,000-node cluster of bench_placement.py (10 blocks x 50 racks x 40 hosts, about 70%
-of the GPUs busy), one admission cycle for a Job of 8-GPU pods that requires one block and
-asks for more pods than any block has room for, with ``job-min-parallelism`` 1: the whole
-gang fails, then Kueue's binary search tries counts until the largest that fits one block.
-Compared with a cycle admitting that count directly (what a user would have to guess).
+On bench_exact.py's 20,000-node cluster (bench_placement.py's generator: 10 blocks x 50 racks
+x 40 hosts, about 70% of the GPUs busy), one admission cycle for a Job of 8-GPU pods that
+requires one block and asks for more pods than any block has room for, with
+``job-min-parallelism`` 1: the whole gang fails, then Kueue's binary search tries counts
+until the largest that fits one block. Compared with a cycle admitting that count directly
+(what a user would have to guess).
 
     python hack/bench_partial.py
     python hack/bench_partial.py --pods 4000 --repeats 5
@@ -16,7 +17,7 @@ import argparse
 import statistics
 import time
 
-from bench_placement import cluster  # run from hack/: its generator, its labels
+from bench_exact import BLOCK, GPU, HOST, RACK, big_cluster  # run from hack/: its cluster
 
 from topogate.admission.queues import (
     FlavorQuota,
@@ -36,10 +37,6 @@ from topogate.admission.request import (
 from topogate.cache.snapshot import ClusterSnapshot
 from topogate.cache.topology import DomainTree
 
-BLOCK, RACK, HOST = "cloud.com/topology-block", "cloud.com/topology-rack", "kubernetes.io/hostname"
-GPU = "nvidia.com/gpu"
-BUSY = [(0, 0.05), (2, 0.10), (4, 0.20), (6, 0.35), (8, 0.30)]
-
 
 def pending(pods: int, min_count: int | None) -> PendingWorkload:
     podset = PodSetRequest(
@@ -53,7 +50,7 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    nodes, pods = cluster(10, 50, 40, 7, busy=BUSY)
+    nodes, pods = big_cluster()
     snapshot = ClusterSnapshot.build(nodes, pods)
     tree = DomainTree.from_labels(snapshot, (BLOCK, RACK, HOST))
     queues = {"cq": QueueSpec("cq", "BestEffortFIFO", (FlavorQuota("gpu", {GPU: 10**9}),))}

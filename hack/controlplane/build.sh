@@ -81,16 +81,23 @@ build_kube() {
     "${packages[@]}"
 }
 
-build_etcd() {
-  local src=$CACHE/src/etcd-$ETCD_VERSION
+# A wrapper module in the cache's src/ that requires MODULE@VERSION and names it as a tool;
+# the caller is left in its directory to build there.
+tool_module() {
+  local name=$1 module=$2 version=$3
+  local src=$CACHE/src/$name-$version
   mkdir -p "$src" && cd "$src"
   if [ ! -f go.sum ]; then
     rm -f go.mod
-    go mod init topogate.local/etcdbin >/dev/null 2>&1
-    go mod edit -require "go.etcd.io/etcd/server/v3@$ETCD_VERSION" -tool go.etcd.io/etcd/server/v3
-    log "resolving etcd $ETCD_VERSION modules"
+    go mod init "topogate.local/${name}bin" >/dev/null 2>&1
+    go mod edit -require "$module@$version" -tool "$module"
+    log "resolving $name $version modules"
     go mod tidy
   fi
+}
+
+build_etcd() {
+  tool_module etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
   log "compiling etcd $ETCD_VERSION"
   go build -p 2 -trimpath -ldflags "-s -w" -o "$staging/etcd" go.etcd.io/etcd/server/v3
 }
@@ -104,15 +111,7 @@ build_kustomize() {
 build_jobset() {
   # A wrapper module rather than `go install …@version`: that looks up the module's version
   # list for deprecations, which a proxy serving only pinned versions refuses (403).
-  local src=$CACHE/src/jobset-$JOBSET_VERSION
-  mkdir -p "$src" && cd "$src"
-  if [ ! -f go.sum ]; then
-    rm -f go.mod
-    go mod init topogate.local/jobsetbin >/dev/null 2>&1
-    go mod edit -require "sigs.k8s.io/jobset@$JOBSET_VERSION" -tool sigs.k8s.io/jobset
-    log "resolving JobSet $JOBSET_VERSION modules"
-    go mod tidy
-  fi
+  tool_module jobset sigs.k8s.io/jobset "$JOBSET_VERSION"
   log "compiling the JobSet controller $JOBSET_VERSION"
   local ldflags="-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION"
   go build -p 2 -trimpath -ldflags "$ldflags" -o "$staging/jobset-controller" sigs.k8s.io/jobset
