@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sortedcontainers import SortedKeyList
 
+from topogate.api.errors import InputError
 from topogate.api.models import ClusterQueue
 from topogate.api.podspec import Toleration
-from topogate.api.quantity import format_units, to_units
+from topogate.api.quantity import QuantityError, format_units, to_units
 from topogate.cache.snapshot import ClusterSnapshot
 from topogate.cache.topology import DomainTree
 
@@ -667,6 +668,30 @@ class SnapshotPlacer:
         if decision.exact is not ExactOutcome.NOT_RUN:
             self.exact_outcomes[decision.exact.value] += 1
         return decision
+
+
+def checked_admission(admission: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``status.admission`` in the shape :func:`usage_of` reads, or InputError naming the field:
+    the API server's schema for our CRD types ``resourceUsage`` as strings, and a file may say
+    anything, so a value that is no quantity must be refused, not raised on later."""
+    path = "status.admission.podSetAssignments"
+    assignments = admission.get("podSetAssignments") or []
+    if not isinstance(assignments, list):
+        raise InputError("must be a list", field=path)
+    for i, assignment in enumerate(assignments):
+        at = f"{path}[{i}]"
+        if not isinstance(assignment, Mapping):
+            raise InputError("must be an object", field=at)
+        for name in ("flavors", "resourceUsage"):
+            value = assignment.get(name) or {}
+            if not isinstance(value, Mapping):
+                raise InputError("must be an object", field=f"{at}.{name}")
+        for resource, amount in (assignment.get("resourceUsage") or {}).items():
+            try:
+                to_units(str(resource), amount)
+            except QuantityError as error:
+                raise InputError(str(error), field=f"{at}.resourceUsage[{resource}]") from None
+    return admission
 
 
 def usage_of(admissions: Iterable[Mapping[str, Any]]) -> Usage:

@@ -109,3 +109,21 @@ def test_a_feed_starts_with_what_waits_already() -> None:
     handler(None, _workload("a", 1, admitted=False, finished=False))
     handler(None, _workload("b", 2, admitted=True, finished=False))
     assert state.waiting_changes() == {"ml/a"}
+
+
+def test_an_admission_whose_usage_is_no_quantity_still_counts_as_running() -> None:
+    # Our CRD types resourceUsage as strings: "abc" can be stored. The handler must still
+    # move the workload to the running set (it was left waiting, and the event raised).
+    state = ControllerState()
+    handler = state.handler(WORKLOADS)
+    handler(None, _workload("a", 1, admitted=False, finished=False))
+    bad = _workload("a", 2, admitted=True, finished=False)
+    bad["status"]["admission"] = {
+        "clusterQueue": "cq",
+        "podSetAssignments": [
+            {"name": "main", "count": 1, "flavors": {"cpu": "f"}, "resourceUsage": {"cpu": "abc"}}
+        ],
+    }
+    handler(state.store(WORKLOADS)["ml/a"], bad)
+    assert set(state.running()) == {"ml/a"} and set(state.waiting()) == set()
+    assert state.quota_of("ml/a") == {}

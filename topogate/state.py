@@ -21,7 +21,7 @@ from typing import Any
 
 from topogate.admission.assignments import usage_from_admission
 from topogate.admission.podsets import Catalog, build_catalog
-from topogate.admission.queues import Usage, usage_of
+from topogate.admission.queues import Usage, checked_admission, usage_of
 from topogate.api.errors import InputError
 from topogate.api.gpus import GpuAssignment
 from topogate.api.hypernodes import HyperNode, parse_hypernode
@@ -349,10 +349,12 @@ class ControllerState:
         running = live and self.admission_of(key) is not None
         waiting = live and not running and key not in self._assumed
         reserved = self.reserved(key) if live else None
-        if reserved is None:
-            self._quota.pop(key, None)
-        else:
-            self._quota[key] = usage_of([reserved])
+        self._quota.pop(key, None)
+        if reserved is not None:
+            try:
+                self._quota[key] = usage_of([checked_admission(reserved)])
+            except InputError as error:  # counted as no quota; the sets below still move
+                log.warning("Workload %s: quota in use not counted: %s", key, error.describe())
         for members, belongs in ((self._running, running), (self._waiting, waiting)):
             if belongs:
                 members.add(key)

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from topogate.admission.queues import checked_admission
 from topogate.api.constants import API_VERSION, KAI_API_VERSION, KUEUE_API_VERSIONS
 from topogate.api.errors import InputError
 from topogate.api.hypernodes import API_VERSION as HYPERNODE_API_VERSION
 from topogate.api.hypernodes import HyperNode, parse_hypernode
 from topogate.api.models import ClusterQueue, LocalQueue, ResourceFlavor, Topology
 from topogate.api.objects import admission_of, is_finished
-from topogate.api.quantity import QuantityError, to_units
 from topogate.api.validation import parse_model
 from topogate.cache.hypernodes import HyperNodeForest, build_forest
 from topogate.cache.nodes import NodeInfo, PodUsage, node_from_kube, pod_usage_from_kube
@@ -141,7 +141,8 @@ def load_cluster(paths: list[Path]) -> ClusterInput:
                 elif kind == "Workload":
                     admission = admission_of(doc.obj)
                     if admission is not None and not is_finished(doc.obj):
-                        cluster.admissions.append(_checked_admission(admission))
+                        checked_admission(admission)
+                        cluster.admissions.append(admission)
                 elif kind == "HyperNode":
                     hypernode = parse_hypernode(doc.obj)
                     _unique(cluster.hypernodes, hypernode.name, "HyperNode")
@@ -158,29 +159,6 @@ def load_cluster(paths: list[Path]) -> ClusterInput:
 
 
 _QUEUE_KINDS = ("ClusterQueue", "LocalQueue")
-
-
-def _checked_admission(admission: dict[str, Any]) -> dict[str, Any]:
-    """An admitted Workload's ``status.admission`` in the shape the quota count reads (the
-    API server's schema guarantees it; a file may say anything): InputError names the field."""
-    path = "status.admission.podSetAssignments"
-    assignments = admission.get("podSetAssignments") or []
-    if not isinstance(assignments, list):
-        raise InputError("must be a list", field=path)
-    for i, assignment in enumerate(assignments):
-        at = f"{path}[{i}]"
-        if not isinstance(assignment, Mapping):
-            raise InputError("must be an object", field=at)
-        for name in ("flavors", "resourceUsage"):
-            value = assignment.get(name) or {}
-            if not isinstance(value, Mapping):
-                raise InputError("must be an object", field=f"{at}.{name}")
-        for resource, amount in (assignment.get("resourceUsage") or {}).items():
-            try:
-                to_units(str(resource), amount)
-            except QuantityError as error:
-                raise InputError(str(error), field=f"{at}.resourceUsage[{resource}]") from None
-    return admission
 
 
 def _add_queue(cluster: ClusterInput, obj: Mapping[str, Any]) -> None:
