@@ -215,6 +215,11 @@ def test_plain_yaml_anchors_are_still_read(tmp_path: Path) -> None:
             "is not YAML",
         ),
         (
+            "kind: ConfigMap\ndata:\n  volcano-controller.conf: |\n    when: 2001-13-45\n",
+            "data[volcano-controller.conf]",
+            "is not YAML: month must be in 1..12",
+        ),
+        (
             "kind: ConfigMap\ndata:\n  volcano-controller.conf: |\n"
             + "".join(
                 f"    l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 7)

@@ -3,6 +3,7 @@ directory of them, v1 Lists expanded. Used by the commands and by `serve`'s conf
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Iterator, Mapping
@@ -58,22 +59,28 @@ def _name(path: Path) -> str:
 def _parse(path: Path) -> Iterator[Any]:
     text = _read(path)
     path_name = _name(path)
-    try:
+    # stdin is read as YAML, and JSON is YAML
+    with _refusing("invalid JSON" if path.suffix == ".json" else "invalid YAML", path_name):
         if path.suffix == ".json":
             yield json.loads(text)
         else:
             yield from _yaml_documents(text, path_name)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON: {exc}", where=path_name) from None
-    except yaml.YAMLError as exc:  # stdin is read as YAML, and JSON is YAML
-        raise InputError(f"invalid YAML: {exc}".replace("\n", " "), where=path_name) from None
-    except RecursionError:  # [[[[... thousands deep: no manifest nests like that
-        raise InputError("is nested too deeply", where=path_name) from None
+
+
+@contextlib.contextmanager
+def _refusing(problem: str, where: str, field: str = "") -> Iterator[None]:
+    """Text that does not parse as an InputError naming where it came from: a syntax error,
+    nesting thousands deep (no manifest nests like that), or a scalar that does not convert
+    (2001-13-45, 5,000 digits)."""
+    try:
+        yield
     except InputError:
         raise
-    except ValueError as exc:  # a scalar that does not convert: 2001-13-45, 5000 digits
-        kind = "JSON" if path.suffix == ".json" else "YAML"
-        raise InputError(f"invalid {kind}: {exc}", where=path_name) from None
+    except RecursionError:
+        raise InputError("is nested too deeply", where=where, field=field) from None
+    except (yaml.YAMLError, ValueError) as exc:  # json.JSONDecodeError is a ValueError
+        message = f"{problem}: {exc}".replace("\n", " ")
+        raise InputError(message, where=where, field=field) from None
 
 
 def _yaml_documents(text: str, path_name: str) -> Iterator[Any]:
@@ -185,11 +192,6 @@ def _config_map_payload(data: Any, where: str) -> Any:
         raise InputError(f"has no data[{key}]", where=where, field="data")
     if not isinstance(text, str):
         raise InputError("must be a string (the file's text)", where=where, field=f"data[{key}]")
-    try:
+    with _refusing("is not YAML", where, f"data[{key}]"):
         loaded = list(_yaml_documents(text, where))
-    except yaml.YAMLError as error:
-        message = f"is not YAML: {error}".replace("\n", " ")
-        raise InputError(message, where=where, field=f"data[{key}]") from None
-    except RecursionError:
-        raise InputError("is nested too deeply", where=where, field=f"data[{key}]") from None
     return loaded[0] if len(loaded) == 1 else None
