@@ -30,7 +30,7 @@ from topogate.cache.topology import DomainTree
 from .assignments import node_usage
 from .exact import EXACT_BUDGET
 from .gpuplace import taken_by
-from .partial import can_shrink, largest_fit
+from .partial import can_shrink, largest_fit, with_counts
 from .placement import place
 from .request import ExactOutcome, PlacementDecision, PlacementRequest
 
@@ -331,14 +331,16 @@ def _quota_refusal(
     memo: dict[tuple[str, tuple[tuple[str, int], ...]], str],
     queue: QueueSpec,
     book: QuotaBook,
-    demand: Mapping[str, int],
+    workload: PendingWorkload,
 ) -> str:
-    """Why no flavor of the queue has the quota for ``demand`` (the words :func:`_try` would
-    use), or "" when one has: then the placement decides."""
-    key = (queue.name, tuple(sorted(demand.items())))
+    """Why no flavor of the queue has the quota for the workload's demand (the words
+    :func:`_try` would use), or "" when one has: then the placement decides. Memoised by
+    (queue, shape) while the quota in use is unchanged (the caller clears the memo)."""
+    key = (queue.name, workload.shape)
     found = memo.get(key)
     if found is not None:
         return found
+    demand = workload.demand()
     reasons: list[str] = []
     for flavor in queue.flavors:
         uncovered = sorted(set(demand) - set(flavor.nominal))
@@ -500,11 +502,8 @@ def admission_cycle(
             refusals.clear()
             refused_at = book.changes
         queue = queues[name]
-        # The memo's key is the shape; looked up here first, as most heads are refused by it.
-        outcome = (
-            refusals.get((name, workload.shape))
-            or _quota_refusal(refusals, queue, book, workload.demand())
-            or _try(workload, queue, book, placer, held)
+        outcome = _quota_refusal(refusals, queue, book, workload) or _try(
+            workload, queue, book, placer, held
         )
         if isinstance(outcome, str):
             planned = len(result.preemptions)
@@ -551,11 +550,19 @@ def _try_partial(
 
     def fits(request: PlacementRequest) -> Admitted | None:
         smaller = dataclasses.replace(workload, request=request)
-        if _quota_refusal(refusals, queue, book, smaller.demand()):
+        if _quota_refusal(refusals, queue, book, smaller):
             return None
         outcome = _try(smaller, queue, book, placer, held)
         return None if isinstance(outcome, str) else outcome
 
+    # Quota only grows with the counts: when even the minima are refused, every count the
+    # search could try is, so a long lane of such Jobs costs one memo look-up each.
+    floor = with_counts(
+        workload.request,
+        [p.count if p.min_count is None else p.min_count for p in workload.request.podsets],
+    )
+    if _quota_refusal(refusals, queue, book, dataclasses.replace(workload, request=floor)):
+        return None
     found = largest_fit(workload.request, fits)
     if found is None:
         return None
