@@ -16,7 +16,6 @@ from .errors import loads_json
 from .models import PodSetTopologyRequest, SliceConstraint
 from .names import label_key_problem
 
-_INT32_MAX = 2**31 - 1
 _BOOLS = {
     **dict.fromkeys(("1", "t", "T", "TRUE", "true", "True"), True),
     **dict.fromkeys(("0", "f", "F", "FALSE", "false", "False"), False),
@@ -61,7 +60,7 @@ def _parse_int32(text: str) -> int | None:
     if not body.isascii() or not body.isdigit() or len(body.lstrip("0")) > 10:
         return None  # more than 10 digits is out of int32's range (and int() has a limit)
     number = int(text)
-    return number if -(2**31) <= number <= _INT32_MAX else None
+    return number if -(2**31) <= number <= c.MAX_INT32 else None
 
 
 def _label_check(path: str, found: _Found | None, problems: list[str]) -> None:
@@ -85,7 +84,7 @@ def _constraint_layer(
         problem = label_key_problem(topology)
         if problem:
             problems.append(f"{where}[{i}].topology: Invalid value: {topology!r}: {problem}")
-    if isinstance(size, bool) or not isinstance(size, int) or not -(2**31) <= size <= _INT32_MAX:
+    if isinstance(size, bool) or not isinstance(size, int) or not -(2**31) <= size <= c.MAX_INT32:
         problems.append(f"{where}[{i}].size: Invalid value: {size!r}: must be an integer")
         size = 0
     elif size < 1:

@@ -50,3 +50,6 @@ JOBSET_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 # On a batch/v1 Job's own metadata (Kueue's partial admission): the fewest pods the Job may
 # run with when all of them do not fit. Each exists under both prefixes; Kueue's first.
 MIN_PARALLELISM_KEYS = (f"{KUEUE_GROUP}/job-min-parallelism", f"{GROUP}/job-min-parallelism")
+
+# Kubernetes' and Kueue's int32 fields (parallelism, replicas, slice sizes, domainCount).
+MAX_INT32 = 2**31 - 1

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .annotations import AnnotationError, check_groups, topology_request
-from .constants import JOBSET_JOB_INDEX, MIN_PARALLELISM_KEYS
+from .constants import JOBSET_JOB_INDEX, MAX_INT32, MIN_PARALLELISM_KEYS
 from .errors import InputError
 from .kinds import JOB, JOB_KINDS, JOBSET
 from .models import ObjectMeta, PodSet, PodSetTopologyRequest, Workload, WorkloadSpec
@@ -43,9 +43,6 @@ def _mapping(value: Any, where: str, path: str, required: bool = True) -> Mappin
             "is required" if value is None else "must be an object", where=where, field=path
         )
     return value
-
-
-MAX_INT32 = 2**31 - 1
 
 
 def _count(value: Any, where: str, path: str, default: int = 1) -> int:

@@ -21,13 +21,12 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
-from .constants import HOSTNAME_LABEL
+from .constants import HOSTNAME_LABEL, MAX_INT32  # domainCount, pod counts: int32
 from .errors import InputError
 
 MAX_SLICES = 1_000  # Kueue's MaxItems of TopologyAssignment.slices
 MAX_DOMAINS_PER_SLICE = 100_000  # Kueue's MaxItems of roots and of podCounts.individual
 MAX_VALUE_LENGTH = 63  # Kueue's MaxLength of universal, prefix, suffix and each root
-MAX_INT32 = 2**31 - 1  # domainCount and the pod counts are int32 in Kueue
 
 
 @dataclass(frozen=True, slots=True)
