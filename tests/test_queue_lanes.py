@@ -108,9 +108,17 @@ def test_a_cycle_on_kept_lanes_decides_as_on_a_list() -> None:
         name: QueueSpec(name, "BestEffortFIFO", (FlavorQuota("f", {GPU: 6}),)) for name in QUEUES
     }
     pending = [_workload(f"ns/w{i}", QUEUES[i % 3], i % 2, 1 + i % 5, 1 + i % 4) for i in range(30)]
+    # The lanes' history differs from the list: older versions of workloads (other queues,
+    # priorities, sizes) and workloads since gone, put in another order first.
     lanes = QueueLanes()
+    for i, workload in enumerate(pending):
+        lanes.put(_workload(workload.key, QUEUES[(i + 1) % 3], 1 - i % 2, 9, 4))
+    for i in range(5):
+        lanes.put(_workload(f"ns/gone{i}", QUEUES[i % 3], 5, 1, 1))
     for workload in reversed(pending):
         lanes.put(workload)
+    for i in range(5):
+        lanes.discard(f"ns/gone{i}")
 
     def quota_only(flavor: str, request: PlacementRequest, held: object) -> None:
         return None
