@@ -8,6 +8,8 @@ import contextlib
 import io
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +245,41 @@ def test_a_discovery_config_map_of_the_wrong_shape_is_invalid_input(
         load_discovery_config(path)
     assert caught.value.where == f"{path}: ConfigMap" and caught.value.field == field
     assert says in caught.value.message
+
+
+def test_serve_refuses_a_discovery_config_that_yields_nothing_and_closes_its_client(
+    tmp_path: Path,
+) -> None:
+    # It started and discovered nothing; `topology discover` already refused such a file.
+    conf = tmp_path / "volcano-controller.conf"
+    conf.write_text("networkTopologyDiscovery: []\n")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "topogate",
+            "serve",
+            f"--kubeconfig={kubeconfig}",
+            f"--hypernode-discovery={conf}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith(
+        f"topogate serve: error: {conf}: networkTopologyDiscovery: is empty; discover needs an "
+        "enabled label source"
+    )
+    assert "Unclosed" not in done.stderr  # the API client is closed on the way out
 
 
 @pytest.mark.parametrize(

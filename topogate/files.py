@@ -15,7 +15,7 @@ import yaml
 
 from topogate.api.errors import InputError
 from topogate.api.validation import object_name
-from topogate.cache.hypernodes import DiscoveryType, discovery_config
+from topogate.cache.hypernodes import DiscoveryType, discovery_config, missing_label_source
 
 _SUFFIXES = (".yaml", ".yml", ".json")
 STDIN = Path("-")  # a path of "-" reads standard input (YAML or JSON), as kubectl's -f -
@@ -164,11 +164,18 @@ def load_single(path: Path) -> Document:
 
 
 def load_discovery_config(path: Path) -> list[DiscoveryType]:
-    """Volcano's ``volcano-controller.conf`` payload (YAML), or a ConfigMap that holds it."""
-    return discovery_config(read_discovery_payload(path), where=str(path))
+    """Volcano's ``volcano-controller.conf`` payload (YAML), or a ConfigMap that holds it.
+    One that yields no label source is refused with what it lacks (``serve`` and
+    ``topology discover`` would otherwise run without the discovery asked for)."""
+    payload = _discovery_payload(path)
+    types = discovery_config(payload, where=str(path))
+    if not types:
+        field, message = missing_label_source(payload)
+        raise InputError(message, where=str(path), field=field)
+    return types
 
 
-def read_discovery_payload(path: Path) -> Mapping[str, Any]:
+def _discovery_payload(path: Path) -> Mapping[str, Any]:
     """The ``volcano-controller.conf`` mapping in ``path`` (itself, or a ConfigMap's)."""
     docs = list(documents(path))
     if len(docs) != 1:

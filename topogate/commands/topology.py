@@ -30,13 +30,12 @@ from topogate.cache.hypernodes import (
     HyperNodeForest,
     discover_offline,
     discovery_config,
-    missing_label_source,
 )
 from topogate.cache.selectors import NodeStates, node_states
 from topogate.cache.snapshot import ClusterSnapshot, IntArray
 from topogate.cache.sources import TopologySource, topology_sources
 from topogate.cache.topology import DomainTree
-from topogate.files import read_discovery_payload
+from topogate.files import load_discovery_config
 
 from .loader import (
     ClusterInput,
@@ -831,13 +830,7 @@ def _discover(args: argparse.Namespace, cluster: ClusterInput) -> int:
         raise InputError(f"discover writes yaml or json, not {args.output}", where="--output")
     types = types_from_flag(args.labels)
     if args.discovery_config is not None:
-        path = args.discovery_config
-        payload = read_discovery_payload(path)
-        from_file = discovery_config(payload, where=str(path))
-        if not from_file:  # say what the file lacks, not just that nothing came of it
-            field, message = missing_label_source(payload)
-            raise InputError(message, where=str(path), field=field)
-        types += from_file
+        types += load_discovery_config(args.discovery_config)
     if not types:
         raise InputError(
             "discover needs --labels TYPE=LABEL,... or --discovery-config FILE",

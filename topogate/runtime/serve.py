@@ -308,8 +308,6 @@ async def _until(work: Coroutine[Any, Any, Any], stop: asyncio.Event) -> bool:
 async def _serve(args: argparse.Namespace) -> int:
     from topogate.kube.client import Kube
 
-    from .ops import OpsServer, make_metrics_app, make_ops_app, start_ops_server
-
     identity = args.identity or f"{socket.gethostname()}_{os.getpid()}"
     kube = await Kube.connect(
         args.kubeconfig,
@@ -317,6 +315,15 @@ async def _serve(args: argparse.Namespace) -> int:
         qps=args.kube_api_qps or None,
         burst=args.kube_api_burst,
     )
+    try:  # the client is closed however the rest ends (a refused config, a port in use)
+        return await _run_controller(args, kube, identity)
+    finally:
+        await kube.close()
+
+
+async def _run_controller(args: argparse.Namespace, kube: KubeApi, identity: str) -> int:
+    from .ops import OpsServer, make_metrics_app, make_ops_app, start_ops_server
+
     controller = Controller(args, kube, identity)
     app = make_ops_app(controller.ready, controller.healthy)
     ops = await start_ops_server(app, args.ops_host, args.ops_port)
@@ -339,7 +346,6 @@ async def _serve(args: argparse.Namespace) -> int:
         await controller.close()
         for server in servers:
             await server.cleanup()
-        await kube.close()
 
 
 def run(args: argparse.Namespace) -> int:
