@@ -319,8 +319,9 @@ class Admitter:
             self.metrics.admission_wait_seconds.labels(admitted.cluster_queue).observe(
                 max(time.time() - created, 0.0)
             )
-        log.info("admitted %s: %s", key, _describe(admission))
-        self.events.emit(workload, "Admitted", f"{message}; {_describe(admission)}")
+        described = _describe(admission)  # decodes the assignment: once, for both
+        log.info("admitted %s: %s", key, described)
+        self.events.emit(workload, "Admitted", f"{message}; {described}")
         owner = owner_job(workload)
         if owner is not None:
             self.state.signals.job(*owner)

@@ -16,6 +16,7 @@ from typing import Any
 from topogate.api import constants as c
 from topogate.api.jobs import workload_from_object
 from topogate.api.kinds import JOB, job_kind, queue_name
+from topogate.api.objects import annotations_of
 
 Obj = dict[str, Any]
 
@@ -105,20 +106,16 @@ def finished(job: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _annotations(job: Mapping[str, Any]) -> Mapping[str, Any]:
-    return (job.get("metadata") or {}).get("annotations") or {}
-
-
 def accepts_partial(job: Mapping[str, Any]) -> bool:
     """A batch/v1 Job with ``job-min-parallelism``: its parallelism follows the admission."""
-    return JOB.matches(job) and any(k in _annotations(job) for k in c.MIN_PARALLELISM_KEYS)
+    return JOB.matches(job) and any(k in annotations_of(job) for k in c.MIN_PARALLELISM_KEYS)
 
 
 def _set_parallelism(spec: Obj, job: Mapping[str, Any], count: int) -> None:
     """Kueue's Job ``RunWithPodSetsInfo``/``RestorePodSetsInfo``: parallelism is the count;
     completions follow it only with ``job-completions-equal-parallelism: "true"``."""
     spec["parallelism"] = count
-    if str(_annotations(job).get(COMPLETIONS_EQUAL_PARALLELISM, "")).lower() == "true":
+    if str(annotations_of(job).get(COMPLETIONS_EQUAL_PARALLELISM, "")).lower() == "true":
         spec["completions"] = count
 
 

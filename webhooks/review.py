@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from topogate.admission.integration import accepts_partial
 from topogate.admission.podsets import (
     Catalog,
     annotation_field,
@@ -290,7 +291,7 @@ def _min_parallelism_changed(review: Review) -> bool:
         return True
 
     def value(obj: Mapping[str, Any]) -> tuple[Any, ...]:
-        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        annotations = annotations_of(obj)
         return tuple(annotations.get(k) for k in c.MIN_PARALLELISM_KEYS)
 
     return value(review.old) != value(review.obj)
@@ -302,9 +303,8 @@ def _check_running_parallelism(review: Review, where: str) -> None:
     old = review.old
     if review.operation != "UPDATE" or old is None or job_kind(review.kind) is not JOB:
         return
-    annotations = (old.get("metadata") or {}).get("annotations") or {}
-    before, after = old.get("spec") or {}, review.obj.get("spec") or {}
-    if not any(k in annotations for k in c.MIN_PARALLELISM_KEYS) or before.get("suspend"):
+    before, after = as_mapping(old.get("spec")), as_mapping(review.obj.get("spec"))
+    if not accepts_partial(old) or before.get("suspend"):
         return
     if before.get("parallelism", 1) != after.get("parallelism", 1):
         raise InputError(

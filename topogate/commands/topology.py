@@ -500,8 +500,7 @@ def _box(view: TopologyView, box: PlacedBox) -> str:
     )
     if row.reason:
         tooltip += f"; unavailable: {row.reason}"
-        usage = row.reason.split(" ")[0] if row.reason.startswith("taint") else row.reason
-        usage = "tainted" if usage == "taint" else usage
+        usage = "tainted" if row.reason.startswith("taint") else row.reason
     elif row.unavailable:
         tooltip += f"; {row.unavailable} unavailable node(s), not counted as free"
     x, y, inner = box.x, box.y, BOX_WIDTH - 12
