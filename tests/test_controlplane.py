@@ -123,7 +123,9 @@ def test_jobset_controller_runs_a_jobset_through_jobs_to_bound_pods(
 
     def jobs() -> list[str] | None:
         items = batch.list_namespaced_job("cp-jobset").items
-        return sorted(str(j.metadata.name) for j in items) or None
+        names = sorted(str(j.metadata.name) for j in items)
+        # JobSet's controller creates the Jobs one by one: wait for both, not the first.
+        return names if len(names) == 2 else None
 
     assert eventually(jobs, 30) == ["pair-w-0", "pair-w-1"]
 
