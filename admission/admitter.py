@@ -198,7 +198,7 @@ class Admitter:
             self._gauges(catalog.queues, {})
             return
         snapshot = self.state.snapshot()
-        named = {p.request.topology for p in self._lanes if p.request.topology is not None}
+        named = self._lanes.topologies()
         placer = build_placer(snapshot, catalog, named, self.exact_budget)
         preempt = preemptor(self.state, catalog.queues, placer)
         result = admission_cycle(

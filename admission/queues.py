@@ -235,6 +235,11 @@ class QueueLanes:
     def __init__(self, workloads: Iterable[PendingWorkload] = ()) -> None:
         self._lanes: dict[str, SortedKeyList[PendingWorkload, tuple[int, str, str]]] = {}
         self._entries: dict[str, PendingWorkload] = {}
+        # Per lane, what a cycle asks of it as a whole: its shapes (one workload of each,
+        # counted) and how many of it may shrink; across lanes, the topologies named.
+        self._shapes: dict[str, Counter[tuple[tuple[str, int], ...]]] = {}
+        self._shrinkable: Counter[str] = Counter()
+        self._topologies: Counter[str] = Counter()
         for workload in workloads:
             self.put(workload)
 
@@ -246,15 +251,47 @@ class QueueLanes:
             lane = self._lanes[workload.cluster_queue] = SortedKeyList(key=queue_order)
         lane.add(workload)
         self._entries[workload.key] = workload
+        self._shapes.setdefault(workload.cluster_queue, Counter())[workload.shape] += 1
+        if can_shrink(workload.request):
+            self._shrinkable[workload.cluster_queue] += 1
+        if workload.request.topology is not None:
+            self._topologies[workload.request.topology] += 1
 
     def discard(self, key: str) -> None:
         entry = self._entries.pop(key, None)
         if entry is None:
             return
-        lane = self._lanes[entry.cluster_queue]
+        name = entry.cluster_queue
+        lane = self._lanes[name]
         lane.remove(entry)
         if not lane:
-            del self._lanes[entry.cluster_queue]
+            del self._lanes[name]
+        shapes = self._shapes[name]
+        shapes[entry.shape] -= 1
+        if not shapes[entry.shape]:
+            del shapes[entry.shape]
+            if not shapes:
+                del self._shapes[name]
+        if can_shrink(entry.request):
+            self._shrinkable[name] -= 1
+            if not self._shrinkable[name]:
+                del self._shrinkable[name]
+        if entry.request.topology is not None:
+            self._topologies[entry.request.topology] -= 1
+            if not self._topologies[entry.request.topology]:
+                del self._topologies[entry.request.topology]
+
+    def shapes(self, name: str) -> Iterable[tuple[tuple[str, int], ...]]:
+        """The shapes (total requests per resource) in the queue's lane."""
+        return self._shapes.get(name, {}).keys()
+
+    def shrinkable(self, name: str) -> int:
+        """How many of the queue's lane may be admitted with fewer pods."""
+        return self._shrinkable.get(name, 0)
+
+    def topologies(self) -> set[str]:
+        """The topologies the pending workloads name."""
+        return set(self._topologies)
 
     def get(self, key: str) -> PendingWorkload | None:
         return self._entries.get(key)
@@ -327,20 +364,20 @@ def _quota_problem(
     return ""
 
 
+Shape = tuple[tuple[str, int], ...]
+
+
 def _quota_refusal(
-    memo: dict[tuple[str, tuple[tuple[str, int], ...]], str],
-    queue: QueueSpec,
-    book: QuotaBook,
-    workload: PendingWorkload,
+    memo: dict[tuple[str, Shape], str], queue: QueueSpec, book: QuotaBook, shape: Shape
 ) -> str:
-    """Why no flavor of the queue has the quota for the workload's demand (the words
+    """Why no flavor of the queue has the quota for a demand of this shape (the words
     :func:`_try` would use), or "" when one has: then the placement decides. Memoised by
     (queue, shape) while the quota in use is unchanged (the caller clears the memo)."""
-    key = (queue.name, workload.shape)
+    key = (queue.name, shape)
     found = memo.get(key)
     if found is not None:
         return found
-    demand = workload.demand()
+    demand = dict(shape)
     reasons: list[str] = []
     for flavor in queue.flavors:
         uncovered = sorted(set(demand) - set(flavor.nominal))
@@ -391,11 +428,12 @@ class _Heads:
     admission or a preemptor's reservation); whether a head would borrow is worked out once
     per (queue, shape) between such changes. The lanes are not changed: the walk is a cursor.
 
-    The rest of a blocked StrictFIFO lane is passed over at once (:meth:`block`): each of them
-    would be refused without side effects, and a lane holding only such refusals does not
-    change the order in which the other lanes' heads come up. (Passing over the rest of a
-    shape refused for quota would not be exact: a refused head holds its lane back, so the
-    order of the other lanes' admissions depends on its rank.)
+    The rest of a blocked StrictFIFO lane is passed over at once (:meth:`block`), and so is
+    the rest of a lane in which every shape is refused for quota (:meth:`pass_rest`): each of
+    them would be refused without side effects, and a lane holding only such refusals does
+    not change the order in which the other lanes' heads come up. (Passing over only the rest
+    of one refused shape would not be exact: a refused head holds its lane back, so the order
+    of the other lanes' admissions depends on its rank.)
     """
 
     def __init__(self, queues: Mapping[str, QueueSpec], book: QuotaBook, lanes: QueueLanes) -> None:
@@ -425,6 +463,14 @@ class _Heads:
     def block(self, name: str, why: str) -> None:
         """A StrictFIFO queue waits behind its head: the rest of it waits too."""
         self._blocked[name] = why
+
+    def pass_rest(self, name: str) -> Iterator[PendingWorkload]:
+        """Take the queue just popped off the walk: the rest of its lane, for the caller."""
+        assert self._popped == name
+        self._popped = None
+        rest = self._walks.pop(name)
+        del self.heads[name]
+        return rest
 
     def _rank(self, name: str) -> tuple[bool, int, str, str, str]:
         head = self.heads[name]
@@ -482,6 +528,10 @@ def admission_cycle(
     reclaiming never ping-pongs. Queues share physical capacity: every admission's placement
     is passed to later placements of the same cycle as held capacity, and quota is the
     queue's own or its cohort's (:class:`QuotaBook`).
+
+    A workload refused for quota alone is told the quota the cycle leaves (not what was left
+    when its turn came), so a lane found hopeless can be passed whole (:func:`_hopeless`) and
+    the cycle costs what it admits and tries, not what waits.
     """
     result = CycleResult()
     book = QuotaBook(queues, usage)
@@ -494,17 +544,20 @@ def admission_cycle(
     searched: set[str] = set()
     # Quota refusals by (queue, demand) while the quota in use is unchanged: thousands of
     # pending workloads come in a few shapes, and each refusal was worked out and worded anew.
-    refusals: dict[tuple[str, tuple[tuple[str, int], ...]], str] = {}
+    refusals: dict[tuple[str, Shape], str] = {}
     refused_at = 0
+    # Refused for quota and nothing else: worded at the end, against the quota the cycle
+    # leaves (so the words do not depend on when in the walk a workload came up).
+    for_quota: list[tuple[QueueSpec, Iterable[PendingWorkload]]] = []
+    hopeful: dict[str, int] = {}  # queue -> the quota state in which its lane was not hopeless
     while (popped := heads.pop()) is not None:
         name, workload = popped
         if book.changes != refused_at:
             refusals.clear()
             refused_at = book.changes
         queue = queues[name]
-        outcome = _quota_refusal(refusals, queue, book, workload) or _try(
-            workload, queue, book, placer, held
-        )
+        quota = _quota_refusal(refusals, queue, book, workload.shape)
+        outcome = quota or _try(workload, queue, book, placer, held)
         if isinstance(outcome, str):
             planned = len(result.preemptions)
             if name in searched:  # one preemption search per queue per cycle, as Kueue's
@@ -519,15 +572,54 @@ def admission_cycle(
                     f"{why}; {_no_partial(workload.request)}"
                 )
             if isinstance(outcome, str):
-                result.pending[workload.key] = outcome
+                if quota and outcome == quota:
+                    for_quota.append((queue, (workload,)))
+                else:
+                    result.pending[workload.key] = outcome
                 if queue.strategy == STRICT_FIFO:
                     heads.block(name, f"waiting behind {workload.key} (StrictFIFO)")
+                elif _hopeless(lanes, queue, book, refusals, hopeful):
+                    for_quota.append((queue, heads.pass_rest(name)))
                 continue
         result.admitted.append(outcome)
         book.add(name, outcome.flavor, outcome.usage)
         if outcome.decision is not None:
             held.append((outcome.request or workload.request, outcome.decision))
+    _word_quota_refusals(result, for_quota, lanes, book)
     return result
+
+
+def _word_quota_refusals(
+    result: CycleResult,
+    for_quota: Iterable[tuple[QueueSpec, Iterable[PendingWorkload]]],
+    lanes: QueueLanes,
+    book: QuotaBook,
+) -> None:
+    """The pending messages of those refused for quota alone, against the quota left now."""
+    refusals: dict[tuple[str, Shape], str] = {}
+    for queue, refused in for_quota:
+        shapes = lanes.shapes(queue.name)
+        words = {shape: _quota_refusal(refusals, queue, book, shape) for shape in shapes}
+        result.pending.update((w.key, words[w.shape]) for w in refused)
+
+
+def _hopeless(
+    lanes: QueueLanes,
+    queue: QueueSpec,
+    book: QuotaBook,
+    refusals: dict[tuple[str, Shape], str],
+    hopeful: dict[str, int],
+) -> bool:
+    """Whether every workload left in the queue's lane is refused for quota now, and so for
+    the rest of the cycle (the quota in use only grows within one), with nothing else to try:
+    none may shrink, and its one preemption search of the cycle is done. Such a lane is
+    passed at once; what it would have refused has no effect on the other lanes' order."""
+    if lanes.shrinkable(queue.name) or hopeful.get(queue.name) == book.changes:
+        return False
+    if all(_quota_refusal(refusals, queue, book, shape) for shape in lanes.shapes(queue.name)):
+        return True
+    hopeful[queue.name] = book.changes  # asked again only once the quota in use changed
+    return False
 
 
 def _no_partial(request: PlacementRequest) -> str:
@@ -543,14 +635,14 @@ def _try_partial(
     book: QuotaBook,
     placer: Placer,
     held: Held,
-    refusals: dict[tuple[str, tuple[tuple[str, int], ...]], str],
+    refusals: dict[tuple[str, Shape], str],
 ) -> Admitted | None:
     """The largest counts down to the PodSets' minCount that fit quota and topology
     (:func:`largest_fit`, Kueue's search), admitted with those counts; None when none do."""
 
     def fits(request: PlacementRequest) -> Admitted | None:
         smaller = dataclasses.replace(workload, request=request)
-        if _quota_refusal(refusals, queue, book, smaller):
+        if _quota_refusal(refusals, queue, book, smaller.shape):
             return None
         outcome = _try(smaller, queue, book, placer, held)
         return None if isinstance(outcome, str) else outcome
@@ -561,7 +653,7 @@ def _try_partial(
         workload.request,
         [p.count if p.min_count is None else p.min_count for p in workload.request.podsets],
     )
-    if _quota_refusal(refusals, queue, book, dataclasses.replace(workload, request=floor)):
+    if _quota_refusal(refusals, queue, book, dataclasses.replace(workload, request=floor).shape):
         return None
     found = largest_fit(workload.request, fits)
     if found is None:

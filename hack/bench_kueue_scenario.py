@@ -37,6 +37,7 @@ import json
 import os
 import random
 import re
+import resource
 import signal
 import statistics
 import subprocess
@@ -110,6 +111,7 @@ class Churn:
 class Run:
     records: dict[str, Record] = field(default_factory=dict)
     admissions: list[float] = field(default_factory=list)  # our clock, per admission seen
+    latest: dict[str, Obj] = field(default_factory=dict)  # key -> the last version watched
     started: float = 0.0
     generated: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -281,6 +283,7 @@ async def record(kube: Kube, run: Run, total: int) -> None:
             if event["type"] not in ("ADDED", "MODIFIED"):
                 continue
             key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+            run.latest[key] = obj
             rec = run.records.get(key)
             if rec is None:
                 rec = run.records.setdefault(key, Record(obj["metadata"]["labels"]["bench/class"]))
@@ -303,7 +306,7 @@ async def record(kube: Kube, run: Run, total: int) -> None:
                 created = _ts(obj["metadata"]["creationTimestamp"])
                 rec.admission_ms = int((_ts(admitted["lastTransitionTime"]) - created) * 1000)
                 runtime = int(obj["metadata"]["labels"]["bench/runtime-ms"]) / 1000
-                timers.add(asyncio.create_task(finish(kube, obj, runtime)))
+                timers.add(asyncio.create_task(finish(kube, run, key, runtime)))
             elif not is_admitted:
                 rec.running = False
             if finished >= total:
@@ -324,17 +327,33 @@ def _new_condition(kind: str, status: str, reason: str, message: str) -> Obj:
     }
 
 
-async def finish(kube: Kube, obj: Obj, after: float) -> None:
+async def finish(kube: Kube, run: Run, key: str, after: float) -> None:
+    """Mark the Workload Finished ``after`` seconds, as Kueue's runner does: from the watched
+    version (its informer cache), guarded by that resourceVersion; a conflict reads it afresh."""
     await asyncio.sleep(after)
-    m = obj["metadata"]
-    current = await kube.get(WORKLOADS, m["name"], m["namespace"])
-    admitted, evicted = _condition(current, "Admitted"), _condition(current, "Evicted")
-    if not admitted or admitted["status"] != "True" or (evicted and evicted["status"] == "True"):
-        return  # evicted meanwhile: requeued, it runs again when admitted again
-    conditions = [c for c in current["status"]["conditions"] if c["type"] != "Finished"]
-    conditions.append(_new_condition("Finished", "True", "ByTest", "By test runner"))
-    body = {"status": {"conditions": conditions}}
-    await kube.patch(WORKLOADS, m["name"], body, m["namespace"], subresource="status")
+    current = run.latest[key]
+    for _attempt in range(5):
+        admitted, evicted = _condition(current, "Admitted"), _condition(current, "Evicted")
+        if (
+            not admitted
+            or admitted["status"] != "True"
+            or (evicted and evicted["status"] == "True")
+        ):
+            return  # evicted meanwhile: requeued, it runs again when admitted again
+        m = current["metadata"]
+        conditions = [c for c in current["status"]["conditions"] if c["type"] != "Finished"]
+        conditions.append(_new_condition("Finished", "True", "ByTest", "By test runner"))
+        body = {
+            "metadata": {"resourceVersion": m["resourceVersion"]},
+            "status": {"conditions": conditions},
+        }
+        try:
+            await kube.patch(WORKLOADS, m["name"], body, m["namespace"], subresource="status")
+            return
+        except KubeError as error:
+            if error.status != 409:
+                raise
+        current = await kube.get(WORKLOADS, m["name"], m["namespace"])
 
 
 async def requeue(kube: Kube, obj: Obj) -> None:
@@ -414,6 +433,24 @@ async def churn_pods(kube: Kube, run: Run, churn: Churn, nodes: list[str]) -> No
 
 
 # --- serve's own figures --------------------------------------------------------------------
+
+
+_REQUEST_LINE = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
+
+
+def api_requests(metrics: str) -> Counter[str]:
+    """The API server's requests by verb, resource and subresource (reads and watches too)."""
+    counts: Counter[str] = Counter()
+    for line in metrics.splitlines():
+        match = _REQUEST_LINE.match(line)
+        if match is None:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match["labels"]))
+        what = f"{labels.get('verb', '?')} {labels.get('resource', '?')}"
+        if labels.get("subresource"):
+            what += f"/{labels['subresource']}"
+        counts[what] += int(float(match["value"]))
+    return counts
 
 
 def proc_cpu(pid: int) -> float:
@@ -565,12 +602,22 @@ def topogate_side(
             wait_ready(probes, time.monotonic() + 600)
             ready = time.monotonic() - launched
             cpu0 = proc_cpu(proc.pid)
+            others0 = {n: proc_cpu(pid) for n, pid in plane.pids.items()}
+            self0 = resource.getrusage(resource.RUSAGE_SELF)
+            requests0 = api_requests(plane.metrics_text())
             before = scrape(port)
             started = time.monotonic()
             run = asyncio.run(drive(plane, cohorts, fraction, churn, nodes))
             wall = time.monotonic() - started
             after = scrape(port)
             cpu = proc_cpu(proc.pid) - cpu0
+            self1 = resource.getrusage(resource.RUSAGE_SELF)
+            requests = api_requests(plane.metrics_text()) - requests0
+            # Where the machine's two cores went: a loaded API server slows both sides' writes.
+            others = {n: proc_cpu(pid) - others0[n] for n, pid in plane.pids.items()}
+            others["bench (runner)"] = (self1.ru_utime + self1.ru_stime) - (
+                self0.ru_utime + self0.ru_stime
+            )
             rss = proc_peak_rss_mb(proc.pid)
         per_window, zero = stalls(run, run.started + wall)
         cycles = (
@@ -588,6 +635,8 @@ def topogate_side(
             "first_admission": min(run.admissions, default=first_created) - first_created,
             "wall": wall,
             "cpu": cpu,
+            "cpu_others": others,
+            "api_requests": dict(requests.most_common()),
             "rss": rss,
             "classes": class_table(run),
             "cycles": cycles,
@@ -656,6 +705,10 @@ def report(ours: dict[str, Any], theirs: dict[str, Any] | None) -> None:
         f"start; first admission {ours['first_admission'] * 1000:.0f} ms after the first create"
     )
     print(f"  cycles {ours['cycles']:.0f}, mean {ours['cycle_mean_ms']:.1f} ms")
+    others = ", ".join(f"{name} {cpu:.1f} s" for name, cpu in ours["cpu_others"].items())
+    print(f"  CPU of the rest on this side: {others}")
+    top = list(ours["api_requests"].items())[:8]
+    print("  API requests: " + ", ".join(f"{what} {count}" for what, count in top))
     churn = ours["churn"]
     if churn["rounds"]:
         print(

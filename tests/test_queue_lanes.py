@@ -3,6 +3,7 @@ scratch (property), and the cycle decides the same on kept lanes as on a plain l
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from hypothesis import given, settings
@@ -78,6 +79,11 @@ def test_lanes_kept_across_events_equal_a_sort_from_scratch(events: list[Event])
     assert _kept(lanes) == _from_scratch(current)
     assert len(lanes) == len(current)
     assert all(lanes.get(key) == workload for key, workload in current.items())
+    # What a cycle asks of a lane as a whole is kept too: its shapes, and none shrinks here.
+    for name in QUEUES:
+        shapes = {w.shape for w in current.values() if w.cluster_queue == name}
+        assert set(lanes.shapes(name)) == shapes
+        assert lanes.shrinkable(name) == 0
 
 
 class _DropsUpdates(QueueLanes):
@@ -132,9 +138,9 @@ def test_a_cycle_on_kept_lanes_decides_as_on_a_list() -> None:
 
 def _every_head(
     queues: dict[str, QueueSpec], pending: list[PendingWorkload], usage: Usage
-) -> tuple[list[str], dict[str, str]]:
+) -> tuple[list[str], dict[str, str], dict[str, int]]:
     """The cycle as it was before lanes were kept: every workload popped through the heads
-    one at a time (quota only), for comparison."""
+    one at a time (quota only), for comparison; also the quota each queue has left after."""
     book = QuotaBook(queues, usage)
     lanes = {name: order([w for w in pending if w.cluster_queue == name]) for name in queues}
     admitted: list[str] = []
@@ -170,7 +176,8 @@ def _every_head(
             continue
         admitted.append(workload.key)
         book.add(name, fits.flavor, workload.demand())
-    return admitted, refused
+    left = {name: max(0, book.available(q, q.flavors[0], GPU)) for name, q in queues.items()}
+    return admitted, refused, left
 
 
 QUEUE_SPECS = st.lists(
@@ -190,7 +197,7 @@ WORKLOADS = st.lists(
 
 @settings(max_examples=300, deadline=None)
 @given(QUEUE_SPECS, WORKLOADS, st.integers(0, 6))
-def test_passing_over_refused_shapes_admits_what_trying_every_head_admits(
+def test_passing_over_hopeless_lanes_admits_what_trying_every_head_admits(
     specs: list[tuple[str, int, int | None]],
     shapes: list[tuple[str, int, int, int]],
     used: int,
@@ -220,12 +227,38 @@ def test_passing_over_refused_shapes_admits_what_trying_every_head_admits(
 
     usage: Usage = {("cq-a", "f"): {GPU: used}}
     result = admission_cycle(queues, QueueLanes(pending), usage, quota_only)
-    admitted, refused = _every_head(queues, pending, {("cq-a", "f"): {GPU: used}})
+    admitted, refused, left = _every_head(queues, pending, {("cq-a", "f"): {GPU: used}})
     assert [a.key for a in result.admitted] == admitted
     assert set(result.pending) == set(refused)
-    demands = {w.key: w.demand()[GPU] for w in pending}
+    by_key = {w.key: w for w in pending}
     for key, why in refused.items():  # a StrictFIFO queue's rest waits behind its head
         message = result.pending[key]
         assert ("StrictFIFO" in message) == (why == "blocked")
-        if why == "quota":  # passed over with its own shape's answer
-            assert f"needs {demands[key]}, " in message
+        if why == "quota":  # its own shape's answer, against the quota the cycle left
+            workload = by_key[key]
+            needs, free = workload.demand()[GPU], left[workload.cluster_queue]
+            assert message == (
+                f"insufficient quota for {GPU} in flavor f: needs {needs}, {free} available"
+            )
+
+
+def test_a_lane_with_a_shrinkable_workload_is_never_passed_whole() -> None:
+    """A Job that may run with fewer pods can fit where its whole gang is refused: its lane
+    is walked to it. The count of such workloads follows puts and discards."""
+    queues = {"cq-a": QueueSpec("cq-a", "BestEffortFIFO", (FlavorQuota("f", {GPU: 2}),))}
+    big = _workload("ns/big", "cq-a", 1, 1, 4)
+    shrinks = _workload("ns/shrinks", "cq-a", 0, 2, 4)
+    podsets = (dataclasses.replace(shrinks.request.podsets[0], min_count=1),)
+    shrinks = dataclasses.replace(
+        shrinks, request=dataclasses.replace(shrinks.request, podsets=podsets)
+    )
+    lanes = QueueLanes([big, shrinks])
+    assert lanes.shrinkable("cq-a") == 1
+
+    def quota_only(flavor: str, request: PlacementRequest, held: object) -> None:
+        return None
+
+    result = admission_cycle(queues, lanes, {}, quota_only)
+    assert [(a.key, a.usage) for a in result.admitted] == [("ns/shrinks", {GPU: 2})]
+    lanes.discard("ns/shrinks")
+    assert lanes.shrinkable("cq-a") == 0

@@ -403,6 +403,13 @@ class ControlPlane:
         context.load_cert_chain(str(d / "admin.crt"), str(d / "admin.key"))
         return context
 
+    def metrics_text(self) -> str:
+        """The API server's Prometheus metrics, as text (benchmarks count requests with it)."""
+        with urllib.request.urlopen(
+            self.url + "/metrics", timeout=30, context=self._admin_context()
+        ) as answer:
+            return str(answer.read().decode())
+
     def request(self, method: str, path: str, body: Any = None) -> Any:
         """One JSON request to the API server as the admin; an error status raises HTTPError."""
         request = urllib.request.Request(
