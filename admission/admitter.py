@@ -55,6 +55,7 @@ log = logging.getLogger("topogate.admitter")
 
 PENDING = "Pending"
 PENDING_WRITE_CONCURRENCY = 2
+COALESCE_MIN, COALESCE_MAX = 0.005, 0.05  # seconds between a change and the cycle it wakes
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,11 +120,17 @@ class Admitter:
 
     async def run(self) -> None:
         event = self.state.signals.admit_event
+        took = 0.0  # seconds the last cycle took, its writes spawned
         while True:
             await event.wait()
-            await asyncio.sleep(0.05)  # coalesce a burst of changes into one cycle
+            # Coalesce a burst of changes into one cycle, waiting as long as the last cycle
+            # took (within bounds): a cheap cycle answers a finished workload at once, a
+            # costly one leaves the event loop half its time for watches and writes.
+            await asyncio.sleep(min(max(took, COALESCE_MIN), COALESCE_MAX))
             event.clear()
+            started = time.perf_counter()
             self.decide()
+            took = time.perf_counter() - started
 
     async def cycle(self) -> None:
         """One cycle, and its writes finished."""

@@ -1,11 +1,15 @@
-"""Kubernetes events (events.k8s.io/v1) about workloads and jobs, sent in the background."""
+"""Kubernetes events (events.k8s.io/v1) about workloads and jobs, sent in the background.
+
+As client-go's broadcaster: a bounded queue and one sender, so a burst of events (thousands of
+workloads told why they wait) is spread over time instead of standing, all at once, in the API
+server's queue ahead of admissions; when the queue is full an event is dropped and counted.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from typing import Any
 
 from topogate.api.times import micro_time
 from topogate.kube.errors import API_ERRORS
@@ -14,13 +18,17 @@ from topogate.kube.resources import EVENTS, Obj
 
 log = logging.getLogger("topogate.events")
 CONTROLLER = "topogate.dev/controller"
+QUEUE_CAPACITY = 1000  # client-go's maxQueuedEvents
 
 
 class EventRecorder:
-    def __init__(self, kube: KubeApi, instance: str) -> None:
+    def __init__(self, kube: KubeApi, instance: str, capacity: int = QUEUE_CAPACITY) -> None:
         self.kube = kube
         self.instance = instance
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self.capacity = capacity
+        self.dropped = 0  # events not sent because the queue was full
+        self._queue: asyncio.Queue[tuple[Obj, str]] | None = None
+        self._sender: asyncio.Task[None] | None = None
 
     def emit(self, regarding: Obj, reason: str, note: str, *, warning: bool = False) -> None:
         """Queue an event; failures are logged, never raised (events are best effort)."""
@@ -46,16 +54,37 @@ class EventRecorder:
                 "uid": meta.get("uid"),
             },
         }
-        task = asyncio.get_running_loop().create_task(self._send(body, namespace))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _send(self, body: Obj, namespace: str) -> None:
+        if self._queue is None or self._sender is None or self._sender.done():
+            self._queue = self._queue or asyncio.Queue(self.capacity)
+            self._sender = asyncio.get_running_loop().create_task(
+                self._send_all(self._queue), name="events"
+            )
         try:
-            await self.kube.create(EVENTS, body, namespace)
-        except API_ERRORS as error:
-            log.info("event %s not recorded: %s", body["reason"], error)
+            self._queue.put_nowait((body, namespace))
+        except asyncio.QueueFull:
+            self.dropped += 1
+            log.debug("event %s about %s dropped: the queue is full", reason, meta.get("name"))
 
-    async def drain(self) -> None:
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+    async def _send_all(self, queue: asyncio.Queue[tuple[Obj, str]]) -> None:
+        while True:
+            body, namespace = await queue.get()
+            try:
+                await self.kube.create(EVENTS, body, namespace)
+            except API_ERRORS as error:
+                log.info("event %s not recorded: %s", body["reason"], error)
+            finally:
+                queue.task_done()
+
+    async def drain(self, seconds: float | None = None) -> None:
+        """Wait until the queued events are sent (at most ``seconds``), then stop sending."""
+        if self._queue is None or self._sender is None:
+            return
+        waiting = asyncio.ensure_future(self._queue.join())
+        # The sender ends only if it fails: then there is nothing left to wait for.
+        await asyncio.wait(
+            {waiting, self._sender}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED
+        )
+        waiting.cancel()
+        self._sender.cancel()
+        await asyncio.gather(self._sender, return_exceptions=True)
+        self._sender = None

@@ -286,7 +286,7 @@ class Controller:
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
-        await self.events.drain()
+        await self.events.drain(seconds=10)  # events are best effort: never hold up an exit
 
 
 async def _until(work: Coroutine[Any, Any, Any], stop: asyncio.Event) -> bool:

@@ -1,0 +1,71 @@
+"""topogate/kube/events.py: events go out one at a time from a bounded queue (client-go's
+broadcaster), are dropped and counted when it is full, and an exit never waits on them for
+longer than it allows."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from topogate.kube.events import EventRecorder
+from topogate.kube.resources import Obj, Resource
+
+WORKLOAD = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload"}
+
+
+class SlowApi:
+    """Creates take ``delay`` seconds each (forever when None); records the most in flight."""
+
+    def __init__(self, delay: float | None) -> None:
+        self.delay, self.in_flight, self.most = delay, 0, 0
+        self.sent: list[str] = []
+
+    async def create(self, resource: Resource, body: Obj, namespace: str | None = None) -> Obj:
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        try:
+            await asyncio.sleep(3600 if self.delay is None else self.delay)
+        finally:
+            self.in_flight -= 1
+        self.sent.append(body["note"])
+        return body
+
+
+def _about(name: str) -> Obj:
+    return {**WORKLOAD, "metadata": {"name": name, "namespace": "ns", "uid": name}}
+
+
+async def test_events_are_sent_one_at_a_time_in_order() -> None:
+    api = SlowApi(0.001)
+    events = EventRecorder(api, "test")  # type: ignore[arg-type]
+    for i in range(20):
+        events.emit(_about(f"w{i}"), "Pending", f"note {i}")
+    await events.drain()
+    assert api.sent == [f"note {i}" for i in range(20)]
+    assert api.most == 1
+    assert events.dropped == 0
+
+
+async def test_a_full_queue_drops_and_counts_instead_of_growing() -> None:
+    api = SlowApi(None)  # the API server never answers
+    events = EventRecorder(api, "test", capacity=5)  # type: ignore[arg-type]
+    for i in range(12):
+        events.emit(_about(f"w{i}"), "Pending", f"note {i}")
+    await asyncio.sleep(0)  # the sender takes the first one off the queue
+    events.emit(_about("late"), "Pending", "late")
+    # 12 emitted before the sender ran: 5 queued, 7 dropped; then one slot freed for "late".
+    assert events.dropped == 7
+    started = time.monotonic()
+    await events.drain(seconds=0.2)
+    assert time.monotonic() - started < 5  # bounded although nothing was ever sent
+    assert api.sent == []
+
+
+async def test_emitting_after_a_drain_sends_again() -> None:
+    api = SlowApi(0)
+    events = EventRecorder(api, "test")  # type: ignore[arg-type]
+    events.emit(_about("a"), "Admitted", "first")
+    await events.drain()
+    events.emit(_about("b"), "Admitted", "second")
+    await events.drain()
+    assert api.sent == ["first", "second"]
