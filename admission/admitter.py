@@ -18,6 +18,7 @@ returned; a pending message is written only when it changed, and never twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -56,6 +57,7 @@ log = logging.getLogger("topogate.admitter")
 PENDING = "Pending"
 PENDING_WRITE_CONCURRENCY = 2
 COALESCE_MIN, COALESCE_MAX = 0.005, 0.05  # seconds between a change and the cycle it wakes
+DESCRIBE_EVERY = 1.0  # seconds between two updates of the pending messages (serve's loop)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,16 +123,29 @@ class Admitter:
     async def run(self) -> None:
         event = self.state.signals.admit_event
         took = 0.0  # seconds the last cycle took, its writes spawned
+        described = -DESCRIBE_EVERY  # when pending messages were last brought up to date
+        owed = False  # the last cycle left its pending messages unwritten
         while True:
-            await event.wait()
+            if owed:  # a cycle comes by the time they are due, changes or not
+                due = described + DESCRIBE_EVERY - time.perf_counter()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), timeout=max(due, 0.0))
+            else:
+                await event.wait()
             # Coalesce a burst of changes into one cycle, waiting as long as the last cycle
             # took (within bounds): a cheap cycle answers a finished workload at once, a
             # costly one leaves the event loop half its time for watches and writes.
             await asyncio.sleep(min(max(took, COALESCE_MIN), COALESCE_MAX))
             event.clear()
             started = time.perf_counter()
-            self.decide()
+            # Pending messages are worded and compared at most once a second: with
+            # thousands waiting that is most of a cycle's cost, and they are a courtesy.
+            describe = started >= described + DESCRIBE_EVERY
+            self.decide(describe=describe)
             took = time.perf_counter() - started
+            owed = not describe
+            if describe:
+                described = started
 
     async def cycle(self) -> None:
         """One cycle, and its writes finished."""
@@ -195,8 +210,9 @@ class Admitter:
             else:
                 self._lanes.put(translation.pending)
 
-    def decide(self) -> None:
-        """Run one cycle: decide in memory, hold what is admitted, and spawn the writes."""
+    def decide(self, describe: bool = True) -> None:
+        """Run one cycle: decide in memory, hold what is admitted, and spawn the writes (of
+        the pending messages that changed too, if ``describe``)."""
         started = time.perf_counter()
         catalog = self.state.catalog()
         self._sync(catalog)
@@ -223,7 +239,8 @@ class Admitter:
             # Partial admission: the cycle's request has the lowered counts.
             self._assume(workloads[one.key], one, one.request or entry.request)
             admitted[one.cluster_queue] = admitted.get(one.cluster_queue, 0) + 1
-        self._pending_messages({**self._problems, **result.pending})
+        if describe:
+            self._pending_messages({**self._problems, **result.pending})
         for key, plan in result.preemptions:
             self._preempt(key, plan)
         self._gauges(catalog.queues, admitted)

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -332,13 +331,29 @@ class Admitted:
     request: PlacementRequest | None = None
 
 
+Shape = tuple[tuple[str, int], ...]
+
+
 @dataclass(slots=True)
 class CycleResult:
     admitted: list[Admitted] = field(default_factory=list)
-    pending: dict[str, str] = field(default_factory=dict)  # key -> why it waits
     # (preemptor key, the victims to evict so it can fit once they are gone)
     preemptions: list[tuple[str, Preemption]] = field(default_factory=list)
     targeted: set[str] = field(default_factory=set)  # victims of this cycle's preemptions
+    # Why each workload waits (:attr:`pending`). Lanes passed whole are kept as (workloads,
+    # words by shape) until read: a cycle with thousands waiting words them only if asked.
+    messages: dict[str, str] = field(default_factory=dict)
+    deferred: list[tuple[Sequence[PendingWorkload], Mapping[Shape, str]]] = field(
+        default_factory=list
+    )
+
+    @property
+    def pending(self) -> dict[str, str]:
+        """key -> why it waits."""
+        for workloads, words in self.deferred:
+            self.messages.update((w.key, words[w.shape]) for w in workloads)
+        self.deferred.clear()
+        return self.messages
 
 
 # Plans a preemption for a workload that does not fit (admission/preemption.py); the shell
@@ -362,9 +377,6 @@ def _quota_problem(
                 f"{format_units(name, demand[name])}, {format_units(name, max(free, 0))} available"
             )
     return ""
-
-
-Shape = tuple[tuple[str, int], ...]
 
 
 def _quota_refusal(
@@ -421,6 +433,11 @@ def _try(
 _KEY = attrgetter("key")
 
 
+def _said(why: str) -> Mapping[Shape, str]:
+    """The same words for every shape."""
+    return defaultdict(lambda: why)
+
+
 class _Heads:
     """The queues' lanes, each walked from its head, and the next head to try across them.
 
@@ -446,31 +463,34 @@ class _Heads:
         self._booked = -1
         self._popped: str | None = None  # the lane to move on before the next pop
         self._blocked: dict[str, str] = {}
-        self._passed: dict[str, str] = {}  # key -> the answer it was passed over with
+        self._taken: dict[str, int] = {}  # per lane, how many the walk has reached
+        self._result = CycleResult()
 
     def fill(self, result: CycleResult) -> None:
-        self._passed = result.pending
+        self._result = result
         for name in self.lanes.names():
             lane = self.lanes.lane(name)
             if name not in self.queues:
-                for workload in lane:
-                    result.pending[workload.key] = f"ClusterQueue {name} does not exist"
+                result.deferred.append((list(lane), _said(f"ClusterQueue {name} does not exist")))
                 continue
             walk = iter(lane)
             self._walks[name] = walk
+            self._taken[name] = 1
             self.heads[name] = next(walk)
 
     def block(self, name: str, why: str) -> None:
         """A StrictFIFO queue waits behind its head: the rest of it waits too."""
         self._blocked[name] = why
 
-    def pass_rest(self, name: str) -> Iterator[PendingWorkload]:
+    def pass_rest(self, name: str) -> Sequence[PendingWorkload]:
         """Take the queue just popped off the walk: the rest of its lane, for the caller."""
         assert self._popped == name
         self._popped = None
-        rest = self._walks.pop(name)
-        del self.heads[name]
-        return rest
+        del self.heads[name], self._walks[name]
+        return self._rest(name)
+
+    def _rest(self, name: str) -> Sequence[PendingWorkload]:
+        return self.lanes.lane(name)[self._taken[name] :]
 
     def _rank(self, name: str) -> tuple[bool, int, str, str, str]:
         head = self.heads[name]
@@ -486,10 +506,11 @@ class _Heads:
         if why is None:
             following = next(self._walks[name], None)
             if following is not None:
+                self._taken[name] += 1
                 self.heads[name] = following
                 return
         else:
-            self._passed.update(zip(map(_KEY, self._walks[name]), repeat(why)))
+            self._result.deferred.append((self._rest(name), _said(why)))
         del self.heads[name], self._walks[name]
 
     def pop(self) -> tuple[str, PendingWorkload] | None:
@@ -548,7 +569,7 @@ def admission_cycle(
     refused_at = 0
     # Refused for quota and nothing else: worded at the end, against the quota the cycle
     # leaves (so the words do not depend on when in the walk a workload came up).
-    for_quota: list[tuple[QueueSpec, Iterable[PendingWorkload]]] = []
+    for_quota: list[tuple[QueueSpec, Sequence[PendingWorkload]]] = []
     hopeful: dict[str, int] = {}  # queue -> the quota state in which its lane was not hopeless
     while (popped := heads.pop()) is not None:
         name, workload = popped
@@ -575,7 +596,7 @@ def admission_cycle(
                 if quota and outcome == quota:
                     for_quota.append((queue, (workload,)))
                 else:
-                    result.pending[workload.key] = outcome
+                    result.messages[workload.key] = outcome
                 if queue.strategy == STRICT_FIFO:
                     heads.block(name, f"waiting behind {workload.key} (StrictFIFO)")
                 elif _hopeless(lanes, queue, book, refusals, hopeful):
@@ -591,16 +612,19 @@ def admission_cycle(
 
 def _word_quota_refusals(
     result: CycleResult,
-    for_quota: Iterable[tuple[QueueSpec, Iterable[PendingWorkload]]],
+    for_quota: Iterable[tuple[QueueSpec, Sequence[PendingWorkload]]],
     lanes: QueueLanes,
     book: QuotaBook,
 ) -> None:
-    """The pending messages of those refused for quota alone, against the quota left now."""
+    """The words for those refused for quota alone, against the quota left now, per shape
+    (each workload is told when :attr:`CycleResult.pending` is read)."""
     refusals: dict[tuple[str, Shape], str] = {}
+    words: dict[str, dict[Shape, str]] = {}
     for queue, refused in for_quota:
-        shapes = lanes.shapes(queue.name)
-        words = {shape: _quota_refusal(refusals, queue, book, shape) for shape in shapes}
-        result.pending.update((w.key, words[w.shape]) for w in refused)
+        if queue.name not in words:
+            shapes = lanes.shapes(queue.name)
+            words[queue.name] = {s: _quota_refusal(refusals, queue, book, s) for s in shapes}
+        result.deferred.append((refused, words[queue.name]))
 
 
 def _hopeless(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import aiohttp
@@ -612,3 +612,37 @@ def cordon(h: Harness, unschedulable: bool) -> None:
     for node in h.kube.objects(NODES):
         h.kube.seed(NODES, {**node, "spec": {"unschedulable": unschedulable}})
     h.deliver()
+
+
+async def test_serve_loop_writes_a_message_it_put_off_without_another_change() -> None:
+    """The loop words pending messages at most once a second; one left unwritten by a cycle
+    gets its own cycle when due, though nothing else changes."""
+    h = Harness()
+    h.kube.seed(WORKLOADS, workload("big", count=4, gpus=8))  # a rack holds 2 such pods
+    h.deliver()
+    admitter, events = h.admitter()
+    loop = asyncio.create_task(admitter.run())
+
+    def message(name: str) -> str | None:
+        stored = h.kube.stored(WORKLOADS, name, "ml")
+        pending = condition(stored or {}, "QuotaReserved")
+        return None if pending is None else str(pending["message"])
+
+    async def until(check: Callable[[], bool], seconds: float) -> None:
+        for _ in range(int(seconds / 0.01)):
+            if check():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"not within {seconds} s")
+
+    try:
+        await until(lambda: message("big") is not None, 5)  # the first cycle words it
+        h.kube.seed(WORKLOADS, workload("big2", count=4, gpus=8))
+        h.deliver()  # wakes a cycle within the second: it decides, and puts the words off
+        await until(lambda: admitter.cycles >= 2, 5)
+        await until(lambda: message("big2") is not None, 5)
+        assert "allows to fit only 2 out of 4 pod(s)" in str(message("big2"))
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+        await events.drain()
