@@ -112,6 +112,8 @@ class Run:
     records: dict[str, Record] = field(default_factory=dict)
     admissions: list[float] = field(default_factory=list)  # our clock, per admission seen
     latest: dict[str, Obj] = field(default_factory=dict)  # key -> the last version watched
+    finish_rtt: list[float] = field(default_factory=list)  # seconds per Finished write
+    late: list[float] = field(default_factory=list)  # seconds a finish woke after its time
     started: float = 0.0
     generated: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -330,7 +332,9 @@ def _new_condition(kind: str, status: str, reason: str, message: str) -> Obj:
 async def finish(kube: Kube, run: Run, key: str, after: float) -> None:
     """Mark the Workload Finished ``after`` seconds, as Kueue's runner does: from the watched
     version (its informer cache), guarded by that resourceVersion; a conflict reads it afresh."""
+    due = time.monotonic() + after
     await asyncio.sleep(after)
+    run.late.append(time.monotonic() - due)
     current = run.latest[key]
     for _attempt in range(5):
         admitted, evicted = _condition(current, "Admitted"), _condition(current, "Evicted")
@@ -348,7 +352,9 @@ async def finish(kube: Kube, run: Run, key: str, after: float) -> None:
             "status": {"conditions": conditions},
         }
         try:
+            sent = time.monotonic()
             await kube.patch(WORKLOADS, m["name"], body, m["namespace"], subresource="status")
+            run.finish_rtt.append(time.monotonic() - sent)
             return
         except KubeError as error:
             if error.status != 409:
@@ -435,7 +441,7 @@ async def churn_pods(kube: Kube, run: Run, churn: Churn, nodes: list[str]) -> No
 # --- serve's own figures --------------------------------------------------------------------
 
 
-_REQUEST_LINE = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
+_REQUEST_LINE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
 
 
 def api_requests(metrics: str) -> Counter[str]:
@@ -516,6 +522,18 @@ def class_table(run: Run) -> dict[str, dict[str, float]]:
                 "n": len(values),
             }
     return table
+
+
+def _quantile(values: list[float], q: float) -> float:
+    return sorted(values)[int(q * (len(values) - 1))] if values else 0.0
+
+
+def evictions_by_class(run: Run) -> dict[str, int]:
+    """Preemptions (reclaim within the cohort, lower priority in the queue) by victim class."""
+    counts: Counter[str] = Counter()
+    for rec in run.records.values():
+        counts[rec.cls] += rec.evictions
+    return {cls: n for cls, n in counts.items() if n}
 
 
 def stalls(run: Run, until: float) -> tuple[list[int], int]:
@@ -639,6 +657,13 @@ def topogate_side(
             "api_requests": dict(requests.most_common()),
             "rss": rss,
             "classes": class_table(run),
+            "evictions": evictions_by_class(run),
+            "runner": {
+                "finish_write_p50_ms": 1000 * _quantile(run.finish_rtt, 0.5),
+                "finish_write_p90_ms": 1000 * _quantile(run.finish_rtt, 0.9),
+                "timer_late_p50_ms": 1000 * _quantile(run.late, 0.5),
+                "timer_late_p90_ms": 1000 * _quantile(run.late, 0.9),
+            },
             "cycles": cycles,
             "cycle_mean_ms": 1000 * cycle_sum / cycles if cycles else 0.0,
             "per_window": per_window,
@@ -717,6 +742,14 @@ def report(ours: dict[str, Any], theirs: dict[str, Any] | None) -> None:
             f"(a round took {churn['round_p50']:.2f} s median, {churn['round_max']:.2f} s max)"
         )
     print(f"  admissions per 10 s: {ours['per_window']}")
+    print(f"  evictions by victim class: {ours['evictions'] or 'none'}")
+    r = ours["runner"]
+    print(
+        f"  the runner's Finished write took {r['finish_write_p50_ms']:.0f} ms median, "
+        f"{r['finish_write_p90_ms']:.0f} ms p90; its timers woke {r['timer_late_p50_ms']:.0f} ms "
+        f"late median, {r['timer_late_p90_ms']:.0f} ms p90 (the API server's and the runner's "
+        "share of each gang's turnaround)"
+    )
     print(f"  10 s windows with no admission while work waited: {ours['zero_windows']}")
     if theirs is not None:
         print(
