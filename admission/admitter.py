@@ -33,6 +33,7 @@ from topogate.api.topology_assignment import decode
 from topogate.kube.errors import API_ERRORS
 from topogate.kube.events import EventRecorder
 from topogate.kube.protocol import KubeApi
+from topogate.kube.ratelimit import TokenBucket
 from topogate.kube.resources import WORKLOADS, Obj
 from topogate.metrics import Metrics
 from topogate.state import ControllerState
@@ -56,6 +57,7 @@ log = logging.getLogger("topogate.admitter")
 
 PENDING = "Pending"
 PENDING_WRITE_CONCURRENCY = 2
+PENDING_WRITES_PER_SECOND = 20.0  # serve's --pending-status-qps
 COALESCE_MIN, COALESCE_MAX = 0.005, 0.05  # seconds between a change and the cycle it wakes
 DESCRIBE_EVERY = 1.0  # seconds between two updates of the pending messages (serve's loop)
 
@@ -78,6 +80,7 @@ class Admitter:
         events: EventRecorder,
         write_concurrency: int = 16,
         exact_budget: float = EXACT_BUDGET,
+        pending_qps: float = PENDING_WRITES_PER_SECOND,
     ) -> None:
         self.kube = kube
         self.exact_budget = exact_budget
@@ -85,9 +88,9 @@ class Admitter:
         self.metrics = metrics
         self.events = events
         self._writes = asyncio.Semaphore(write_concurrency)
-        # Pending messages are a courtesy: few at a time, so they never stand in the API
-        # client's queue ahead of admissions and evictions.
-        self._courtesy = asyncio.Semaphore(PENDING_WRITE_CONCURRENCY)
+        # Pending messages are a courtesy: few at a time and at a bounded rate, so they never
+        # stand in the API server's queue ahead of admissions and evictions in numbers.
+        self._pending_limit = TokenBucket(pending_qps, max(1, int(pending_qps)))
         self._candidates: dict[str, Candidate] = {}
         # The waiting workloads, kept up to date from the state's feed of changed workloads:
         # in their queues' order (``_lanes``), or with the reason they cannot be considered
@@ -103,11 +106,13 @@ class Admitter:
         self._chains: dict[str, asyncio.Task[None]] = {}
         self._returned: dict[str, Obj] = {}
         self._said: dict[str, str] = {}
-        # Pending messages waiting or being written, one task per Workload; the message it
-        # writes is the newest in ``_said`` when its turn comes (latest wins). They are not
-        # chained with admissions: both are guarded by the version read, so a race costs a
-        # 409 and never a lost write, and an admission never waits behind them.
-        self._pending_tasks: dict[str, asyncio.Task[None]] = {}
+        # Workloads whose pending message is to be written, oldest first, taken by a few
+        # describers (which end when it is empty); a write says the newest message in
+        # ``_said`` when its turn comes (latest wins). They are not chained with admissions:
+        # both are guarded by the version read, so a race costs a 409 and never a lost write,
+        # and an admission never waits behind them.
+        self._to_describe: dict[str, Obj] = {}  # key -> the version the cycle saw
+        self._describers: set[asyncio.Task[None]] = set()
         self._sending: dict[str, asyncio.Task[None]] = {}  # those whose request is out
 
     def _candidate(self, key: str, workload: Obj, catalog: Catalog) -> Translation:
@@ -154,8 +159,8 @@ class Admitter:
 
     async def settle(self) -> None:
         """Wait until every write spawned so far has finished."""
-        while self._chains or self._pending_tasks:
-            tasks = [*self._chains.values(), *self._pending_tasks.values()]
+        while self._chains or self._describers:
+            tasks = [*self._chains.values(), *self._describers]
             await asyncio.gather(*tasks, return_exceptions=True)
 
     def _spawn(self, key: str, write: Callable[[], Awaitable[None]]) -> None:
@@ -256,14 +261,16 @@ class Admitter:
             if _says(self._current(key, seen), message):
                 continue
             self._said[key] = message  # a queued write takes the newest message
-            if key not in self._pending_tasks:
-                task = asyncio.create_task(self._wait(key, seen), name=f"pending {key}")
-                self._pending_tasks[key] = task
+            self._to_describe.setdefault(key, seen)
+        while self._to_describe and len(self._describers) < PENDING_WRITE_CONCURRENCY:
+            task = asyncio.create_task(self._describe(), name="pending messages")
+            self._describers.add(task)
+            task.add_done_callback(self._describers.discard)
 
     def _forget(self) -> None:
         """Drop what is kept per Workload once it waits no more and has no write left."""
         for key in list(self._left):
-            if key in self._chains or key in self._pending_tasks:
+            if key in self._chains or key in self._to_describe or key in self._sending:
                 continue
             self._left.discard(key)
             if self._lanes.get(key) is None and key not in self._problems:
@@ -378,13 +385,21 @@ class Admitter:
         if owner is not None:
             self.state.signals.job(*owner)
 
-    async def _wait(self, key: str, seen: Obj) -> None:
-        try:
-            async with self._courtesy:
-                await self._write_pending(key, seen)
-        finally:
-            self._pending_tasks.pop(key, None)
-            self._sending.pop(key, None)
+    async def _describe(self) -> None:
+        """Write queued pending messages, oldest first, until none is left."""
+        while self._to_describe:
+            key = next(iter(self._to_describe))
+            seen = self._to_describe.pop(key)
+            if self._said.get(key) is None or self.state.reserved(key) is not None:
+                continue  # admitted or gone meanwhile: no token spent on it
+            await self._pending_limit.take()
+            task = asyncio.create_task(self._write_pending(key, seen), name=f"pending {key}")
+            self._sending[key] = task
+            try:
+                await asyncio.gather(task, return_exceptions=True)
+            finally:
+                if self._sending.get(key) is task:
+                    del self._sending[key]
 
     async def _write_pending(self, key: str, seen: Obj) -> None:
         message = self._said.get(key)
@@ -399,9 +414,6 @@ class Admitter:
         ]
         reserved = new_condition("QuotaReserved", "False", PENDING, message)
         status = {"conditions": [*others, reserved]}
-        task = asyncio.current_task()
-        if task is not None:
-            self._sending[key] = task
         try:
             self._returned[key] = await write_status(self.kube, workload, status)
         except API_ERRORS as error:

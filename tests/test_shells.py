@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -646,3 +647,22 @@ async def test_serve_loop_writes_a_message_it_put_off_without_another_change() -
         loop.cancel()
         await asyncio.gather(loop, return_exceptions=True)
         await events.drain()
+
+
+async def test_pending_messages_go_out_at_the_rate_asked_oldest_first() -> None:
+    """--pending-status-qps bounds the courtesy writes (burst: one second's worth), the
+    oldest queued first; every message still goes out."""
+    h = Harness()
+    names = [f"big{i:02d}" for i in range(30)]
+    for name in names:
+        h.kube.seed(WORKLOADS, workload(name, count=4, gpus=8))  # never fits: a message each
+    h.deliver()
+    events = EventRecorder(h.kube, "test")
+    admitter = Admitter(h.kube, h.state, h.metrics, events, pending_qps=20)
+    started = time.monotonic()
+    await admitter.cycle()
+    elapsed = time.monotonic() - started
+    writes = h.kube.calls_of("patch", "workloads/status")
+    assert [c.name for c in writes] == names  # in the cycle's order: the queue's
+    assert elapsed >= (30 - 20) / 20 * 0.9  # 20 at once, then 20 a second
+    await events.drain()

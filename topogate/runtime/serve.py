@@ -104,6 +104,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="INFO")
 
 
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+    return value
+
+
 def _api_arguments(parser: argparse.ArgumentParser) -> None:
     api = parser.add_argument_group("API client")
     api.add_argument(
@@ -113,6 +123,14 @@ def _api_arguments(parser: argparse.ArgumentParser) -> None:
         help="client-side rate limit, requests per second (Kueue's default; 0: none)",
     )
     api.add_argument("--kube-api-burst", type=int, default=500, help="(default: %(default)s)")
+    api.add_argument(
+        "--pending-status-qps",
+        type=_positive,
+        default=20.0,  # admission.admitter.PENDING_WRITES_PER_SECOND (imported late)
+        metavar="QPS",
+        help="pending messages written per second at most, newest first per workload "
+        "(a courtesy: admissions never wait behind them) (default: %(default)s)",
+    )
     api.add_argument(
         "--kube-api-proxy-from-env",
         action="store_true",
@@ -187,7 +205,12 @@ class Controller:
         self.events = EventRecorder(writer, identity)
         self.loops: list[Callable[[], Coroutine[Any, Any, None]]] = [
             Admitter(
-                writer, self.state, self.metrics, self.events, exact_budget=args.exact_budget
+                writer,
+                self.state,
+                self.metrics,
+                self.events,
+                exact_budget=args.exact_budget,
+                pending_qps=args.pending_status_qps,
             ).run,
             JobSync(writer, self.state, self.events).run,
             NodeFailures(
