@@ -48,13 +48,15 @@ async def test_events_are_sent_one_at_a_time_in_order() -> None:
 
 async def test_a_full_queue_drops_and_counts_instead_of_growing() -> None:
     api = SlowApi(None)  # the API server never answers
-    events = EventRecorder(api, "test", capacity=5)  # type: ignore[arg-type]
+    told: list[int] = []
+    events = EventRecorder(api, "test", capacity=5, on_drop=lambda: told.append(1))  # type: ignore[arg-type]
     for i in range(12):
         events.emit(_about(f"w{i}"), "Pending", f"note {i}")
     await asyncio.sleep(0)  # the sender takes the first one off the queue
     events.emit(_about("late"), "Pending", "late")
     # 12 emitted before the sender ran: 5 queued, 7 dropped; then one slot freed for "late".
     assert events.dropped == 7
+    assert len(told) == 7  # serve counts them in topogate_events_dropped_total
     started = time.monotonic()
     await events.drain(seconds=0.2)
     assert time.monotonic() - started < 5  # bounded although nothing was ever sent

@@ -70,6 +70,12 @@ class Metrics:
             ["resource"],
             registry=r,
         )
+        self.events_dropped = Counter(
+            "topogate_events_dropped_total",
+            "Kubernetes Events not sent because the send queue was full (a burst outran the "
+            "API server; events are best effort).",
+            registry=r,
+        )
         self.leader = Gauge(
             "topogate_leader", "1 while this replica holds the leader Lease.", registry=r
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from topogate.api.times import micro_time
 from topogate.kube.errors import API_ERRORS
@@ -22,11 +23,18 @@ QUEUE_CAPACITY = 1000  # client-go's maxQueuedEvents
 
 
 class EventRecorder:
-    def __init__(self, kube: KubeApi, instance: str, capacity: int = QUEUE_CAPACITY) -> None:
+    def __init__(
+        self,
+        kube: KubeApi,
+        instance: str,
+        capacity: int = QUEUE_CAPACITY,
+        on_drop: Callable[[], None] | None = None,
+    ) -> None:
         self.kube = kube
         self.instance = instance
         self.capacity = capacity
         self.dropped = 0  # events not sent because the queue was full
+        self._on_drop = on_drop  # e.g. a metric's inc
         self._queue: asyncio.Queue[tuple[Obj, str]] | None = None
         self._sender: asyncio.Task[None] | None = None
 
@@ -63,6 +71,8 @@ class EventRecorder:
             self._queue.put_nowait((body, namespace))
         except asyncio.QueueFull:
             self.dropped += 1
+            if self._on_drop is not None:
+                self._on_drop()
             log.debug("event %s about %s dropped: the queue is full", reason, meta.get("name"))
 
     async def _send_all(self, queue: asyncio.Queue[tuple[Obj, str]]) -> None:

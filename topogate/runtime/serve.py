@@ -202,7 +202,7 @@ class Controller:
         # The shells write only while the Lease is ours (reads and the Lease itself go direct).
         writer = FencedKube(kube, self.elector.holds_lease)
         self.state = ControllerState()
-        self.events = EventRecorder(writer, identity)
+        self.events = EventRecorder(writer, identity, on_drop=self.metrics.events_dropped.inc)
         self.loops: list[Callable[[], Coroutine[Any, Any, None]]] = [
             Admitter(
                 writer,
