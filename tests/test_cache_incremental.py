@@ -83,6 +83,36 @@ def test_an_incremental_snapshot_equals_a_rebuild(steps: list[tuple[Any, ...]]) 
         same(cache.snapshot(), fresh.snapshot())
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(op, max_size=40), st.sampled_from([3, 1 << 16]))
+def test_events_held_back_between_snapshots_add_up_to_a_rebuild(
+    steps: list[tuple[Any, ...]], limit: int
+) -> None:
+    """Pod usage is noted and added when the next snapshot is taken (or when ``limit``
+    deltas wait): many events between two snapshots, a snapshot handed out before them
+    unchanged, and the result equal to a rebuild."""
+    import topogate.cache.snapshot as module
+
+    saved, module.PENDING_LIMIT = module.PENDING_LIMIT, limit
+    try:
+        cache = CapacityCache()
+        handed: list[tuple[ClusterSnapshot, np.ndarray]] = []
+        for step in steps:
+            apply(cache, step)
+            if step[0] == "snapshot":
+                taken = cache.snapshot()
+                handed.append((taken, taken.used.copy()))
+        fresh = CapacityCache()
+        for step in steps:
+            apply(fresh, step)
+        fresh._invalidate()
+        same(cache.snapshot(), fresh.snapshot())
+        for taken, before in handed:
+            assert np.array_equal(taken.used, before)
+    finally:
+        module.PENDING_LIMIT = saved
+
+
 def test_a_snapshot_handed_out_never_changes() -> None:
     cache = CapacityCache()
     cache.upsert_node(node("a", "b", "r", "a", gpu=8))
