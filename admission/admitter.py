@@ -387,19 +387,25 @@ class Admitter:
 
     async def _describe(self) -> None:
         """Write queued pending messages, oldest first, until none is left."""
-        while self._to_describe:
-            key = next(iter(self._to_describe))
-            seen = self._to_describe.pop(key)
-            if self._said.get(key) is None or self.state.reserved(key) is not None:
-                continue  # admitted or gone meanwhile: no token spent on it
-            await self._pending_limit.take()
-            task = asyncio.create_task(self._write_pending(key, seen), name=f"pending {key}")
-            self._sending[key] = task
-            try:
-                await asyncio.gather(task, return_exceptions=True)
-            finally:
-                if self._sending.get(key) is task:
-                    del self._sending[key]
+        try:
+            while self._to_describe:
+                key = next(iter(self._to_describe))
+                seen = self._to_describe.pop(key)
+                if self._said.get(key) is None or self.state.reserved(key) is not None:
+                    continue  # admitted or gone meanwhile: no token spent on it
+                await self._pending_limit.take()
+                task = asyncio.create_task(self._write_pending(key, seen), name=f"pending {key}")
+                self._sending[key] = task
+                try:
+                    await asyncio.gather(task, return_exceptions=True)
+                finally:
+                    if self._sending.get(key) is task:
+                        del self._sending[key]
+        finally:
+            # Out of the count in the same step as the queue was seen empty: the done
+            # callback runs a loop iteration later, and a cycle in between would queue a
+            # message for describers that are gone (stranded until the next wording).
+            self._describers.discard(asyncio.current_task())
 
     async def _write_pending(self, key: str, seen: Obj) -> None:
         message = self._said.get(key)
