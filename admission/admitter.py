@@ -393,6 +393,11 @@ class Admitter:
                 seen = self._to_describe.pop(key)
                 if self._said.get(key) is None or self.state.reserved(key) is not None:
                     continue  # admitted or gone meanwhile: no token spent on it
+                # The other describer may be writing this Workload's older message: write
+                # after it, over the version it returns (not beside it: a 409, and the newer
+                # message left unwritten until some later change brought a cycle).
+                while (earlier := self._sending.get(key)) is not None:
+                    await asyncio.gather(earlier, return_exceptions=True)
                 await self._pending_limit.take()
                 task = asyncio.create_task(self._write_pending(key, seen), name=f"pending {key}")
                 self._sending[key] = task
