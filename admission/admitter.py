@@ -259,6 +259,10 @@ class Admitter:
                 continue  # written, or queued to be
             seen = workloads[key]
             if _says(self._current(key, seen), message):
+                # Older words queued, not yet sent: taken back (once sent, they are kept, so
+                # the next wording sees the Workload say them and puts this back).
+                if key in self._said and key not in self._sending:
+                    self._said[key] = message
                 continue
             self._said[key] = message  # a queued write takes the newest message
             self._to_describe.setdefault(key, seen)

@@ -91,3 +91,30 @@ async def test_a_newer_message_waits_for_the_write_of_the_older_one() -> None:
     assert pending is not None and "insufficient quota" in pending["message"]
     assert len(h.kube.calls_of("patch", "workloads/status")) == 2  # one each, no retry
     await events.drain()
+
+
+async def test_a_message_back_to_what_the_workload_says_cancels_the_queued_one() -> None:
+    """A queued message that the next wording takes back (the Workload already says the
+    newest) is not written: the Workload is never told the words in between."""
+    h = Harness()
+    h.kube.seed(WORKLOADS, workload("big", count=4, gpus=8))  # never fits: a message
+    h.deliver()
+    events = EventRecorder(h.kube, "test")
+    admitter = Admitter(h.kube, h.state, h.metrics, events, pending_qps=5)
+    await admitter.cycle()
+    first = condition(h.kube.stored(WORKLOADS, "big", "ml") or {}, "QuotaReserved")
+    assert first is not None and "allows to fit only 2" in first["message"]
+    queue = h.kube.stored(CLUSTER_QUEUES, "cq")
+    assert queue is not None
+    smaller = copy.deepcopy(queue)
+    smaller["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]["nominalQuota"] = 8
+    admitter._pending_limit._tokens = 0  # the courtesy writes are behind others
+    for spec in (smaller, queue):  # the quota shrinks, and is given back before the write
+        h.kube.seed(CLUSTER_QUEUES, spec)
+        h.deliver()
+        admitter.decide()
+    await admitter.settle()
+    assert len(h.kube.calls_of("patch", "workloads/status")) == 1
+    last = condition(h.kube.stored(WORKLOADS, "big", "ml") or {}, "QuotaReserved")
+    assert last is not None and last["message"] == first["message"]
+    await events.drain()
