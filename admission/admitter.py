@@ -259,6 +259,10 @@ class Admitter:
                 continue  # written, or queued to be
             seen = workloads[key]
             if _says(self._current(key, seen), message):
+                # Older words queued, not yet sent: taken back (once sent, they are kept, so
+                # the next wording sees the Workload say them and puts this back).
+                if key in self._said and key not in self._sending:
+                    self._said[key] = message
                 continue
             self._said[key] = message  # a queued write takes the newest message
             self._to_describe.setdefault(key, seen)
@@ -387,19 +391,30 @@ class Admitter:
 
     async def _describe(self) -> None:
         """Write queued pending messages, oldest first, until none is left."""
-        while self._to_describe:
-            key = next(iter(self._to_describe))
-            seen = self._to_describe.pop(key)
-            if self._said.get(key) is None or self.state.reserved(key) is not None:
-                continue  # admitted or gone meanwhile: no token spent on it
-            await self._pending_limit.take()
-            task = asyncio.create_task(self._write_pending(key, seen), name=f"pending {key}")
-            self._sending[key] = task
-            try:
-                await asyncio.gather(task, return_exceptions=True)
-            finally:
-                if self._sending.get(key) is task:
-                    del self._sending[key]
+        try:
+            while self._to_describe:
+                key = next(iter(self._to_describe))
+                seen = self._to_describe.pop(key)
+                if self._said.get(key) is None or self.state.reserved(key) is not None:
+                    continue  # admitted or gone meanwhile: no token spent on it
+                # The other describer may be writing this Workload's older message: write
+                # after it, over the version it returns (not beside it: a 409, and the newer
+                # message left unwritten until some later change brought a cycle).
+                while (earlier := self._sending.get(key)) is not None:
+                    await asyncio.gather(earlier, return_exceptions=True)
+                await self._pending_limit.take()
+                task = asyncio.create_task(self._write_pending(key, seen), name=f"pending {key}")
+                self._sending[key] = task
+                try:
+                    await asyncio.gather(task, return_exceptions=True)
+                finally:
+                    if self._sending.get(key) is task:
+                        del self._sending[key]
+        finally:
+            # Out of the count in the same step as the queue was seen empty: the done
+            # callback runs a loop iteration later, and a cycle in between would queue a
+            # message for describers that are gone (stranded until the next wording).
+            self._describers.discard(asyncio.current_task())
 
     async def _write_pending(self, key: str, seen: Obj) -> None:
         message = self._said.get(key)

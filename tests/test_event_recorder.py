@@ -71,3 +71,27 @@ async def test_emitting_after_a_drain_sends_again() -> None:
     events.emit(_about("b"), "Admitted", "second")
     await events.drain()
     assert api.sent == ["first", "second"]
+
+
+class BrokenOnce(SlowApi):
+    """The first create fails with something that is not an API error (a bug, a body the
+    client cannot encode); the rest go through."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.failed = False
+
+    async def create(self, resource: Resource, body: Obj, namespace: str | None = None) -> Obj:
+        if not self.failed:
+            self.failed = True
+            raise TypeError("Object of type set is not JSON serializable")
+        return await super().create(resource, body, namespace)
+
+
+async def test_an_event_that_fails_oddly_does_not_stop_the_ones_behind_it() -> None:
+    api = BrokenOnce()
+    events = EventRecorder(api, "test")  # type: ignore[arg-type]
+    for i in range(3):
+        events.emit(_about(f"w{i}"), "Pending", f"note {i}")
+    await events.drain(seconds=5)
+    assert api.sent == ["note 1", "note 2"]

@@ -82,6 +82,8 @@ class EventRecorder:
                 await self.kube.create(EVENTS, body, namespace)
             except API_ERRORS as error:
                 log.info("event %s not recorded: %s", body["reason"], error)
+            except Exception:  # one odd failure must not leave the rest queued, unsent
+                log.exception("event %s not recorded", body["reason"])
             finally:
                 queue.task_done()
 

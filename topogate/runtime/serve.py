@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import signal
 import socket
@@ -109,8 +110,8 @@ def _positive(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+    if not 0 < value < math.inf:  # also refuses nan, and inf (the bucket's burst is int(qps))
+        raise argparse.ArgumentTypeError(f"must be above 0 and finite, not {text}")
     return value
 
 
