@@ -244,6 +244,9 @@ class Admitter:
             # Partial admission: the cycle's request has the lowered counts.
             self._assume(workloads[one.key], one, one.request or entry.request)
             admitted[one.cluster_queue] = admitted.get(one.cluster_queue, 0) + 1
+        # Counted every cycle, worded or not: what was tried and left waiting.
+        waiting = len(self._lanes) - len(result.admitted) + len(self._problems)
+        self.metrics.admission_attempts.labels("pending").inc(waiting)
         if describe:
             self._pending_messages({**self._problems, **result.pending})
         for key, plan in result.preemptions:
@@ -252,7 +255,6 @@ class Admitter:
 
     def _pending_messages(self, messages: Mapping[str, str]) -> None:
         """Queue a write for each message that changed (the newest wins when its turn comes)."""
-        self.metrics.admission_attempts.labels("pending").inc(len(messages))
         workloads = self.state.store(WORKLOADS)
         for key, message in messages.items():
             if self._said.get(key) == message:
@@ -434,7 +436,8 @@ class Admitter:
         except API_ERRORS as error:
             log.debug("pending status of %s not written: %s", key, error)
             if self._said.get(key) == message:
-                del self._said[key]  # the next cycle writes it again
+                del self._said[key]  # the next wording writes it again
+                self.state.signals.admit()  # and comes without waiting for another change
             return
         self.events.emit(workload, PENDING, message, warning=True)
 

@@ -666,3 +666,27 @@ async def test_pending_messages_go_out_at_the_rate_asked_oldest_first() -> None:
     assert [c.name for c in writes] == names  # in the cycle's order: the queue's
     assert elapsed >= (30 - 20) / 20 * 0.9  # 20 at once, then 20 a second
     await events.drain()
+
+
+async def test_serve_loop_writes_a_pending_message_again_after_a_broken_transport() -> None:
+    """A pending message whose write failed is written again by the next wording, which
+    comes by itself (nothing else changes in this cluster)."""
+    h = Harness()
+    h.kube.seed(WORKLOADS, workload("big", count=4, gpus=8))  # never fits: a message
+    h.deliver()
+    h.kube.fail_next("patch", aiohttp.ClientConnectionError("reset"), resource=WORKLOADS)
+    admitter, events = h.admitter()
+    loop = asyncio.create_task(admitter.run())
+    try:
+        for _ in range(500):  # 5 s at most
+            stored = h.kube.stored(WORKLOADS, "big", "ml")
+            if condition(stored or {}, "QuotaReserved") is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert len(h.kube.calls_of("patch", "workloads/status")) == 2  # failed, then written
+        pending = condition(h.kube.stored(WORKLOADS, "big", "ml") or {}, "QuotaReserved")
+        assert pending is not None and pending["reason"] == "Pending"
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+        await events.drain()
