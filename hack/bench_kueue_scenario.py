@@ -720,6 +720,19 @@ def kueue_side(
     }
 
 
+def speed_marker() -> float:
+    """Milliseconds of a fixed CPU-bound loop, the median of 5: printed around each side, so a
+    reader sees when the machine itself ran slower (these 2-core machines drift by minutes)."""
+    times = []
+    for _ in range(5):
+        started = time.perf_counter()
+        total = 0
+        for i in range(1_000_000):
+            total += i * i % 7
+        times.append(time.perf_counter() - started)
+    return 1000 * statistics.median(times)
+
+
 def report(ours: dict[str, Any], theirs: dict[str, Any] | None) -> None:
     print(
         f"topogate serve: wall {ours['wall']:.0f} s, CPU {ours['cpu']:.1f} s, "
@@ -730,6 +743,8 @@ def report(ours: dict[str, Any], theirs: dict[str, Any] | None) -> None:
         f"start; first admission {ours['first_admission'] * 1000:.0f} ms after the first create"
     )
     print(f"  cycles {ours['cycles']:.0f}, mean {ours['cycle_mean_ms']:.1f} ms")
+    marker = ours["speed_marker_ms"]
+    print(f"  machine speed marker before and after this side: {marker[0]:.0f}, {marker[1]:.0f} ms")
     others = ", ".join(f"{name} {cpu:.1f} s" for name, cpu in ours["cpu_others"].items())
     print(f"  CPU of the rest on this side: {others}")
     top = list(ours["api_requests"].items())[:8]
@@ -756,6 +771,8 @@ def report(ours: dict[str, Any], theirs: dict[str, Any] | None) -> None:
             f"Kueue minimalkueue: wall {theirs['wall']:.0f} s, CPU {theirs['cpu']:.1f} s, "
             f"peak RSS {theirs['rss']:.0f} MB"
         )
+        marker = theirs["speed_marker_ms"]
+        print(f"  machine speed marker before and after: {marker[0]:.0f}, {marker[1]:.0f} ms")
         print(f"  CPU ratio topogate/Kueue: {ours['cpu'] / theirs['cpu']:.2f}")
     print(
         f"{'class':24} {'topogate mean ms':>17} {'p50':>7} {'p90':>7}"
@@ -808,8 +825,11 @@ def main() -> None:
         theirs = None
         if args.kueue_checkout is not None:
             checkout, binaries = args.kueue_checkout.resolve(), args.kueue_bin.resolve()
+            before = speed_marker()
             theirs = kueue_side(checkout, binaries, Path(tmp), args.cohorts, args.fraction)
+            theirs["speed_marker_ms"] = (before, speed_marker())
         churn = Churn(args.churn, args.churn_interval)
+        before = speed_marker()
         ours = topogate_side(
             Path(tmp),
             args.cohorts,
@@ -819,6 +839,7 @@ def main() -> None:
             churn,
             args.pods_per_node,
         )
+        ours["speed_marker_ms"] = (before, speed_marker())
         report(ours, theirs)
         if args.json:
             args.json.write_text(
