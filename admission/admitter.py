@@ -408,7 +408,9 @@ class Admitter:
                 task = asyncio.create_task(self._write_pending(key, seen), name=f"pending {key}")
                 self._sending[key] = task
                 try:
-                    await asyncio.gather(task, return_exceptions=True)
+                    await task
+                except Exception:  # API errors are handled inside; anything else is a bug
+                    log.exception("writing the pending message of %s failed", key)
                 finally:
                     if self._sending.get(key) is task:
                         del self._sending[key]

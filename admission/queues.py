@@ -433,7 +433,7 @@ def _try(
 _KEY = attrgetter("key")
 
 
-def _said(why: str) -> Mapping[Shape, str]:
+def _same_words(why: str) -> Mapping[Shape, str]:
     """The same words for every shape."""
     return defaultdict(lambda: why)
 
@@ -453,8 +453,14 @@ class _Heads:
     of the other lanes' admissions depends on its rank.)
     """
 
-    def __init__(self, queues: Mapping[str, QueueSpec], book: QuotaBook, lanes: QueueLanes) -> None:
-        self.queues, self.book, self.lanes = queues, book, lanes
+    def __init__(
+        self,
+        queues: Mapping[str, QueueSpec],
+        book: QuotaBook,
+        lanes: QueueLanes,
+        result: CycleResult,
+    ) -> None:
+        self.queues, self.book, self.lanes, self.result = queues, book, lanes, result
         self.heads: dict[str, PendingWorkload] = {}
         self._walks: dict[str, Iterator[PendingWorkload]] = {}
         # The lanes' heads by rank (a heap, built again when the quota in use changed).
@@ -464,14 +470,13 @@ class _Heads:
         self._popped: str | None = None  # the lane to move on before the next pop
         self._blocked: dict[str, str] = {}
         self._taken: dict[str, int] = {}  # per lane, how many the walk has reached
-        self._result = CycleResult()
 
-    def fill(self, result: CycleResult) -> None:
-        self._result = result
+    def fill(self) -> None:
         for name in self.lanes.names():
             lane = self.lanes.lane(name)
             if name not in self.queues:
-                result.deferred.append((list(lane), _said(f"ClusterQueue {name} does not exist")))
+                missing = _same_words(f"ClusterQueue {name} does not exist")
+                self.result.deferred.append((list(lane), missing))
                 continue
             walk = iter(lane)
             self._walks[name] = walk
@@ -510,7 +515,7 @@ class _Heads:
                 self.heads[name] = following
                 return
         else:
-            self._result.deferred.append((self._rest(name), _said(why)))
+            self.result.deferred.append((self._rest(name), _same_words(why)))
         del self.heads[name], self._walks[name]
 
     def pop(self) -> tuple[str, PendingWorkload] | None:
@@ -558,8 +563,8 @@ def admission_cycle(
     book = QuotaBook(queues, usage)
     held: Held = []
     lanes = pending if isinstance(pending, QueueLanes) else QueueLanes(pending)
-    heads = _Heads(queues, book, lanes)
-    heads.fill(result)
+    heads = _Heads(queues, book, lanes, result)
+    heads.fill()
     # Queues whose first workload that does not fit looked for victims this cycle: the
     # search is the costly part, and the later ones are of lower or equal rank.
     searched: set[str] = set()

@@ -35,8 +35,8 @@ class EventRecorder:
         self.capacity = capacity
         self.dropped = 0  # events not sent because the queue was full
         self._on_drop = on_drop  # e.g. a metric's inc
-        self._queue: asyncio.Queue[tuple[Obj, str]] | None = None
-        self._sender: asyncio.Task[None] | None = None
+        self._queue: asyncio.Queue[tuple[Obj, str]] = asyncio.Queue(capacity)
+        self._sender: asyncio.Task[None] | None = None  # started by the first event
 
     def emit(self, regarding: Obj, reason: str, note: str, *, warning: bool = False) -> None:
         """Queue an event; failures are logged, never raised (events are best effort)."""
@@ -62,11 +62,8 @@ class EventRecorder:
                 "uid": meta.get("uid"),
             },
         }
-        if self._queue is None or self._sender is None or self._sender.done():
-            self._queue = self._queue or asyncio.Queue(self.capacity)
-            self._sender = asyncio.get_running_loop().create_task(
-                self._send_all(self._queue), name="events"
-            )
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.get_running_loop().create_task(self._send_all(), name="events")
         try:
             self._queue.put_nowait((body, namespace))
         except asyncio.QueueFull:
@@ -75,7 +72,8 @@ class EventRecorder:
                 self._on_drop()
             log.debug("event %s about %s dropped: the queue is full", reason, meta.get("name"))
 
-    async def _send_all(self, queue: asyncio.Queue[tuple[Obj, str]]) -> None:
+    async def _send_all(self) -> None:
+        queue = self._queue
         while True:
             body, namespace = await queue.get()
             try:
@@ -89,10 +87,10 @@ class EventRecorder:
 
     async def drain(self, seconds: float | None = None) -> None:
         """Wait until the queued events are sent (at most ``seconds``), then stop sending."""
-        if self._queue is None or self._sender is None:
+        if self._sender is None:
             return
         waiting = asyncio.ensure_future(self._queue.join())
-        # The sender ends only if it fails: then there is nothing left to wait for.
+        # The sender never ends by itself; should it be cancelled, nothing is left to wait for.
         await asyncio.wait(
             {waiting, self._sender}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED
         )
