@@ -51,8 +51,10 @@ from topogate.cache.sources import (
     topology_sources,
 )
 
+from .cycle import FlavorTopology, SnapshotPlacer
 from .exact import EXACT_BUDGET
-from .queues import FlavorTopology, PendingWorkload, QueueSpec, SnapshotPlacer
+from .lanes import PendingWorkload
+from .quota import QueueSpec
 from .request import Mode, PlacementRequest, PodSetRequest, SliceLayer
 
 _M = TypeVar("_M", ClusterQueue, ResourceFlavor, Topology)

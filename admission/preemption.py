@@ -31,13 +31,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .queues import (
+from .lanes import PendingWorkload
+from .quota import (
     ANY,
     LOWER_OR_NEWER_EQUAL,
     LOWER_PRIORITY,
     NEVER,
     FlavorQuota,
-    PendingWorkload,
     PreemptionPolicy,
     QueueSpec,
     QuotaBook,

@@ -27,7 +27,7 @@ from topogate.api.podspec import NodeConstraints, Requirement, SelectorTerm
 from topogate.api.topology_assignment import AssignedDomain, Assignment, decode, encode
 
 from .assignments import DomainNodes
-from .queues import Held
+from .cycle import Held
 from .request import Mode, PlacementDecision, PlacementRequest, PodSetPlacement, PodSetRequest
 
 # place(request, held) -> a decision on the current snapshot, earlier held placements counted.

@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from topogate.admission.admitter import Admitter
 from topogate.api.objects import is_finished
+from topogate.controllers.admitter import Admitter
 from topogate.kube.events import EventRecorder
 from topogate.kube.resources import (
     CLUSTER_QUEUES,
@@ -95,8 +95,10 @@ async def measure(
         started = time.process_time()
         admitter.decide(describe=describe)
         times.append(time.process_time() - started)
-    store = state.store(WORKLOADS)
-    waiting = [k for k, o in store.items() if not is_finished(o) and state.reserved(k) is None]
+    store = state.store.objects(WORKLOADS)
+    waiting = [
+        k for k, o in store.items() if not is_finished(o) and state.ledger.reserved(k) is None
+    ]
     return len(waiting), times
 
 

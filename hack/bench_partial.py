@@ -19,15 +19,9 @@ import time
 
 from bench_exact import BLOCK, GPU, HOST, RACK, big_cluster  # run from hack/: its cluster
 
-from topogate.admission.queues import (
-    FlavorQuota,
-    FlavorTopology,
-    Held,
-    PendingWorkload,
-    QueueSpec,
-    SnapshotPlacer,
-    admission_cycle,
-)
+from topogate.admission.cycle import FlavorTopology, Held, SnapshotPlacer, admission_cycle
+from topogate.admission.lanes import PendingWorkload
+from topogate.admission.quota import FlavorQuota, QueueSpec
 from topogate.admission.request import (
     Mode,
     PlacementDecision,

@@ -16,9 +16,10 @@ import statistics
 import time
 from collections.abc import Sequence
 
+from topogate.admission.lanes import PendingWorkload
 from topogate.admission.placement import place
-from topogate.admission.preemption import LOWER_PRIORITY, PreemptionPolicy, Running, plan_preemption
-from topogate.admission.queues import FlavorQuota, PendingWorkload, QueueSpec, Usage
+from topogate.admission.preemption import Running, plan_preemption
+from topogate.admission.quota import LOWER_PRIORITY, FlavorQuota, PreemptionPolicy, QueueSpec, Usage
 from topogate.admission.request import Mode, PlacementDecision, PlacementRequest, PodSetRequest
 from topogate.cache.nodes import NodeInfo
 from topogate.cache.snapshot import ClusterSnapshot

@@ -93,7 +93,7 @@ def once(args: argparse.Namespace) -> tuple[float, float, int]:
         b, r = int(block[1:]), int(rack.rsplit("-r", 1)[1])
         for name in names:
             on_node(None, node(name, b, r))
-    state.snapshot()  # the nodes' snapshot exists before the workloads arrive
+    state.ledger.snapshot()  # the nodes' snapshot exists before the workloads arrive
     objects = []
     for i in range(args.workloads):
         block, rack, names = racks[i % len(racks)]
@@ -104,9 +104,9 @@ def once(args: argparse.Namespace) -> tuple[float, float, int]:
     for obj in objects:
         on_workload(None, obj)
     applied = time.perf_counter() - started
-    snapshot = state.snapshot()
+    snapshot = state.ledger.snapshot()
     with_snapshot = time.perf_counter() - started
-    assert len(state.held()) == args.workloads
+    assert len(state.ledger.held()) == args.workloads
     return applied, with_snapshot, snapshot.node_count
 
 

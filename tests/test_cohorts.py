@@ -10,15 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from topogate.admission.queues import (
-    CycleResult,
-    FlavorQuota,
-    PendingWorkload,
-    QueueSpec,
-    QuotaBook,
-    Usage,
-    admission_cycle,
-)
+from topogate.admission.cycle import CycleResult, admission_cycle
+from topogate.admission.lanes import PendingWorkload
+from topogate.admission.quota import FlavorQuota, QueueSpec, QuotaBook, Usage
 from topogate.admission.request import Mode, PlacementRequest, PodSetRequest
 from topogate.api.errors import InputError
 from topogate.api.models import ClusterQueue
@@ -238,7 +232,7 @@ def cycle_on_four_nodes(
     """Queues of one cohort on 2 racks x 2 nodes of 8 units; gangs of 4-unit pods that each
     require a rack: (queue index, pods, priority)."""
     from tests.kit import HOST, RACK, node, podset
-    from topogate.admission.queues import FlavorTopology, SnapshotPlacer
+    from topogate.admission.cycle import FlavorTopology, SnapshotPlacer
     from topogate.cache.snapshot import ClusterSnapshot
     from topogate.cache.topology import DomainTree
 

@@ -1,4 +1,4 @@
-"""admission/admitter.py: pending messages queued for the describers are never stranded
+"""controllers/pending.py: pending messages queued for the describers are never stranded
 without one to write them (a describer that has ended but whose done-callback has not run
 yet must not count as one still taking the queue)."""
 
@@ -9,8 +9,9 @@ import copy
 from typing import Any
 
 from tests.test_shells import Harness, workload
-from topogate.admission.admitter import PENDING_WRITE_CONCURRENCY, Admitter
 from topogate.api.objects import condition
+from topogate.controllers.admitter import Admitter
+from topogate.controllers.pending import PENDING_WRITE_CONCURRENCY
 from topogate.kube.events import EventRecorder
 from topogate.kube.resources import CLUSTER_QUEUES, WORKLOADS
 
@@ -23,13 +24,13 @@ async def test_a_message_queued_as_the_describers_end_is_written() -> None:
     events = EventRecorder(h.kube, "test")
     admitter = Admitter(h.kube, h.state, h.metrics, events, pending_qps=1000)
     admitter.decide()
-    assert len(admitter._describers) == PENDING_WRITE_CONCURRENCY
+    assert len(admitter.messages.describers) == PENDING_WRITE_CONCURRENCY
     # Step the loop to where both describers have returned (the queue is empty) and their
     # done-callbacks have not run yet: a cycle's decide() can run right there (serve's loop
     # is woken by a timer in the same loop iteration).
     for _ in range(200):
         await asyncio.sleep(0)
-        if all(t.done() for t in admitter._describers):
+        if all(t.done() for t in admitter.messages.describers):
             break
     else:
         raise AssertionError("the describers never ended")
@@ -42,7 +43,7 @@ async def test_a_message_queued_as_the_describers_end_is_written() -> None:
     stored = h.kube.stored(WORKLOADS, "c", "ml")
     assert stored is not None
     pending = condition(stored, "QuotaReserved")
-    assert not admitter._to_describe, "queued for a describer that is gone"
+    assert not admitter.messages.queued(), "queued for a describer that is gone"
     assert pending is not None and pending["reason"] == "Pending"
     await events.drain()
 
@@ -108,7 +109,7 @@ async def test_a_message_back_to_what_the_workload_says_cancels_the_queued_one()
     assert queue is not None
     smaller = copy.deepcopy(queue)
     smaller["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]["nominalQuota"] = 8
-    admitter._pending_limit._tokens = 0  # the courtesy writes are behind others
+    admitter.messages.limit._tokens = 0  # the courtesy writes are behind others
     for spec in (smaller, queue):  # the quota shrinks, and is given back before the write
         h.kube.seed(CLUSTER_QUEUES, spec)
         h.deliver()

@@ -330,7 +330,7 @@ async def test_status_subresources_are_configurable() -> None:
 
 
 async def test_the_controllers_guarded_status_write() -> None:
-    from admission.writes import write_status
+    from topogate.controllers.writes import write_status
 
     kube = FakeKube()
     read = await kube.create(WORKLOADS, {"metadata": {"name": "w"}, "spec": {}}, "ml")

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from tests.test_shells import Harness, workload
-from topogate.admission.admitter import Admitter
+from topogate.controllers.admitter import Admitter
 from topogate.kube.events import EventRecorder
 from topogate.kube.resources import LEASES, PODS, WORKLOADS
 from topogate.runtime.fencing import FencedKube, NotLeading
@@ -64,6 +64,6 @@ async def test_a_standby_or_lapsed_replica_s_admitter_writes_nothing_and_keeps_n
     await admitter.cycle()  # raises nothing
     await events.drain()
     assert [c for c in h.kube.calls if c.method != "list"] == []
-    assert h.state.reserved("ml/w") is None
+    assert h.state.ledger.reserved("ml/w") is None
     assert h.held_gpus() == 0
     assert fenced.refused >= 1

@@ -12,16 +12,11 @@ import numpy as np
 import pytest
 
 from tests.test_gpusets import SEED
+from topogate.admission.cycle import FlavorTopology, SnapshotPlacer, admission_cycle
 from topogate.admission.gpusets import bottleneck, pair_bandwidth
+from topogate.admission.lanes import PendingWorkload
 from topogate.admission.placement import place
-from topogate.admission.queues import (
-    FlavorQuota,
-    FlavorTopology,
-    PendingWorkload,
-    QueueSpec,
-    SnapshotPlacer,
-    admission_cycle,
-)
+from topogate.admission.quota import FlavorQuota, QueueSpec
 from topogate.admission.request import (
     Mode,
     PlacementDecision,

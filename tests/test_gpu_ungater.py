@@ -89,8 +89,8 @@ def ungater_with(
         "spec": {},
     }
     if hold:
-        state.assume_admission(KEY, ADMISSION, {}, gpus)
-        state.confirm_admission(KEY)  # written: the ungater acts on it
+        state.ledger.assume(KEY, ADMISSION, {}, gpus)
+        state.ledger.confirm(KEY)  # written: the ungater acts on it
     else:
         workload["metadata"]["annotations"][ASSIGNMENT_ANNOTATION] = json.dumps(
             {"main": {"n1": [["0", "3"], ["1", "2"]], "n2": [["4", "5"]]}}

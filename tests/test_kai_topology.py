@@ -264,9 +264,9 @@ def test_state_follows_kai_topologies_apart_from_topogate_ones() -> None:
     }
     on_topology(None, topogate_one)
     on_kai(None, kai_topology("racks", (ZONE, RACK)))
-    generation = state.catalog_generation
-    assert set(state.catalog().sources) == {"cluster-topology", "racks"}
-    assert len(state.store(TOPOLOGIES)) == len(state.store(KAI_TOPOLOGIES)) == 1
+    generation = state.catalogs.generation
+    assert set(state.catalogs.catalog().sources) == {"cluster-topology", "racks"}
+    assert len(state.store.objects(TOPOLOGIES)) == len(state.store.objects(KAI_TOPOLOGIES)) == 1
     on_kai(kai_topology("racks", (ZONE, RACK)), None)
-    assert state.catalog_generation > generation
-    assert set(state.catalog().sources) == {"cluster-topology"}
+    assert state.catalogs.generation > generation
+    assert set(state.catalogs.catalog().sources) == {"cluster-topology"}

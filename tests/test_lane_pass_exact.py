@@ -1,4 +1,4 @@
-"""admission/queues.py: passing a hopeless lane whole (:func:`_hopeless`) decides exactly what
+"""admission/cycle.py: passing a hopeless lane whole (:func:`_hopeless`) decides exactly what
 walking every head decides: the same admissions in the same order (flavors, usage, counts),
 the same preemptions and the same pending messages. The reference is the same cycle with the
 pass turned off, over several flavors (one not covering a resource), cohorts with borrowing
@@ -13,17 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from topogate.admission import queues as q
+from topogate.admission import cycle as q
+from topogate.admission.cycle import admission_cycle
+from topogate.admission.lanes import PendingWorkload, QueueLanes
 from topogate.admission.preemption import Preemption, Victim
-from topogate.admission.queues import (
-    FlavorQuota,
-    PendingWorkload,
-    PreemptionPolicy,
-    QueueLanes,
-    QueueSpec,
-    Usage,
-    admission_cycle,
-)
+from topogate.admission.quota import FlavorQuota, PreemptionPolicy, QueueSpec, Usage
 from topogate.admission.request import PlacementDecision, PlacementRequest, PodSetRequest
 
 GPU = "example.com/gpu"

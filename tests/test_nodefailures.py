@@ -9,9 +9,9 @@ import aiohttp
 
 from tests.kit import written_domains
 from tests.test_shells import HOST, RACK, Harness, workload
-from topogate.admission.nodefailures import NodeFailures
 from topogate.api import constants as c
 from topogate.api.objects import condition
+from topogate.controllers.nodefailures import NodeFailures
 from topogate.kube.events import EventRecorder
 from topogate.kube.resources import NODES, PODS, WORKLOADS
 
@@ -106,9 +106,9 @@ async def test_a_failed_node_s_pods_move_to_a_spare_in_the_same_rack() -> None:
     assert stored["status"]["unhealthyNodes"] == [{"name": "n1"}]
     assert h.kube.stored(PODS, "w-0", "ml") is None  # its controller makes a new one
     assert h.kube.stored(PODS, "w-1", "ml") is not None
-    held = h.state.workload_usage("ml/w")
+    held = h.state.ledger.workload_usage("ml/w")
     assert set(held) == {"n2", "n4"}
-    assert h.state.admission_of("ml/w") == stored["status"]["admission"]
+    assert h.state.ledger.admission_of("ml/w") == stored["status"]["admission"]
     h.deliver()
     assert shell.affected(shell.failed()) == []  # done: nothing left on n1
 
@@ -155,9 +155,9 @@ async def test_a_deleted_node_counts_at_once_and_a_reset_is_retried() -> None:
         "patch", aiohttp.ClientConnectionError("reset by peer"), resource="workloads/status"
     )
     assert not await shell.sweep()  # asks to be run again
-    assert set(h.state.workload_usage("ml/w")) == {"n1", "n2"}  # the stored admission holds
-    assert h.state.admission_of("ml/w") is not None
+    assert set(h.state.ledger.workload_usage("ml/w")) == {"n1", "n2"}  # the stored admission holds
+    assert h.state.ledger.admission_of("ml/w") is not None
     assert hosts(h) == {"n1": 1, "n2": 1}
     assert await shell.sweep()
     assert hosts(h) == {"n4": 1, "n2": 1}
-    assert set(h.state.workload_usage("ml/w")) == {"n2", "n4"}
+    assert set(h.state.ledger.workload_usage("ml/w")) == {"n2", "n4"}

@@ -19,17 +19,12 @@ import yaml
 
 from tests.kit import BLOCK, GPU, HOST, L3, RACK, node, podset, review_for, written_domains
 from topogate.admission.assignments import pod_set_assignments
+from topogate.admission.cycle import FlavorTopology, SnapshotPlacer, admission_cycle
 from topogate.admission.integration import admitted_job, desired_workload, restored_spec
+from topogate.admission.lanes import PendingWorkload
 from topogate.admission.partial import can_shrink, largest_fit
 from topogate.admission.preemption import Preemption
-from topogate.admission.queues import (
-    FlavorQuota,
-    FlavorTopology,
-    PendingWorkload,
-    QueueSpec,
-    SnapshotPlacer,
-    admission_cycle,
-)
+from topogate.admission.quota import FlavorQuota, QueueSpec
 from topogate.admission.request import PlacementRequest, PodSetRequest
 from topogate.api.errors import InputError
 from topogate.api.jobs import workload_from_object

@@ -5,8 +5,8 @@ parallelism and gives the full parallelism back when the Workload is evicted."""
 from __future__ import annotations
 
 from tests.kit import written_domains
-from topogate.admission.jobsync import JobSync
 from topogate.api.objects import condition
+from topogate.controllers.jobsync import JobSync
 from topogate.kube.events import EventRecorder
 from topogate.kube.resources import JOBS, WORKLOADS
 

@@ -11,20 +11,25 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tests.kit import GPU, HOST, RACK, node, podset
+from topogate.admission.lanes import PendingWorkload
 from topogate.admission.placement import place
 from topogate.admission.preemption import (
-    ANY,
     IN_CLUSTER_QUEUE,
     IN_COHORT_RECLAIM_WHILE_BORROWING,
     IN_COHORT_RECLAMATION,
-    LOWER_OR_NEWER_EQUAL,
-    LOWER_PRIORITY,
-    PreemptionPolicy,
     Running,
     Simulate,
     plan_preemption,
 )
-from topogate.admission.queues import FlavorQuota, PendingWorkload, QueueSpec, Usage
+from topogate.admission.quota import (
+    ANY,
+    LOWER_OR_NEWER_EQUAL,
+    LOWER_PRIORITY,
+    FlavorQuota,
+    PreemptionPolicy,
+    QueueSpec,
+    Usage,
+)
 from topogate.admission.request import PlacementDecision, PlacementRequest, PodSetRequest
 from topogate.cache.nodes import NodeInfo
 from topogate.cache.snapshot import ClusterSnapshot
@@ -364,7 +369,7 @@ def test_a_lower_workload_never_takes_what_a_preemptor_frees() -> None:
     the urgent gang needs the whole rack and evicts the old job; the small job, next in line,
     would fit on the free node, but then the gang could not fit once the old job is gone and
     would evict the small one in turn (the thrash the Kueue scenario showed)."""
-    from topogate.admission.queues import FlavorTopology, SnapshotPlacer, admission_cycle
+    from topogate.admission.cycle import FlavorTopology, SnapshotPlacer, admission_cycle
 
     nodes = [node("a", rack="r1", host="a", gpu=8), node("b", rack="r1", host="b", gpu=8)]
     old = [running("ml/old", "q", 8)]

@@ -1,4 +1,4 @@
-"""admission/queues.py QueueLanes: the lanes kept in order across events equal a sort from
+"""admission/lanes.py QueueLanes: the lanes kept in order across events equal a sort from
 scratch (property), and the cycle decides the same on kept lanes as on a plain list."""
 
 from __future__ import annotations
@@ -10,16 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.kit import podset
-from topogate.admission.queues import (
-    FlavorQuota,
-    PendingWorkload,
-    QueueLanes,
-    QueueSpec,
-    QuotaBook,
-    Usage,
-    admission_cycle,
-    order,
-)
+from topogate.admission.cycle import admission_cycle
+from topogate.admission.lanes import PendingWorkload, QueueLanes, order
+from topogate.admission.quota import FlavorQuota, QueueSpec, QuotaBook, Usage
 from topogate.admission.request import PlacementRequest
 
 GPU = "example.com/gpu"

@@ -1,17 +1,11 @@
-"""admission/queues.py: queue order, StrictFIFO vs BestEffortFIFO, quota, shared capacity."""
+"""admission/cycle.py: queue order, StrictFIFO vs BestEffortFIFO, quota, shared capacity."""
 
 from __future__ import annotations
 
 from tests.kit import GPU, L3, RACK, node, podset
-from topogate.admission.queues import (
-    FlavorQuota,
-    FlavorTopology,
-    PendingWorkload,
-    QueueSpec,
-    SnapshotPlacer,
-    Usage,
-    admission_cycle,
-)
+from topogate.admission.cycle import FlavorTopology, SnapshotPlacer, admission_cycle
+from topogate.admission.lanes import PendingWorkload
+from topogate.admission.quota import FlavorQuota, QueueSpec, Usage
 from topogate.admission.request import PlacementRequest
 from topogate.api.models import ClusterQueue
 from topogate.api.validation import parse_model

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tests.kit import BLOCK, GPU, HOST, L3, RACK, node, podset, written_domains
-from topogate.admission.queues import FlavorTopology, SnapshotPlacer
+from topogate.admission.cycle import FlavorTopology, SnapshotPlacer
 from topogate.admission.replacement import ReplacementPlan, plan_replacement
 from topogate.admission.request import PlacementRequest, PodSetRequest
 from topogate.api.topology_assignment import AssignedDomain, decode, encode, encode_domains

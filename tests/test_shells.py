@@ -13,12 +13,12 @@ import aiohttp
 import pytest
 
 from tests.kit import written_domains
-from topogate.admission.admitter import Admitter
-from topogate.admission.jobsync import JobSync
 from topogate.admission.podsets import translate
 from topogate.api import constants as c
 from topogate.api.gpus import ASSIGNMENT_ANNOTATION
 from topogate.api.objects import condition, key_of
+from topogate.controllers.admitter import Admitter
+from topogate.controllers.jobsync import JobSync
 from topogate.kube.errors import KubeError
 from topogate.kube.events import EventRecorder
 from topogate.kube.resources import (
@@ -33,7 +33,8 @@ from topogate.kube.resources import (
     Resource,
 )
 from topogate.metrics import Metrics
-from topogate.state import WATCHED, ControllerState
+from topogate.state import ControllerState
+from topogate.state.store import WATCHED
 from topogate.testing.fakekube import FakeKube
 
 RACK, HOST = "cloud.com/rack", "kubernetes.io/hostname"
@@ -143,7 +144,7 @@ class Harness:
         """Bring the state up to what the API server holds (a relist's difference)."""
         for resource in WATCHED:
             stored = {key_of(o): o for o in self.kube.objects(resource)}
-            known = dict(self.state.store(resource))
+            known = dict(self.state.store.objects(resource))
             handler = self.state.handler(resource)
             for key, obj in stored.items():
                 if known.get(key) != obj:
@@ -163,7 +164,7 @@ class Harness:
         return value or 0.0
 
     def held_gpus(self) -> int:
-        snapshot = self.state.snapshot()
+        snapshot = self.state.ledger.snapshot()
         return int(snapshot.used[:, snapshot.resources.index("nvidia.com/gpu")].sum())
 
 
@@ -184,7 +185,7 @@ async def test_the_admitter_writes_gpu_sets_before_the_admission() -> None:
     assert topology["levels"] == [HOST]
     assert sum(d["count"] for d in written_domains(topology)) == 2
     assert condition(stored, "Admitted") is not None
-    assert h.state.admission_of("ml/w") == admission  # acted on before the watch brings it
+    assert h.state.ledger.admission_of("ml/w") == admission  # acted on before the watch brings it
     assert h.held_gpus() == 8
     assert h.attempts("admitted") == 1
 
@@ -196,7 +197,7 @@ async def test_a_conflict_gives_the_capacity_back_and_the_next_cycle_admits() ->
     h.kube.fail_next("patch", KubeError(409, "Conflict", "changed"), resource="workloads/status")
     admitter, events = h.admitter()
     await admitter.cycle()
-    assert h.state.reserved("ml/w") is None
+    assert h.state.ledger.reserved("ml/w") is None
     assert h.held_gpus() == 0
     assert h.attempts("conflict") == 1
     assert h.state.signals.admit_event.is_set()  # another cycle is asked for
@@ -220,7 +221,7 @@ async def test_a_broken_transport_never_escapes_the_admitter(error: BaseExceptio
     admitter, events = h.admitter()
     await admitter.cycle()  # raises nothing
     await events.drain()
-    assert h.state.reserved("ml/w") is None
+    assert h.state.ledger.reserved("ml/w") is None
     assert h.held_gpus() == 0
 
 
@@ -234,7 +235,7 @@ async def test_a_pending_workload_gets_its_message_once(monkeypatch: pytest.Monk
         translated.append(key)
         return translate(obj, key, catalog)
 
-    monkeypatch.setattr("topogate.admission.admitter.translate", counting)
+    monkeypatch.setattr("topogate.state.waiting.translate", counting)
     admitter, events = h.admitter()
     await admitter.cycle()
     h.deliver()
@@ -393,7 +394,7 @@ async def test_an_admission_whose_answer_was_lost_keeps_its_capacity() -> None:
     stored = h.kube.stored(WORKLOADS, "w", "ml")
     assert stored is not None and stored["status"]["admission"]
     assert h.held_gpus() == 8
-    assert "ml/w" in h.state.held()
+    assert "ml/w" in h.state.ledger.held()
 
 
 async def test_an_admission_lost_before_the_watch_is_held_again_when_the_watch_shows_it() -> None:
@@ -417,19 +418,19 @@ def test_a_queue_whose_quota_cannot_be_counted_is_left_out_not_fatal() -> None:
     bad["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = "1e400"
     h.kube.seed(CLUSTER_QUEUES, bad)
     h.deliver()
-    catalog = h.state.catalog()
+    catalog = h.state.catalogs.catalog()
     assert "huge" not in catalog.queues and "cq" in catalog.queues
 
 
 def test_node_changes_reparse_the_catalog_only_when_hypernodes_follow_them() -> None:
     h = Harness()
-    generation = h.state.catalog_generation
+    generation = h.state.catalogs.generation
     node = copy.deepcopy(h.kube.stored(NODES, "n1"))
     assert node is not None
     node["metadata"]["labels"]["extra"] = "x"
     h.kube.seed(NODES, node)
     h.deliver()
-    assert h.state.catalog_generation == generation
+    assert h.state.catalogs.generation == generation
 
 
 async def test_a_high_priority_gang_preempts_and_runs_once_the_victim_pods_are_gone() -> None:
@@ -460,7 +461,7 @@ async def test_a_high_priority_gang_preempts_and_runs_once_the_victim_pods_are_g
     h.deliver()
     await admitter.cycle()
     h.deliver()
-    assert h.state.admission_of(low_key) is not None
+    assert h.state.ledger.admission_of(low_key) is not None
     await sync.reconcile("Job", "ml/low")  # started
     h.deliver()
     pod = {
@@ -489,7 +490,7 @@ async def test_a_high_priority_gang_preempts_and_runs_once_the_victim_pods_are_g
     assert "ml/high" in condition(evicted, "Evicted")["message"]  # type: ignore[index]
     pending = condition(h.kube.stored(WORKLOADS, "high", "ml"), "QuotaReserved")
     assert pending is not None and "preempting 1 workload(s)" in pending["message"]
-    assert h.state.admission_of("ml/high") is None  # not while the victim still holds nodes
+    assert h.state.ledger.admission_of("ml/high") is None  # not while the victim still holds nodes
     # The job sync suspends the victim's job; its pod still runs, so it keeps its hold.
     await sync.reconcile("Job", "ml/low")
     h.deliver()
@@ -497,10 +498,10 @@ async def test_a_high_priority_gang_preempts_and_runs_once_the_victim_pods_are_g
     assert job is not None and job["spec"]["suspend"] is True
     await sync.reconcile("Job", "ml/low")
     h.deliver()
-    assert h.state.admission_of(low_key) is not None
+    assert h.state.ledger.admission_of(low_key) is not None
     await admitter.cycle()
     h.deliver()
-    assert h.state.admission_of("ml/high") is None  # never onto nodes a victim still uses
+    assert h.state.ledger.admission_of("ml/high") is None  # never onto nodes a victim still uses
     # The Job controller deletes the pod: the admission is taken back.
     await h.kube.delete(PODS, "low-0", "ml")
     h.deliver()
@@ -509,11 +510,11 @@ async def test_a_high_priority_gang_preempts_and_runs_once_the_victim_pods_are_g
     requeued = h.kube.stored(WORKLOADS, low["metadata"]["name"], "ml")
     assert requeued is not None and not requeued["status"].get("admission")
     assert condition(requeued, "QuotaReserved")["reason"] == "Evicted"  # type: ignore[index]
-    assert low_key not in h.state.held()
+    assert low_key not in h.state.ledger.held()
     await admitter.cycle()
     await events.drain()
     h.deliver()
-    assert h.state.admission_of("ml/high") is not None
+    assert h.state.ledger.admission_of("ml/high") is not None
 
 
 class GatedKube(FakeKube):
@@ -542,7 +543,7 @@ async def test_a_cycle_never_waits_for_its_writes_and_writes_each_workload_once(
     h.deliver()
     admitter, events = h.admitter()
     admitter.decide()  # returns at once: the writes wait for the gate
-    assert h.state.reserved("ml/fits") is not None  # held before its write
+    assert h.state.ledger.reserved("ml/fits") is not None  # held before its write
     assert h.held_gpus() == 8
     admitter.decide()  # "big" now sees "fits" held: its message may change once
     await asyncio.sleep(0.01)  # the spawned writes reach the (late) API server

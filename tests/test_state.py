@@ -1,4 +1,4 @@
-"""topogate.state: the one owner of controller state, fed as the reflectors feed it."""
+"""topogate.state: the owners of controller state, fed as the reflectors feed it."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from topogate.kube.resources import (
     TOPOLOGIES,
     WORKLOADS,
 )
-from topogate.state import ControllerState, job_keys
+from topogate.state import ControllerState
 
 RACK, HOST = "cloud.com/rack", "kubernetes.io/hostname"
 Obj = dict[str, Any]
@@ -72,7 +72,7 @@ def state_with_nodes() -> ControllerState:
 
 
 def used_gpus(state: ControllerState) -> dict[str, int]:
-    snapshot = state.snapshot()
+    snapshot = state.ledger.snapshot()
     column = snapshot.resources.index("nvidia.com/gpu")
     return {
         name: int(snapshot.used[i, column])
@@ -104,13 +104,13 @@ def test_a_restart_reholds_admitted_workloads_from_their_status() -> None:
     on_workload = state.handler(WORKLOADS)
     on_workload(None, admitted("host", [RACK, HOST], [(["r1", "a1"], 2), (["r2", "b1"], 1)]))
     on_workload(None, admitted("rack", [RACK], [(["r1"], 3)]))
-    assert state.held() == {"ml/host", "ml/rack"}
+    assert state.ledger.held() == {"ml/host", "ml/rack"}
     assert used_gpus(state) == {"a1": 4 + 2, "a2": 2, "a3": 2, "b1": 2}
-    assert state.admission_of("ml/host") is not None
+    assert state.ledger.admission_of("ml/host") is not None
     finished = admitted("rack", [RACK], [(["r1"], 3)])
     finished["status"]["conditions"] = [{"type": "Finished", "status": "True"}]
     on_workload(None, finished)
-    assert state.held() == {"ml/host"}
+    assert state.ledger.held() == {"ml/host"}
     assert used_gpus(state) == {"a1": 4, "b1": 2}
 
 
@@ -146,40 +146,40 @@ def test_a_malformed_assignment_names_its_field_and_does_not_stop_the_watch() ->
     state = state_with_nodes()
     state.handler(WORKLOADS)(None, broken)  # logged; nothing held, nothing raised
     assert used_gpus(state) == {}
-    assert state.admission_of("ml/w") is not None
+    assert state.ledger.admission_of("ml/w") is not None
 
 
 def test_the_node_index_follows_relabelled_nodes() -> None:
     state = state_with_nodes()
-    assert state.nodes_in_domain([RACK], ["r2"]) == ["b1"]
+    assert state.catalogs.nodes_in_domain([RACK], ["r2"]) == ["b1"]
     state.handler(NODES)(node("a3", "r1"), node("a3", "r2"))
-    assert state.nodes_in_domain([RACK], ["r2"]) == ["a3", "b1"]
-    assert state.nodes_in_domain([RACK], ["r9"]) == []
+    assert state.catalogs.nodes_in_domain([RACK], ["r2"]) == ["a3", "b1"]
+    assert state.catalogs.nodes_in_domain([RACK], ["r9"]) == []
 
 
 def test_an_assumed_admission_holds_capacity_but_is_acted_on_only_once_written() -> None:
     state = state_with_nodes()
     admission = {"clusterQueue": "cq", "podSetAssignments": []}
-    state.assume_admission("ml/w", admission, {"a1": {"nvidia.com/gpu": 8}}, {})
+    state.ledger.assume("ml/w", admission, {"a1": {"nvidia.com/gpu": 8}}, {})
     assert used_gpus(state) == {"a1": 8}
-    assert state.reserved("ml/w") == admission
-    assert state.admission_of("ml/w") is None  # the job sync and ungater wait for the write
-    state.confirm_admission("ml/w")
-    assert state.admission_of("ml/w") == admission
-    state.assume_admission("ml/x", admission, {"b1": {"nvidia.com/gpu": 8}}, {})
-    state.forget_admission("ml/x")  # the write failed
-    assert state.reserved("ml/x") is None
+    assert state.ledger.reserved("ml/w") == admission
+    assert state.ledger.admission_of("ml/w") is None  # the job sync and ungater wait for the write
+    state.ledger.confirm("ml/w")
+    assert state.ledger.admission_of("ml/w") == admission
+    state.ledger.assume("ml/x", admission, {"b1": {"nvidia.com/gpu": 8}}, {})
+    state.ledger.forget("ml/x")  # the write failed
+    assert state.ledger.reserved("ml/x") is None
     assert used_gpus(state) == {"a1": 8}
 
 
 def test_the_watch_replaces_our_written_admission() -> None:
     state = state_with_nodes()
     mine = {"clusterQueue": "cq", "podSetAssignments": []}
-    state.assume_admission("ml/w", mine, {"a1": {"nvidia.com/gpu": 8}}, {})
-    state.confirm_admission("ml/w")
+    state.ledger.assume("ml/w", mine, {"a1": {"nvidia.com/gpu": 8}}, {})
+    state.ledger.confirm("ml/w")
     stored = admitted("w", [RACK, HOST], [(["r1", "a1"], 1)])
     state.handler(WORKLOADS)(None, stored)
-    assert state.admission_of("ml/w") == stored["status"]["admission"]
+    assert state.ledger.admission_of("ml/w") == stored["status"]["admission"]
     assert used_gpus(state) == {"a1": 8}  # held once, from our decision, not added again
 
 
@@ -196,12 +196,12 @@ def test_marked_pods_are_indexed_under_their_workload_and_not_counted_twice() ->
         "status": {"phase": "Running"},
     }
     state.handler(PODS)(None, pod)
-    assert [p["metadata"]["name"] for p in state.pods_of("ml/w")] == ["p0"]
+    assert [p["metadata"]["name"] for p in state.store.pods_of("ml/w")] == ["p0"]
     assert "ml/w" in state.signals.take_ungates()
     assert used_gpus(state) == {}  # its usage is the workload's to hold
     state.handler(PODS)(pod, None)
-    assert state.pods_of("ml/w") == []
-    assert state.workloads_with_pods() == []
+    assert state.store.pods_of("ml/w") == []
+    assert state.store.workloads_with_pods() == []
 
 
 def test_the_catalog_is_parsed_once_per_change() -> None:
@@ -228,16 +228,19 @@ def test_the_catalog_is_parsed_once_per_change() -> None:
     state.handler(LOCAL_QUEUES)(
         None, {"metadata": {"name": "q", "namespace": "ml"}, "spec": {"clusterQueue": "cq"}}
     )
-    first = state.catalog()
-    generation = state.catalog_generation
-    assert state.catalog() is first  # nothing changed: not parsed again
+    first = state.catalogs.catalog()
+    generation = state.catalogs.generation
+    assert state.catalogs.catalog() is first  # nothing changed: not parsed again
     assert first.cluster_queue("ml", "q") == ("cq", "")
     assert first.flavor_topology("cq") == "dc"
     assert first.sources["dc"].level_keys == (RACK,)
     state.handler(LOCAL_QUEUES)(None, {"metadata": {"name": "r", "namespace": "ml"}, "spec": {}})
-    assert state.catalog_generation > generation
-    assert state.catalog() is not first
-    assert state.catalog().cluster_queue("ml", "r") == (None, "LocalQueue ml/r names no queue")
+    assert state.catalogs.generation > generation
+    assert state.catalogs.catalog() is not first
+    assert state.catalogs.catalog().cluster_queue("ml", "r") == (
+        None,
+        "LocalQueue ml/r names no queue",
+    )
 
 
 def test_a_bad_queue_object_is_left_out_and_the_rest_still_parses() -> None:
@@ -248,7 +251,7 @@ def test_a_bad_queue_object_is_left_out_and_the_rest_still_parses() -> None:
     state.handler(TOPOLOGIES)(
         None, {"metadata": {"name": "dc"}, "spec": {"levels": [{"nodeLabel": RACK}]}}
     )
-    catalog = state.catalog()
+    catalog = state.catalogs.catalog()
     assert "bad" not in catalog.queues
     assert "dc" in catalog.sources
 
@@ -259,7 +262,7 @@ def test_subscribers_see_each_event_after_it_is_applied() -> None:
 
     def listener(old: Obj | None, new: Obj | None) -> None:
         name = (new or old or {}).get("metadata", {}).get("name")
-        seen.append((name, "ml/j" in state.store(JOBS)))
+        seen.append((name, "ml/j" in state.store.objects(JOBS)))
 
     state.subscribe(JOBS, listener)
     job = {"metadata": {"name": "j", "namespace": "ml"}}
@@ -272,4 +275,4 @@ def test_subscribers_see_each_event_after_it_is_applied() -> None:
 def test_job_keys_cover_every_registered_kind() -> None:
     state = ControllerState()
     state.handler(JOBS)(None, {"metadata": {"name": "j", "namespace": "ml"}})
-    assert sorted(job_keys(state)) == [("Job", "ml/j")]
+    assert sorted(state.store.job_keys()) == [("Job", "ml/j")]

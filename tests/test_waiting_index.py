@@ -1,4 +1,4 @@
-"""topogate.state: the waiting and running workloads, kept on every change, equal a
+"""topogate.state.waiting: the waiting and running workloads, kept on every change, equal a
 classification from scratch; the feed names every workload that changed."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from topogate.admission.queues import usage_of
+from topogate.admission.quota import usage_of
 from topogate.api.objects import is_finished
 from topogate.kube.resources import WORKLOADS
 from topogate.state import ControllerState
@@ -51,16 +51,16 @@ EVENTS = st.lists(
 
 def _from_scratch(state: ControllerState) -> tuple[set[str], set[str]]:
     waiting, running = set(), set()
-    for key, workload in state.store(WORKLOADS).items():
+    for key, workload in state.store.objects(WORKLOADS).items():
         finished = any(
             c.get("type") == "Finished" and c.get("status") == "True"
             for c in workload.get("status", {}).get("conditions", [])
         )
         if finished:
             continue
-        if state.admission_of(key) is not None:
+        if state.ledger.admission_of(key) is not None:
             running.add(key)
-        elif state.reserved(key) is None:
+        elif state.ledger.reserved(key) is None:
             waiting.add(key)
     return waiting, running
 
@@ -72,35 +72,38 @@ def test_waiting_and_running_equal_a_classification_from_scratch(
 ) -> None:
     state = ControllerState()
     handler = state.handler(WORKLOADS)
-    feed = state.waiting_changes()
+    feed = state.workloads.changes()
     for version, (what, name, admitted, finished) in enumerate(events, start=1):
         key = f"ml/{name}"
-        old = state.store(WORKLOADS).get(key)
+        old = state.store.objects(WORKLOADS).get(key)
         feed.clear()
         if what == "upsert":
             handler(old, _workload(name, version, admitted, finished))
         elif what == "delete" and old is not None:
             handler(old, None)
-        elif what == "assume" and key in state.waiting():
-            state.assume_admission(key, ADMISSION, {}, {})
+        elif what == "assume" and key in state.workloads.waiting():
+            state.ledger.assume(key, ADMISSION, {}, {})
         elif what == "confirm":
-            state.confirm_admission(key)
+            state.ledger.confirm(key)
         elif what == "forget":
-            state.forget_admission(key)
+            state.ledger.forget(key)
         else:
             continue
         assert key in feed  # every change reaches the reader
-        assert (set(state.waiting()), set(state.running())) == _from_scratch(state)
+        assert (set(state.workloads.waiting()), set(state.workloads.running())) == _from_scratch(
+            state
+        )
         # The quota in use, as the admitter summed it every cycle before it was kept.
         held = [
             admission
-            for k in state.held()
-            if not is_finished(state.store(WORKLOADS).get(k)) and (admission := state.reserved(k))
+            for k in state.ledger.held()
+            if not is_finished(state.store.objects(WORKLOADS).get(k))
+            and (admission := state.ledger.reserved(k))
         ]
-        assert state.quota_in_use() == usage_of(held)
-        for k, workload in state.store(WORKLOADS).items():
-            reserved = None if is_finished(workload) else state.reserved(k)
-            assert state.quota_of(k) == (usage_of([reserved]) if reserved else {})
+        assert state.workloads.quota_in_use() == usage_of(held)
+        for k, workload in state.store.objects(WORKLOADS).items():
+            reserved = None if is_finished(workload) else state.ledger.reserved(k)
+            assert state.workloads.quota_of(k) == (usage_of([reserved]) if reserved else {})
 
 
 def test_a_feed_starts_with_what_waits_already() -> None:
@@ -108,7 +111,7 @@ def test_a_feed_starts_with_what_waits_already() -> None:
     handler = state.handler(WORKLOADS)
     handler(None, _workload("a", 1, admitted=False, finished=False))
     handler(None, _workload("b", 2, admitted=True, finished=False))
-    assert state.waiting_changes() == {"ml/a"}
+    assert state.workloads.changes() == {"ml/a"}
 
 
 def test_an_admission_whose_usage_is_no_quantity_still_counts_as_running() -> None:
@@ -124,6 +127,6 @@ def test_an_admission_whose_usage_is_no_quantity_still_counts_as_running() -> No
             {"name": "main", "count": 1, "flavors": {"cpu": "f"}, "resourceUsage": {"cpu": "abc"}}
         ],
     }
-    handler(state.store(WORKLOADS)["ml/a"], bad)
-    assert set(state.running()) == {"ml/a"} and set(state.waiting()) == set()
-    assert state.quota_of("ml/a") == {}
+    handler(state.store.objects(WORKLOADS)["ml/a"], bad)
+    assert set(state.workloads.running()) == {"ml/a"} and set(state.workloads.waiting()) == set()
+    assert state.workloads.quota_of("ml/a") == {}

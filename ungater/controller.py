@@ -116,13 +116,13 @@ class Ungater:
         return left
 
     def plan(self, key: str) -> list[tuple[Obj, Ungate]]:
-        admission = self.state.admission_of(key)
-        workload = self.state.store(WORKLOADS).get(key)
+        admission = self.state.ledger.admission_of(key)
+        workload = self.state.store.objects(WORKLOADS).get(key)
         if admission is None or (workload is not None and is_finished(workload)):
             return []
         if workload is not None and is_evicted(workload):
             return []  # its pods are going: none is released
-        members = self.state.pods_of(key)
+        members = self.state.store.pods_of(key)
         requests = _topology_requests(workload)
         gpus = self._gpus(key, workload)
         visible = visible_gpus(gpus)
@@ -167,7 +167,7 @@ class Ungater:
     def _gpus(self, key: str, workload: Obj | None) -> GpuAssignment:
         """The GPU sets the admitter chose: held in the capacity cache from admission on
         (also after a restart); the Workload's annotation when not (yet) held."""
-        held = self.state.workload_gpus(key)
+        held = self.state.ledger.workload_gpus(key)
         if held is not None:
             return held
         return gpu_assignment_of(workload or {}, key)

@@ -20,6 +20,7 @@ from topogate.kube.errors import API_ERRORS
 from topogate.kube.protocol import KubeApi
 from topogate.kube.resources import HYPERNODES, Obj, Resource
 from topogate.state import ControllerState
+from topogate.state.catalogs import Catalogs
 
 from .review import ClusterView, Review
 from .server import ViewFor
@@ -30,13 +31,11 @@ log = logging.getLogger("topogate.webhooks")
 
 
 class _WithHyperNodes:
-    def __init__(
-        self, state: ControllerState, hypernodes: Sequence[Mapping[str, Any]] | None
-    ) -> None:
-        self._state, self._hypernodes = state, hypernodes
+    def __init__(self, catalogs: Catalogs, hypernodes: Sequence[Mapping[str, Any]] | None) -> None:
+        self._catalogs, self._hypernodes = catalogs, hypernodes
 
     def catalog_for(self, namespace: str, queue: str) -> Catalog | None:
-        return self._state.catalog_for(namespace, queue)
+        return self._catalogs.catalog_for(namespace, queue)
 
     def hypernodes(self) -> list[Mapping[str, Any]] | None:
         return None if self._hypernodes is None else list(self._hypernodes)
@@ -96,8 +95,8 @@ def state_view(state: ControllerState, kube: KubeApi) -> ViewFor:
 
     async def view_for(review: Review) -> ClusterView:
         if review.group != HYPERNODE_GROUP:
-            return state
+            return state.catalogs
         # None (unknown): the object alone is checked.
-        return _WithHyperNodes(state, await fresh.get())
+        return _WithHyperNodes(state.catalogs, await fresh.get())
 
     return view_for

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from topogate.admission.queues import checked_admission
+from topogate.admission.quota import checked_admission
 from topogate.api.constants import API_VERSION, KAI_API_VERSION, KUEUE_API_VERSIONS
 from topogate.api.errors import InputError
 from topogate.api.hypernodes import API_VERSION as HYPERNODE_API_VERSION

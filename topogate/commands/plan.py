@@ -19,6 +19,7 @@ import numpy as np
 import yaml
 
 from topogate.admission.assignments import pod_set_assignments
+from topogate.admission.cycle import admission_cycle
 from topogate.admission.gpusets import bottleneck
 from topogate.admission.partial import can_shrink, largest_fit
 from topogate.admission.placement import place
@@ -33,7 +34,7 @@ from topogate.admission.podsets import (
     translate,
     wanted_topology,
 )
-from topogate.admission.queues import QueueSpec, admission_cycle, usage_of
+from topogate.admission.quota import QueueSpec, usage_of
 from topogate.admission.request import (
     Mode,
     PlacementDecision,

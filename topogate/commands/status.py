@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from topogate.admission.podsets import build_catalog
-from topogate.admission.queues import QuotaRow, quota_rows, usage_of
+from topogate.admission.quota import QuotaRow, quota_rows, usage_of
 from topogate.api.constants import GROUP, PODSET_LABEL, TOPOLOGY_GATE, VERSION, WORKLOAD_ANNOTATION
 from topogate.api.errors import InputError
 from topogate.api.kinds import JOB_KINDS

@@ -80,8 +80,8 @@ class HyperNodeDiscovery:
 
     async def reconcile_once(self) -> DiscoveryCounts:
         counts = DiscoveryCounts()
-        nodes = self.state.nodes()
-        existing = list(self.state.store(HYPERNODES).values())
+        nodes = self.state.ledger.nodes()
+        existing = list(self.state.store.objects(HYPERNODES).values())
         for kind in self.types:
             plan = reconcile(existing, discover(nodes, kind.name, kind.labels), kind.name)
             for name in plan.conflicts:

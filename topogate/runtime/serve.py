@@ -127,7 +127,7 @@ def _api_arguments(parser: argparse.ArgumentParser) -> None:
     api.add_argument(
         "--pending-status-qps",
         type=_positive,
-        default=20.0,  # admission.admitter.PENDING_WRITES_PER_SECOND (imported late)
+        default=20.0,  # controllers.pending.PENDING_WRITES_PER_SECOND (imported late)
         metavar="QPS",
         help="pending messages written per second at most, newest first per workload "
         "(a courtesy: admissions never wait behind them) (default: %(default)s)",
@@ -172,9 +172,9 @@ class Controller:
     wired once; :meth:`run` serves until stopped or until leadership is lost."""
 
     def __init__(self, args: argparse.Namespace, kube: KubeApi, identity: str) -> None:
-        from topogate.admission.admitter import Admitter
-        from topogate.admission.jobsync import JobSync
-        from topogate.admission.nodefailures import NodeFailures
+        from topogate.controllers.admitter import Admitter
+        from topogate.controllers.jobsync import JobSync
+        from topogate.controllers.nodefailures import NodeFailures
         from topogate.files import load_discovery_config
         from topogate.kube.events import EventRecorder
         from topogate.metrics import Metrics
@@ -238,7 +238,7 @@ class Controller:
     def _reflectors(self) -> dict[str, Reflector]:
         from topogate.kube.reflector import Reflector
         from topogate.kube.resources import HYPERNODES, JOBSETS, KAI_TOPOLOGIES
-        from topogate.state import WATCHED
+        from topogate.state.store import WATCHED
 
         def counter(plural: str) -> Callable[[], None]:
             return lambda: self.metrics.relists.labels(plural).inc()
@@ -271,16 +271,14 @@ class Controller:
     async def lead(self) -> None:
         """Called once this replica holds the Lease: every job, workload and pod is looked at
         again (another replica may have left work half done), then the loops run."""
-        from topogate.state import job_keys
-
         log.info("leading as %s; waiting for caches", self.identity)
         await asyncio.gather(*(r.synced.wait() for r in self.reflectors.values()))
-        counts = self.state.counts()
+        counts = self.state.store.counts()
         log.info("caches synced: %s", ", ".join(f"{k}={n}" for k, n in counts.items()))
-        for kind, key in job_keys(self.state):
+        for kind, key in self.state.store.job_keys():
             self.state.signals.job(kind, key)
         self.state.signals.admit()
-        for key in self.state.workloads_with_pods():
+        for key in self.state.store.workloads_with_pods():
             self.state.signals.ungate_workload(key)
         await asyncio.gather(*(loop() for loop in self.loops))
 

@@ -1,6 +1,6 @@
-"""Queue order and quota: which pending workloads an admission cycle admits, pure and synchronous.
+"""The admission cycle: which pending workloads a cycle admits, pure and synchronous.
 
-The admitter's shell (watches, status writes) hands a cycle the ClusterQueues, the pending
+The admitter (topogate.controllers.admitter) hands a cycle the ClusterQueues, the pending
 workloads and the quota already in use; the cycle walks each queue in order (priority, then
 creation time), checks quota per flavor, asks the placement core for a topology assignment and
 admits the whole gang or nothing. StrictFIFO stops a queue at its first workload that cannot be
@@ -14,300 +14,24 @@ import heapq
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Protocol
 
-from sortedcontainers import SortedKeyList
-
-from topogate.api.errors import InputError
-from topogate.api.models import ClusterQueue
 from topogate.api.podspec import Toleration
-from topogate.api.quantity import QuantityError, format_units, to_units
+from topogate.api.quantity import format_units
 from topogate.cache.snapshot import ClusterSnapshot
 from topogate.cache.topology import DomainTree
 
 from .assignments import node_usage
 from .exact import EXACT_BUDGET
 from .gpuplace import taken_by
+from .lanes import PendingWorkload, QueueLanes, Shape
 from .partial import can_shrink, largest_fit, with_counts
 from .placement import place
+from .preemption import Preemption
+from .quota import STRICT_FIFO, FlavorQuota, QueueSpec, QuotaBook, Usage
 from .request import ExactOutcome, PlacementDecision, PlacementRequest
 
-if TYPE_CHECKING:
-    from .preemption import Preemption
-
-STRICT_FIFO = "StrictFIFO"
-
-# (cluster queue, flavor) -> resource -> amount: quota is per ClusterQueue and flavor.
-Usage = dict[tuple[str, str], dict[str, int]]
 Held = list[tuple[PlacementRequest, PlacementDecision]]
-
-
-NEVER = "Never"
-LOWER_PRIORITY = "LowerPriority"
-LOWER_OR_NEWER_EQUAL = "LowerOrNewerEqualPriority"
-ANY = "Any"
-
-
-@dataclass(frozen=True, slots=True)
-class PreemptionPolicy:
-    """A ClusterQueue's ``spec.preemption`` (Kueue's fields and values)."""
-
-    within_cluster_queue: str = NEVER
-    reclaim_within_cohort: str = NEVER
-    borrow_within_cohort: str = NEVER
-    borrow_max_priority: int | None = None  # borrowWithinCohort.maxPriorityThreshold
-
-    @property
-    def enabled(self) -> bool:
-        return self.within_cluster_queue != NEVER or self.reclaim_within_cohort != NEVER
-
-
-@dataclass(frozen=True, slots=True)
-class FlavorQuota:
-    flavor: str
-    nominal: Mapping[str, int]  # covered resource -> quota (cache units)
-    # In a cohort: resource -> limit; a resource not listed has no limit.
-    borrowing: Mapping[str, int] = field(default_factory=dict)
-    lending: Mapping[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class QueueSpec:
-    name: str
-    strategy: str
-    flavors: tuple[FlavorQuota, ...]  # in the order they are tried
-    cohort: str | None = None
-    preemption: PreemptionPolicy = PreemptionPolicy()
-
-    @classmethod
-    def from_model(cls, queue: ClusterQueue) -> QueueSpec:
-        flavors = tuple(
-            FlavorQuota(
-                flavor.name,
-                {r.name: to_units(r.name, r.nominal_quota) for r in flavor.resources},
-                {
-                    r.name: to_units(r.name, r.borrowing_limit)
-                    for r in flavor.resources
-                    if r.borrowing_limit is not None
-                },
-                {
-                    r.name: to_units(r.name, r.lending_limit)
-                    for r in flavor.resources
-                    if r.lending_limit is not None
-                },
-            )
-            for group in queue.spec.resource_groups
-            for flavor in group.flavors
-        )
-        spec = queue.spec
-        policy = PreemptionPolicy()
-        if spec.preemption is not None:
-            borrow = spec.preemption.borrow_within_cohort
-            policy = PreemptionPolicy(
-                spec.preemption.within_cluster_queue,
-                spec.preemption.reclaim_within_cohort,
-                borrow.policy if borrow is not None else NEVER,
-                borrow.max_priority_threshold if borrow is not None else None,
-            )
-        return cls(queue.metadata.name, spec.queueing_strategy, flavors, spec.cohort_of, policy)
-
-
-class QuotaBook:
-    """Quota in use and available per (ClusterQueue, flavor, resource), cohorts included, by
-    Kueue's rules (its pkg/cache/scheduler resource nodes, for cohorts without a parent):
-
-    - a queue keeps ``nominal - lendingLimit`` to itself (its local quota; none without a
-      lending limit) and puts the rest into its cohort's pool;
-    - the pool is the sum of what the members put in; it is used by each member's usage
-      beyond its local quota;
-    - a queue may use its unused local quota plus what the pool has left, but no more than its
-      nominal quota plus its borrowing limit;
-    - usage above nominal quota is borrowed.
-    """
-
-    def __init__(self, queues: Mapping[str, QueueSpec], usage: Usage) -> None:
-        self.queues = queues
-        self.usage = usage  # updated in place by :meth:`add`
-        self.changes = 0  # bumped by every :meth:`add`
-        self._members: dict[str, list[QueueSpec]] = {}
-        for queue in queues.values():
-            if queue.cohort:
-                self._members.setdefault(queue.cohort, []).append(queue)
-
-    def _quota(self, queue: QueueSpec, flavor: str) -> FlavorQuota | None:
-        return next((f for f in queue.flavors if f.flavor == flavor), None)
-
-    def _local(self, quota: FlavorQuota, resource: str) -> int:
-        if resource not in quota.lending:
-            return 0
-        return max(0, quota.nominal.get(resource, 0) - quota.lending[resource])
-
-    def used(self, queue: str, flavor: str, resource: str) -> int:
-        return self.usage.get((queue, flavor), {}).get(resource, 0)
-
-    def _pool_left(self, cohort: str, flavor: str, resource: str) -> int:
-        size = used = 0
-        for member in self._members.get(cohort, ()):
-            quota = self._quota(member, flavor)
-            if quota is None or resource not in quota.nominal:
-                continue
-            local = self._local(quota, resource)
-            size += quota.nominal[resource] - local
-            used += max(0, self.used(member.name, flavor, resource) - local)
-        return size - used
-
-    def available(self, queue: QueueSpec, quota: FlavorQuota, resource: str) -> int:
-        """How much more of ``resource`` the queue may use in this flavor now."""
-        nominal = quota.nominal.get(resource, 0)
-        used = self.used(queue.name, quota.flavor, resource)
-        if not queue.cohort:
-            return nominal - used
-        local = self._local(quota, resource)
-        from_pool = self._pool_left(queue.cohort, quota.flavor, resource)
-        if resource in quota.borrowing:
-            in_pool = nominal - local
-            used_in_pool = max(0, used - local)
-            from_pool = min(from_pool, in_pool - used_in_pool + quota.borrowing[resource])
-        return max(0, local - used) + from_pool
-
-    def borrows(self, queue: QueueSpec, demand: Mapping[str, int]) -> bool:
-        """Whether ``demand`` goes beyond the queue's nominal quota in the first flavor that
-        covers it (Kueue orders such workloads after those that do not borrow)."""
-        for quota in queue.flavors:
-            if set(demand) <= set(quota.nominal):
-                return any(
-                    self.used(queue.name, quota.flavor, r) + a > quota.nominal[r]
-                    for r, a in demand.items()
-                )
-        return False
-
-    def borrowed(self, queue: QueueSpec, quota: FlavorQuota, resource: str) -> int:
-        return max(
-            0, self.used(queue.name, quota.flavor, resource) - quota.nominal.get(resource, 0)
-        )
-
-    def add(self, queue: str, flavor: str, amounts: Mapping[str, int]) -> None:
-        self.changes += 1
-        slot = self.usage.setdefault((queue, flavor), {})
-        for resource, amount in amounts.items():
-            slot[resource] = slot.get(resource, 0) + amount
-
-
-@dataclass(frozen=True, slots=True)
-class PendingWorkload:
-    key: str  # namespace/name
-    cluster_queue: str
-    priority: int
-    created: str  # RFC 3339; sorts in time order
-    request: PlacementRequest
-    # The whole gang's requests per resource, and the same as a sorted tuple (its shape: a
-    # quota answer holds for every workload of one shape in a queue). Worked out once: a
-    # cycle asks for them for every workload it looks at.
-    _demand: dict[str, int] = field(init=False, repr=False, compare=False)
-    shape: tuple[tuple[str, int], ...] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        total: dict[str, int] = {}
-        for podset in self.request.podsets:
-            for name, amount in podset.requests.items():
-                total[name] = total.get(name, 0) + amount * podset.count
-        object.__setattr__(self, "_demand", total)
-        object.__setattr__(self, "shape", tuple(sorted(total.items())))
-
-    def demand(self) -> Mapping[str, int]:
-        """Total requests of the whole gang, per resource."""
-        return self._demand
-
-
-def queue_order(workload: PendingWorkload) -> tuple[int, str, str]:
-    """A ClusterQueue's order: higher priority first, then older, then by key (Kueue's
-    priority, then creation time; the key makes it total)."""
-    return (-workload.priority, workload.created, workload.key)
-
-
-class QueueLanes:
-    """The pending workloads of each ClusterQueue, each lane kept in :func:`queue_order` as
-    workloads come, change and go: a cycle walks the lanes from their heads instead of
-    sorting every pending workload again (O(log n) per change)."""
-
-    def __init__(self, workloads: Iterable[PendingWorkload] = ()) -> None:
-        self._lanes: dict[str, SortedKeyList[PendingWorkload, tuple[int, str, str]]] = {}
-        self._entries: dict[str, PendingWorkload] = {}
-        # Per lane, what a cycle asks of it as a whole: its shapes (one workload of each,
-        # counted) and how many of it may shrink; across lanes, the topologies named.
-        self._shapes: dict[str, Counter[tuple[tuple[str, int], ...]]] = {}
-        self._shrinkable: Counter[str] = Counter()
-        self._topologies: Counter[str] = Counter()
-        for workload in workloads:
-            self.put(workload)
-
-    def put(self, workload: PendingWorkload) -> None:
-        """Add the workload, or move it to where its new version belongs."""
-        self.discard(workload.key)
-        lane = self._lanes.get(workload.cluster_queue)
-        if lane is None:
-            lane = self._lanes[workload.cluster_queue] = SortedKeyList(key=queue_order)
-        lane.add(workload)
-        self._entries[workload.key] = workload
-        self._shapes.setdefault(workload.cluster_queue, Counter())[workload.shape] += 1
-        if can_shrink(workload.request):
-            self._shrinkable[workload.cluster_queue] += 1
-        if workload.request.topology is not None:
-            self._topologies[workload.request.topology] += 1
-
-    def discard(self, key: str) -> None:
-        entry = self._entries.pop(key, None)
-        if entry is None:
-            return
-        name = entry.cluster_queue
-        lane = self._lanes[name]
-        lane.remove(entry)
-        if not lane:
-            del self._lanes[name]
-        shapes = self._shapes[name]
-        shapes[entry.shape] -= 1
-        if not shapes[entry.shape]:
-            del shapes[entry.shape]
-            if not shapes:
-                del self._shapes[name]
-        if can_shrink(entry.request):
-            self._shrinkable[name] -= 1
-            if not self._shrinkable[name]:
-                del self._shrinkable[name]
-        if entry.request.topology is not None:
-            self._topologies[entry.request.topology] -= 1
-            if not self._topologies[entry.request.topology]:
-                del self._topologies[entry.request.topology]
-
-    def shapes(self, name: str) -> Iterable[tuple[tuple[str, int], ...]]:
-        """The shapes (total requests per resource) in the queue's lane."""
-        return self._shapes.get(name, {}).keys()
-
-    def shrinkable(self, name: str) -> int:
-        """How many of the queue's lane may be admitted with fewer pods."""
-        return self._shrinkable.get(name, 0)
-
-    def topologies(self) -> set[str]:
-        """The topologies the pending workloads name."""
-        return set(self._topologies)
-
-    def get(self, key: str) -> PendingWorkload | None:
-        return self._entries.get(key)
-
-    def names(self) -> list[str]:
-        """The ClusterQueues with pending workloads, in name order."""
-        return sorted(self._lanes)
-
-    def lane(self, name: str) -> Sequence[PendingWorkload]:
-        """The queue's pending workloads, head first."""
-        return self._lanes.get(name) or ()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def __iter__(self) -> Iterator[PendingWorkload]:
-        return iter(self._entries.values())
 
 
 class Placer(Protocol):
@@ -329,9 +53,6 @@ class Admitted:
     decision: PlacementDecision | None
     # Partial admission: the request with the counts admitted (None: the workload's own).
     request: PlacementRequest | None = None
-
-
-Shape = tuple[tuple[str, int], ...]
 
 
 @dataclass(slots=True)
@@ -356,14 +77,10 @@ class CycleResult:
         return self.messages
 
 
-# Plans a preemption for a workload that does not fit (admission/preemption.py); the shell
-# provides it with the running workloads and a simulation on its snapshot.
-Preempt = Callable[["PendingWorkload", "QueueSpec", "Usage", "Held"], "Preemption | None"]
-
-
-def order(workloads: Sequence[PendingWorkload]) -> list[PendingWorkload]:
-    """Queue order: higher priority first, then older, then by key (deterministic)."""
-    return sorted(workloads, key=queue_order)
+# Plans a preemption for a workload that does not fit (:func:`.preemption.plan_preemption`); the
+# admitter provides it with the running workloads and a simulation on its snapshot
+# (topogate.controllers.evictions.preemptor).
+Preempt = Callable[[PendingWorkload, QueueSpec, Usage, Held], Preemption | None]
 
 
 def _quota_problem(
@@ -379,6 +96,19 @@ def _quota_problem(
     return ""
 
 
+def _quota_by_flavor(
+    queue: QueueSpec, book: QuotaBook, demand: Mapping[str, int]
+) -> Iterator[tuple[FlavorQuota, str]]:
+    """Each of the queue's flavors in order, with why it cannot take ``demand`` for quota
+    ("" when it can). Lazy: a caller that stops at the first fit asks no further flavor."""
+    for flavor in queue.flavors:
+        uncovered = sorted(set(demand) - set(flavor.nominal))
+        if uncovered:
+            yield flavor, f"flavor {flavor.flavor} does not cover {', '.join(uncovered)}"
+        else:
+            yield flavor, _quota_problem(book, queue, flavor, demand)
+
+
 def _quota_refusal(
     memo: dict[tuple[str, Shape], str], queue: QueueSpec, book: QuotaBook, shape: Shape
 ) -> str:
@@ -389,14 +119,8 @@ def _quota_refusal(
     found = memo.get(key)
     if found is not None:
         return found
-    demand = dict(shape)
     reasons: list[str] = []
-    for flavor in queue.flavors:
-        uncovered = sorted(set(demand) - set(flavor.nominal))
-        if uncovered:
-            reasons.append(f"flavor {flavor.flavor} does not cover {', '.join(uncovered)}")
-            continue
-        problem = _quota_problem(book, queue, flavor, demand)
+    for _, problem in _quota_by_flavor(queue, book, dict(shape)):
         if not problem:
             return ""
         reasons.append(problem)
@@ -413,12 +137,7 @@ def _try(
 ) -> Admitted | str:
     demand = workload.demand()
     reasons: list[str] = []
-    for flavor in queue.flavors:
-        uncovered = sorted(set(demand) - set(flavor.nominal))
-        if uncovered:
-            reasons.append(f"flavor {flavor.flavor} does not cover {', '.join(uncovered)}")
-            continue
-        problem = _quota_problem(book, queue, flavor, demand)
+    for flavor, problem in _quota_by_flavor(queue, book, demand):
         if problem:
             reasons.append(problem)
             continue
@@ -428,9 +147,6 @@ def _try(
             continue
         return Admitted(workload.key, queue.name, flavor.flavor, demand, decision)
     return "; ".join(reasons) or f"ClusterQueue {queue.name} has no flavors"
-
-
-_KEY = attrgetter("key")
 
 
 def _same_words(why: str) -> Mapping[Shape, str]:
@@ -547,13 +263,13 @@ def admission_cycle(
     """Admit what fits; ``usage`` is updated with the admissions. ``pending`` is a list, or
     the lanes a caller keeps in order across cycles (it is not changed).
 
-    Each queue is walked in its own order (:func:`order`); across queues the next workload
-    tried is the best of the queues' heads, by Kueue's rule: one that fits within its queue's
-    nominal quota before one that would borrow, then higher priority, then older (then queue
-    and key, for determinism). So a lender's job goes before a borrower's requeued one, and
-    reclaiming never ping-pongs. Queues share physical capacity: every admission's placement
-    is passed to later placements of the same cycle as held capacity, and quota is the
-    queue's own or its cohort's (:class:`QuotaBook`).
+    Each queue is walked in its own order (:func:`.lanes.queue_order`); across queues the
+    next workload tried is the best of the queues' heads, by Kueue's rule: one that fits
+    within its queue's nominal quota before one that would borrow, then higher priority, then
+    older (then queue and key, for determinism). So a lender's job goes before a borrower's
+    requeued one, and reclaiming never ping-pongs. Queues share physical capacity: every
+    admission's placement is passed to later placements of the same cycle as held capacity,
+    and quota is the queue's own or its cohort's (:class:`.quota.QuotaBook`).
 
     A workload refused for quota alone is told the quota the cycle leaves (not what was left
     when its turn came), so a lane found hopeless can be passed whole (:func:`_hopeless`) and
@@ -796,77 +512,3 @@ class SnapshotPlacer:
         if decision.exact is not ExactOutcome.NOT_RUN:
             self.exact_outcomes[decision.exact.value] += 1
         return decision
-
-
-def checked_admission(admission: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``status.admission`` in the shape :func:`usage_of` reads, or InputError naming the field:
-    the API server's schema for our CRD types ``resourceUsage`` as strings, and a file may say
-    anything, so a value that is no quantity must be refused, not raised on later."""
-    path = "status.admission.podSetAssignments"
-    assignments = admission.get("podSetAssignments") or []
-    if not isinstance(assignments, list):
-        raise InputError("must be a list", field=path)
-    for i, assignment in enumerate(assignments):
-        at = f"{path}[{i}]"
-        if not isinstance(assignment, Mapping):
-            raise InputError("must be an object", field=at)
-        for name in ("flavors", "resourceUsage"):
-            value = assignment.get(name) or {}
-            if not isinstance(value, Mapping):
-                raise InputError("must be an object", field=f"{at}.{name}")
-        for resource, amount in (assignment.get("resourceUsage") or {}).items():
-            try:
-                to_units(str(resource), amount)
-            except QuantityError as error:
-                raise InputError(str(error), field=f"{at}.resourceUsage[{resource}]") from None
-    return admission
-
-
-def usage_of(admissions: Iterable[Mapping[str, Any]]) -> Usage:
-    """Quota in use, from admissions as written on Workloads (``status.admission``)."""
-    usage: Usage = {}
-    for admission in admissions:
-        cq = str(admission.get("clusterQueue") or "")
-        for assignment in admission.get("podSetAssignments") or []:
-            flavors = assignment.get("flavors") or {}
-            for resource, amount in (assignment.get("resourceUsage") or {}).items():
-                slot = usage.setdefault((cq, str(flavors.get(resource, ""))), {})
-                slot[resource] = slot.get(resource, 0) + to_units(resource, str(amount))
-    return usage
-
-
-@dataclass(frozen=True, slots=True)
-class QuotaRow:
-    """One (ClusterQueue, flavor, resource) as `topogate status --queues` shows it."""
-
-    queue: str
-    cohort: str
-    flavor: str
-    resource: str
-    nominal: int
-    used: int
-    borrowed: int
-    available: int
-    pending: int  # workloads of the queue waiting for admission
-
-
-def quota_rows(
-    queues: Mapping[str, QueueSpec], usage: Usage, pending: Mapping[str, int]
-) -> list[QuotaRow]:
-    book = QuotaBook(queues, usage)
-    return [
-        QuotaRow(
-            queue.name,
-            queue.cohort or "",
-            quota.flavor,
-            resource,
-            quota.nominal[resource],
-            book.used(queue.name, quota.flavor, resource),
-            book.borrowed(queue, quota, resource),
-            max(0, book.available(queue, quota, resource)),
-            pending.get(queue.name, 0),
-        )
-        for queue in sorted(queues.values(), key=lambda q: q.name)
-        for quota in queue.flavors
-        for resource in sorted(quota.nominal)
-    ]

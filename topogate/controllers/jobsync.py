@@ -15,6 +15,15 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from topogate.admission.integration import (
+    admitted_job,
+    desired_workload,
+    finished,
+    is_marked,
+    is_suspended,
+    restored_spec,
+    workload_name,
+)
 from topogate.api.errors import InputError
 from topogate.api.kinds import queue_name
 from topogate.api.objects import is_evicted, is_finished, key_of, meta
@@ -24,15 +33,6 @@ from topogate.kube.protocol import KubeApi
 from topogate.kube.resources import JOB_RESOURCES, WORKLOADS, Obj, Resource
 from topogate.state import ControllerState
 
-from .integration import (
-    admitted_job,
-    desired_workload,
-    finished,
-    is_marked,
-    is_suspended,
-    restored_spec,
-    workload_name,
-)
 from .writes import new_condition, write_status
 
 log = logging.getLogger("topogate.jobs")
@@ -85,7 +85,7 @@ class JobSync:
 
     async def reconcile(self, kind: str, key: str) -> None:
         resource = JOB_RESOURCES[kind]
-        job = self.state.store(resource).get(key)
+        job = self.state.store.objects(resource).get(key)
         if job is None or queue_name(job) is None:
             return
         m = meta(job)
@@ -93,9 +93,9 @@ class JobSync:
             return
         namespace, name = m.get("namespace") or "default", str(m["name"])
         workload_key = f"{namespace}/{workload_name(kind, name, str(m['uid']))}"
-        workload = self.state.store(WORKLOADS).get(workload_key)
+        workload = self.state.store.objects(WORKLOADS).get(workload_key)
         done = finished(job)
-        admission = self.state.admission_of(workload_key)
+        admission = self.state.ledger.admission_of(workload_key)
 
         if workload is None and admission is None:
             if done:
@@ -134,7 +134,7 @@ class JobSync:
         if self._invalid.get((kind, key)) == version:
             return
         try:
-            body = desired_workload(job, self.state.priority_of)
+            body = desired_workload(job, self.state.store.priority_of)
         except InputError as error:
             self._invalid[(kind, key)] = version
             log.warning("%s %s: %s", kind, key, error.describe())
@@ -167,7 +167,7 @@ class JobSync:
         log.info("suspended %s %s/%s: %s", job.get("kind"), m.get("namespace"), m["name"], why)
 
     async def _start(self, resource: Resource, job: Obj, workload: str, admission: Obj) -> None:
-        flavors = self.state.catalog().flavors
+        flavors = self.state.catalogs.catalog().flavors
         selectors: dict[str, dict[str, str]] = {}
         tolerations: dict[str, list[Obj]] = {}
         for assignment in admission.get("podSetAssignments") or []:
@@ -211,7 +211,7 @@ class JobSync:
             await self._suspend(resource, job, workload, "its Workload was evicted")
             return
         await self._restore(resource, job, workload)
-        running = [p for p in self.state.pods_of(key_of(workload)) if not self._gone(p)]
+        running = [p for p in self.state.store.pods_of(key_of(workload)) if not self._gone(p)]
         if running:
             return  # the pods' deletion events bring it back here
         conditions = [
@@ -232,7 +232,7 @@ class JobSync:
             return True
         node = (pod.get("spec") or {}).get("nodeName")
         deleting = meta(pod).get("deletionTimestamp") is not None
-        return deleting and isinstance(node, str) and self.state.node_lost(node)
+        return deleting and isinstance(node, str) and self.state.ledger.node_lost(node)
 
     async def _finish(self, workload: Obj, outcome: str) -> None:
         m = meta(workload)

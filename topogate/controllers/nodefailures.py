@@ -25,6 +25,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from topogate.admission.cycle import Held
+from topogate.admission.exact import EXACT_BUDGET
+from topogate.admission.podsets import build_placer, translate
+from topogate.admission.replacement import ReplacementPlan, plan_replacement
+from topogate.admission.request import PlacementDecision, PlacementRequest
 from topogate.api import constants as c
 from topogate.api.objects import condition, is_evicted, is_finished, meta, owner_job
 from topogate.api.times import parse_time
@@ -35,11 +40,6 @@ from topogate.kube.resources import NODES, PODS, WORKLOADS, Obj
 from topogate.metrics import Metrics
 from topogate.state import ControllerState
 
-from .exact import EXACT_BUDGET
-from .podsets import build_placer, translate
-from .queues import Held
-from .replacement import ReplacementPlan, plan_replacement
-from .request import PlacementDecision, PlacementRequest
 from .writes import new_condition, write_status
 
 log = logging.getLogger("topogate.nodefailures")
@@ -160,17 +160,17 @@ class NodeFailures:
 
     def affected(self, failed: Mapping[str, Mapping[str, str]]) -> list[Affected]:
         out = []
-        for key in sorted(self.state.held()):
-            workload = self.state.store(WORKLOADS).get(key)
-            admission = self.state.admission_of(key)
+        for key in sorted(self.state.ledger.held()):
+            workload = self.state.store.objects(WORKLOADS).get(key)
+            admission = self.state.ledger.admission_of(key)
             if workload is None or admission is None:
                 continue
             if is_finished(workload) or is_evicted(workload):
                 continue
-            nodes = {n for n in self.state.workload_usage(key) if n in failed}
+            nodes = {n for n in self.state.ledger.workload_usage(key) if n in failed}
             pods = tuple(
                 p
-                for p in self.state.pods_of(key)
+                for p in self.state.store.pods_of(key)
                 if (p.get("spec") or {}).get("nodeName") in failed
                 and meta(p).get("deletionTimestamp") is None
                 and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
@@ -184,7 +184,7 @@ class NodeFailures:
 
     def plan(self, affected: Affected, failed: Mapping[str, Mapping[str, str]]) -> ReplacementPlan:
         """The pure decision, on the current snapshot (this workload's usage held)."""
-        catalog = self.state.catalog()
+        catalog = self.state.catalogs.catalog()
         translation = translate(affected.workload, affected.key, catalog)
         if translation.pending is None:
             return ReplacementPlan(None, message=f"cannot be placed again: {translation.problem}")
@@ -197,7 +197,7 @@ class NodeFailures:
             why = "its topology is not a label topology" if source else "its topology is gone"
             return ReplacementPlan(None, message=f"no replacement searched: {why}")
         named = [request.topology] if request.topology is not None else []
-        placer = build_placer(self.state.snapshot(), catalog, named, self.exact_budget)
+        placer = build_placer(self.state.ledger.snapshot(), catalog, named, self.exact_budget)
 
         def place(one: PlacementRequest, held: Held) -> PlacementDecision | None:
             return placer(flavor, one, held)
@@ -215,7 +215,7 @@ class NodeFailures:
             here,
             bound,
             source.level_keys,
-            self.state.nodes_in_domain,
+            self.state.catalogs.nodes_in_domain,
             place,
         )
 
@@ -226,15 +226,15 @@ class NodeFailures:
             return await self._evict(affected, unhealthy, plan.message)
         assert plan.admission is not None
         if plan.moves:
-            self.state.reassign(affected.key, plan.admission)
+            self.state.ledger.reassign(affected.key, plan.admission)
             status = {"admission": plan.admission, "unhealthyNodes": unhealthy}
             try:
                 await write_status(self.kube, affected.workload, status)
             except API_ERRORS as error:
                 log.info("moving %s off %s failed: %s", affected.key, sorted(affected.nodes), error)
-                self.state.forget_reassignment(affected.key)
+                self.state.ledger.forget_reassignment(affected.key)
                 return False
-            self.state.confirm_admission(affected.key)
+            self.state.ledger.confirm(affected.key)
             moved = "; ".join(m.describe() for m in plan.moves)
             log.info("replaced failed nodes of %s: %s", affected.key, moved)
             self.metrics.admission_attempts.labels("replaced").inc()

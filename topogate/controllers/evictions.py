@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from topogate.admission.cycle import Held, Preempt, SnapshotPlacer
+from topogate.admission.lanes import PendingWorkload
+from topogate.admission.preemption import Preemption, Running, Victim, plan_preemption
+from topogate.admission.quota import QueueSpec, Usage
+from topogate.admission.request import PlacementDecision
 from topogate.api.objects import condition, is_evicted, meta
 from topogate.kube.protocol import KubeApi
 from topogate.kube.resources import WORKLOADS, Obj
 from topogate.state import ControllerState
 
-from .preemption import Preemption, Running, Victim, plan_preemption
-from .queues import Held, PendingWorkload, Preempt, QueueSpec, SnapshotPlacer, Usage
-from .request import PlacementDecision
 from .writes import new_condition
 
 EVICTED = "Evicted"
@@ -27,12 +29,12 @@ PREEMPTED = "Preempted"
 def running_workloads(state: ControllerState) -> list[Running]:
     """Every admitted, unfinished workload (as stored), with the nodes it holds."""
     out = []
-    workloads = state.store(WORKLOADS)
-    for key in state.running():
-        workload, admission = workloads.get(key), state.admission_of(key)
+    workloads = state.store.objects(WORKLOADS)
+    for key in state.workloads.running():
+        workload, admission = workloads.get(key), state.ledger.admission_of(key)
         if workload is None or admission is None:
             continue
-        usage = state.quota_of(key)
+        usage = state.workloads.quota_of(key)
         if not usage:
             continue
         (cq, flavor), amounts = next(iter(usage.items()))
@@ -49,7 +51,7 @@ def running_workloads(state: ControllerState) -> list[Running]:
                 amounts,
                 created=str(meta(workload).get("creationTimestamp") or ""),
                 evicted=is_evicted(workload),
-                nodes=frozenset(state.workload_usage(key)),
+                nodes=frozenset(state.ledger.workload_usage(key)),
             )
         )
     return out
@@ -73,11 +75,11 @@ def preemptor(
             per_node: dict[str, dict[str, int]] = {}
             gpus: dict[str, set[int]] = {}
             for victim in removed:
-                for node, amounts in state.workload_usage(victim.key).items():
+                for node, amounts in state.ledger.workload_usage(victim.key).items():
                     slot = per_node.setdefault(node, {})
                     for name, amount in amounts.items():
                         slot[name] = slot.get(name, 0) + amount
-                for placed in (state.workload_gpus(victim.key) or {}).values():
+                for placed in (state.ledger.workload_gpus(victim.key) or {}).values():
                     for node, sets in placed.items():
                         gpus.setdefault(node, set()).update(g for one in sets for g in one)
             return placer.without(per_node, gpus)(flavor, workload.request, held)

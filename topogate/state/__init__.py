@@ -1,0 +1,141 @@
+"""The controller's state: everything `serve` knows between API calls, kept by owners with one
+job each, and :class:`ControllerState`, which composes them and wires the watch handlers.
+
+- :attr:`~ControllerState.store` (:mod:`.store`): the watched objects, and the marked pods
+  per Workload;
+- :attr:`~ControllerState.catalogs` (:mod:`.catalogs`): the catalog of queues, flavors and
+  topologies, the HyperNode forest and the nodes per domain, parsed once per change; the
+  validating webhook's view;
+- :attr:`~ControllerState.ledger` (:mod:`.ledger`): the admission ledger (assume, confirm,
+  forget, reassign) and the capacity cache it feeds;
+- :attr:`~ControllerState.workloads` and :attr:`~ControllerState.pending`
+  (:mod:`.waiting`): the waiting and running Workloads with the quota each admission holds,
+  and the pending queue (the admission cycle's lanes);
+- :attr:`~ControllerState.signals` (:mod:`.signals`): the work the handlers mark.
+
+The reflectors feed it (:meth:`~ControllerState.handler`); the shells (admitter, job sync,
+node failures, ungater, HyperNode discovery, the webhook server's view) read it and change it
+only through the owners' public methods, never each other's fields.
+
+Handlers run on the event loop and never wait: they update state and mark work.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from topogate.api.errors import InputError
+from topogate.api.kinds import JOB_KINDS
+from topogate.api.objects import is_admitted, is_finished, key_of, labels_changed, owner_job
+from topogate.cache.snapshot import CapacityCache
+from topogate.kube.resources import (
+    HYPERNODES,
+    JOB_RESOURCES,
+    NODES,
+    PODS,
+    WORKLOADS,
+    Obj,
+    Resource,
+)
+
+from .catalogs import CATALOG_INPUTS, Catalogs
+from .ledger import Ledger
+from .signals import Signals
+from .store import Store
+from .waiting import PendingQueue, WorkloadIndex
+
+log = logging.getLogger("topogate.state")
+
+Listener = Callable[[Obj | None, Obj | None], None]
+
+
+class ControllerState:
+    def __init__(self) -> None:
+        capacity = CapacityCache()
+        self.signals = Signals()
+        self.store = Store()
+        self.catalogs = Catalogs(self.store, capacity.nodes)
+        self.ledger = Ledger(self.store, capacity, self.catalogs.nodes_in_domain)
+        self.workloads = WorkloadIndex(self.store, self.ledger)
+        self.ledger.on_change(self.workloads.classify)
+        self.pending = PendingQueue(self.store, self.workloads, self.catalogs)
+        self._subscribers: dict[str, list[Listener]] = {}
+
+    def subscribe(self, resource: Resource, listener: Listener) -> None:
+        """Call ``listener(old, new)`` after each event of ``resource`` has been applied."""
+        self._subscribers.setdefault(resource.key, []).append(listener)
+
+    def handler(self, resource: Resource) -> Listener:
+        """What the reflector of ``resource`` calls with each event."""
+        dispatch: dict[str, Listener] = {
+            NODES.key: self._on_node,
+            PODS.key: self._on_pod,
+            WORKLOADS.key: self._on_workload,
+            HYPERNODES.key: self._on_hypernode,
+        }
+        for kind in JOB_KINDS:
+            dispatch[JOB_RESOURCES[kind.kind].key] = self._job_handler(kind.kind)
+        on_event = dispatch.get(resource.key, self._on_queue_object)
+        classify = resource.key == WORKLOADS.key
+
+        def on_change(old: Obj | None, new: Obj | None) -> None:
+            self.store.apply(resource, old, new)
+            if resource.key in CATALOG_INPUTS:
+                self.catalogs.inputs_changed()
+            try:
+                on_event(old, new)
+            except InputError as error:
+                log.warning("ignoring %s: %s", resource.key, error.describe())
+            finally:
+                if classify:
+                    self.workloads.classify(key_of(new if new is not None else old or {}))
+            for listener in self._subscribers.get(resource.key, ()):
+                listener(old, new)
+
+        return on_change
+
+    def _on_hypernode(self, old: Obj | None, new: Obj | None) -> None:
+        self.catalogs.hypernode_changed(old, new)
+        self.signals.admit()
+
+    def _on_node(self, old: Obj | None, new: Obj | None) -> None:
+        if labels_changed(old, new):
+            self.catalogs.node_labels_changed()
+        self.ledger.node_changed(old, new)
+        self.signals.admit()  # capacity or labels changed: pending workloads may fit now
+
+    def _on_pod(self, old: Obj | None, new: Obj | None) -> None:
+        workload = self.store.index_pod(old, new)
+        if workload is not None:
+            if new is not None:
+                self.signals.ungate_workload(workload)
+            return
+        obj = new if new is not None else old
+        assert obj is not None
+        if self.ledger.unmarked_pod_changed(key_of(obj), old, new):
+            self.signals.admit()  # a pod left its node: capacity was freed
+
+    def _job_handler(self, kind: str) -> Listener:
+        def on_job(old: Obj | None, new: Obj | None) -> None:
+            obj = new if new is not None else old
+            assert obj is not None
+            self.signals.job(kind, key_of(obj))
+
+        return on_job
+
+    def _on_workload(self, old: Obj | None, new: Obj | None) -> None:
+        obj = new if new is not None else old
+        assert obj is not None
+        key = key_of(obj)
+        owner = owner_job(obj)
+        if owner is not None:
+            self.signals.job(*owner)
+        self.ledger.workload_changed(key, new)
+        if new is not None and not is_finished(new) and is_admitted(new):
+            self.signals.ungate_workload(key)
+        else:
+            self.signals.admit()
+
+    def _on_queue_object(self, old: Obj | None, new: Obj | None) -> None:
+        self.signals.admit()

@@ -1,0 +1,131 @@
+"""What is parsed from the watched queue objects and kept until one of them changes: the
+catalog of queues, flavors and topologies, the HyperNode forest, and the nodes per topology
+domain. Also the validating webhook's view of them (``webhooks.review.ClusterView``), so a
+review in `serve` makes no API call."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from topogate.admission.podsets import Catalog, build_catalog
+from topogate.api.errors import InputError
+from topogate.api.hypernodes import HyperNode, parse_hypernode
+from topogate.api.objects import meta
+from topogate.cache.hypernodes import HyperNodeForest, build_forest
+from topogate.cache.nodes import NodeInfo
+from topogate.kube.resources import (
+    CLUSTER_QUEUES,
+    HYPERNODES,
+    KAI_TOPOLOGIES,
+    LOCAL_QUEUES,
+    RESOURCE_FLAVORS,
+    TOPOLOGIES,
+    Obj,
+)
+
+from .store import Store
+
+log = logging.getLogger("topogate.state")
+
+# Objects the catalog is parsed from: any change to them parses it again.
+CATALOG_INPUTS = frozenset(
+    r.key
+    for r in (
+        CLUSTER_QUEUES,
+        LOCAL_QUEUES,
+        RESOURCE_FLAVORS,
+        TOPOLOGIES,
+        HYPERNODES,
+        KAI_TOPOLOGIES,
+    )
+)
+
+
+class Catalogs:
+    def __init__(self, store: Store, nodes: Callable[[], list[NodeInfo]]) -> None:
+        self._store = store
+        self._nodes = nodes  # the capacity cache's nodes, read only
+        self._forest: HyperNodeForest | None = None
+        self._forest_stale = True
+        self._hypernodes: dict[str, HyperNode] = {}  # parsed once per event
+        self._catalog: Catalog | None = None
+        self.generation = 0  # bumped whenever the catalog may have changed
+        self._domains: dict[tuple[str, ...], dict[tuple[str, ...], list[str]]] = {}
+
+    def forest(self) -> HyperNodeForest | None:
+        """The HyperNode forest over the current nodes; rebuilt only after a HyperNode, or a
+        node's name or labels, changed (not on every node status update)."""
+        if self._forest_stale:
+            self._forest_stale = False
+            hypernodes = list(self._hypernodes.values())
+            self._forest = build_forest(hypernodes, self._nodes()) if hypernodes else None
+        return self._forest
+
+    def catalog(self) -> Catalog:
+        """Queues, flavors and topologies, parsed once per change (not once per cycle)."""
+        forest = self.forest()
+        if self._catalog is None:
+            objects = self._store.objects
+            self._catalog, warnings = build_catalog(
+                list(objects(CLUSTER_QUEUES).values()),
+                list(objects(LOCAL_QUEUES).values()),
+                list(objects(RESOURCE_FLAVORS).values()),
+                list(objects(TOPOLOGIES).values()),
+                forest,
+                list(objects(KAI_TOPOLOGIES).values()),
+            )
+            for warning in warnings:
+                log.warning("%s", warning)
+        return self._catalog
+
+    def catalog_for(self, namespace: str, queue: str) -> Catalog | None:
+        """The webhook view's catalog: the whole catalog, whatever the namespace and queue
+        (they are for the standalone webhook's view, which reads only that queue's objects)."""
+        return self.catalog()
+
+    def hypernodes(self) -> list[Mapping[str, Any]] | None:
+        """The webhook view's HyperNodes, as watched."""
+        return list(self._store.objects(HYPERNODES).values())
+
+    def nodes_in_domain(self, levels: Sequence[str], values: Sequence[str]) -> list[str]:
+        """Names of the nodes whose labels match ``values`` on ``levels``, sorted; an index per
+        level list, dropped when node labels change."""
+        depth = tuple(levels[: len(values)])
+        index = self._domains.get(depth)
+        if index is None:
+            index = {}
+            for node in sorted(self._nodes(), key=lambda n: n.name):
+                if all(level in node.labels for level in depth):  # unlabelled: in no domain
+                    path = tuple(node.labels[level] for level in depth)
+                    index.setdefault(path, []).append(node.name)
+            self._domains[depth] = index
+        return index.get(tuple(values[: len(depth)]), [])
+
+    # --- what the watch handlers tell --------------------------------------------------------
+
+    def inputs_changed(self) -> None:
+        """A catalog input (:data:`CATALOG_INPUTS`) changed: parse the catalog again."""
+        self._catalog = None
+        self.generation += 1
+
+    def hypernode_changed(self, old: Obj | None, new: Obj | None) -> None:
+        # A HyperNode that does not parse is left out (the webhook refuses such objects; one
+        # that predates it must not stall every other topology job, as it would in Volcano).
+        if old is not None:
+            self._hypernodes.pop(str(meta(old).get("name")), None)
+        if new is not None:
+            try:
+                parsed = parse_hypernode(new)
+                self._hypernodes[parsed.name] = parsed
+            except InputError as error:
+                log.warning("ignoring %s", error.describe())
+        self._forest_stale = True
+
+    def node_labels_changed(self) -> None:
+        """A node came, went or was relabelled: domains and the forest are worked out again."""
+        self._forest_stale = True
+        self._domains.clear()
+        if self._hypernodes:
+            self.inputs_changed()  # HyperNode tiers follow node labels

@@ -1,0 +1,94 @@
+"""The watched objects, as the reflectors last delivered them, and the index of marked pods
+per Workload (the pods the ungater plans and the job sync counts)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from topogate.api.objects import key_of, workload_of_pod
+from topogate.kube.resources import (
+    CLUSTER_QUEUES,
+    HYPERNODES,
+    JOB_RESOURCES,
+    KAI_TOPOLOGIES,
+    LOCAL_QUEUES,
+    NODES,
+    PODS,
+    PRIORITY_CLASSES,
+    RESOURCE_FLAVORS,
+    TOPOLOGIES,
+    WORKLOADS,
+    Obj,
+    Resource,
+)
+
+WATCHED: tuple[Resource, ...] = (
+    NODES,
+    PODS,
+    *JOB_RESOURCES.values(),
+    WORKLOADS,
+    CLUSTER_QUEUES,
+    LOCAL_QUEUES,
+    RESOURCE_FLAVORS,
+    TOPOLOGIES,
+    PRIORITY_CLASSES,
+    HYPERNODES,
+    KAI_TOPOLOGIES,
+)
+
+
+class Store:
+    def __init__(self) -> None:
+        self._objects: dict[str, dict[str, Obj]] = {r.key: {} for r in WATCHED}
+        self._pods_by_workload: dict[str, set[str]] = {}  # marked pods only
+
+    def apply(self, resource: Resource, old: Obj | None, new: Obj | None) -> None:
+        """Keep the object as a watch event left it (``new`` None: deleted)."""
+        objects = self._objects[resource.key]
+        if new is None and old is not None:
+            objects.pop(key_of(old), None)
+        elif new is not None:
+            objects[key_of(new)] = new
+
+    def index_pod(self, old: Obj | None, new: Obj | None) -> str | None:
+        """Index a marked pod under its Workload and return the Workload's key; None for a
+        pod no Workload marked (its usage is the capacity cache's business)."""
+        obj = new if new is not None else old
+        assert obj is not None
+        workload = workload_of_pod(obj)
+        if workload is None:
+            return None
+        key = key_of(obj)
+        members = self._pods_by_workload.setdefault(workload, set())
+        if new is None:
+            members.discard(key)
+            if not members:
+                del self._pods_by_workload[workload]
+        else:
+            members.add(key)
+        return workload
+
+    def objects(self, resource: Resource) -> Mapping[str, Obj]:
+        return self._objects[resource.key]
+
+    def counts(self) -> dict[str, int]:
+        return {plural: len(objects) for plural, objects in self._objects.items()}
+
+    def pods_of(self, workload: str) -> list[Obj]:
+        pods = self._objects[PODS.key]
+        return [pods[k] for k in self._pods_by_workload.get(workload, ()) if k in pods]
+
+    def workloads_with_pods(self) -> list[str]:
+        return list(self._pods_by_workload)
+
+    def priority_of(self, name: str) -> int | None:
+        """A PriorityClass's value (None: no such class, or no integer value)."""
+        obj = self._objects[PRIORITY_CLASSES.key].get(name)
+        value = (obj or {}).get("value")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def job_keys(self) -> Iterator[tuple[str, str]]:
+        """(kind, key) of every job stored: the job sync's work after a (re)start."""
+        for kind, resource in JOB_RESOURCES.items():
+            for key in self._objects[resource.key]:
+                yield kind, key

@@ -1,0 +1,163 @@
+"""The unfinished Workloads and the pending queue.
+
+:class:`WorkloadIndex` splits the unfinished Workloads into waiting (no admission written or
+being written) and running (an admission written), keeps the quota each admission holds, and
+feeds each reader the keys of the Workloads that changed; it is kept up to date on every
+change, so no reader walks every Workload ever seen (finished ones stay in the store).
+
+:class:`PendingQueue` is the pending queue itself: the waiting Workloads translated into
+placement requests, in their ClusterQueues' order (the admission cycle's lanes), or with the
+reason they cannot be considered. A cycle brings it up to date from its feed, translating only
+what changed since the last one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from topogate.admission.lanes import QueueLanes
+from topogate.admission.podsets import Translation, translate
+from topogate.admission.quota import Usage, checked_admission, usage_of
+from topogate.api.errors import InputError
+from topogate.api.objects import is_finished, meta
+from topogate.kube.resources import WORKLOADS
+
+from .catalogs import Catalogs
+from .ledger import Ledger
+from .store import Store
+
+log = logging.getLogger("topogate.state")
+
+
+class WorkloadIndex:
+    def __init__(self, store: Store, ledger: Ledger) -> None:
+        self._workloads = store.objects(WORKLOADS)
+        self._ledger = ledger
+        self._waiting: set[str] = set()
+        self._running: set[str] = set()
+        self._feeds: list[set[str]] = []
+        # The quota each unfinished workload with an admission (written or being written)
+        # holds, parsed once per change rather than once per cycle.
+        self._quota: dict[str, Usage] = {}
+
+    def waiting(self) -> frozenset[str]:
+        """Unfinished workloads with no admission written or being written."""
+        return frozenset(self._waiting)
+
+    def is_waiting(self, key: str) -> bool:
+        return key in self._waiting
+
+    def running(self) -> frozenset[str]:
+        """Unfinished workloads whose admission is written (stored, or written by us)."""
+        return frozenset(self._running)
+
+    def quota_of(self, key: str) -> Usage:
+        """The quota the workload's admission holds ({} when it holds none)."""
+        return self._quota.get(key, {})
+
+    def quota_in_use(self) -> Usage:
+        """Quota in use: every admitted (or being admitted), unfinished workload's admission
+        whose capacity is held."""
+        total: Usage = {}
+        for key in self._ledger.held():
+            for slot, amounts in self._quota.get(key, {}).items():
+                into = total.setdefault(slot, {})
+                for resource, amount in amounts.items():
+                    into[resource] = into.get(resource, 0) + amount
+        return total
+
+    def changes(self) -> set[str]:
+        """A feed for one reader: the set fills with the key of every workload that changed or
+        started or stopped waiting (the reader empties it as it takes them)."""
+        feed = set(self._waiting)
+        self._feeds.append(feed)
+        return feed
+
+    def classify(self, key: str) -> None:
+        """Put a workload in the waiting or running set (or neither) after any change to it
+        or to its admission, and tell the feeds."""
+        stored = self._workloads.get(key)
+        live = stored is not None and not is_finished(stored)
+        running = live and self._ledger.admission_of(key) is not None
+        waiting = live and not running and not self._ledger.is_assumed(key)
+        reserved = self._ledger.reserved(key) if live else None
+        self._quota.pop(key, None)
+        if reserved is not None:
+            try:
+                self._quota[key] = usage_of([checked_admission(reserved)])
+            except InputError as error:  # counted as no quota; the sets below still move
+                log.warning("Workload %s: quota in use not counted: %s", key, error.describe())
+        for members, belongs in ((self._running, running), (self._waiting, waiting)):
+            if belongs:
+                members.add(key)
+            else:
+                members.discard(key)
+        for feed in self._feeds:
+            feed.add(key)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A waiting workload as the cycle sees it, translated once per (resourceVersion, catalog
+    generation): a queue, flavor, topology or HyperNode change translates it again."""
+
+    version: str
+    translation: Translation
+
+
+class PendingQueue:
+    def __init__(self, store: Store, workloads: WorkloadIndex, catalogs: Catalogs) -> None:
+        self._workloads = store.objects(WORKLOADS)
+        self._index = workloads
+        self._catalogs = catalogs
+        self._changes = workloads.changes()
+        self._candidates: dict[str, Candidate] = {}
+        self._lanes = QueueLanes()
+        self._problems: dict[str, str] = {}
+        self._generation = -1
+
+    @property
+    def lanes(self) -> QueueLanes:
+        """The waiting workloads that can be considered, in their queues' order."""
+        return self._lanes
+
+    @property
+    def problems(self) -> Mapping[str, str]:
+        """The waiting workloads that cannot be considered, with the reason."""
+        return self._problems
+
+    def holds(self, key: str) -> bool:
+        """The workload is in the queue (in a lane, or with a problem)."""
+        return self._lanes.get(key) is not None or key in self._problems
+
+    def sync(self) -> list[str]:
+        """Bring the queue up to the state: translate what changed since the last sync (every
+        waiting workload after the catalog changed). Returns the keys that stopped waiting."""
+        catalog = self._catalogs.catalog()
+        if self._generation != self._catalogs.generation:
+            self._generation = self._catalogs.generation
+            self._changes |= self._index.waiting()
+        changed = set(self._changes)
+        self._changes.clear()  # in place: the index fills this very set
+        left = []
+        for key in changed:
+            self._lanes.discard(key)
+            self._problems.pop(key, None)
+            workload = self._workloads.get(key)
+            if workload is None or not self._index.is_waiting(key):
+                self._candidates.pop(key, None)
+                left.append(key)
+                continue
+            version = f"{meta(workload).get('resourceVersion')}/{self._catalogs.generation}"
+            cached = self._candidates.get(key)
+            if cached is None or cached.version != version:
+                cached = Candidate(version, translate(workload, key, catalog))
+                self._candidates[key] = cached
+            translation = cached.translation
+            if translation.pending is None:
+                self._problems[key] = translation.problem
+            else:
+                self._lanes.put(translation.pending)
+        return left
