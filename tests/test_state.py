@@ -276,3 +276,44 @@ def test_job_keys_cover_every_registered_kind() -> None:
     state = ControllerState()
     state.handler(JOBS)(None, {"metadata": {"name": "j", "namespace": "ml"}})
     assert sorted(state.store.job_keys()) == [("Job", "ml/j")]
+
+
+def test_the_pending_queue_holds_what_waits_and_names_what_stopped() -> None:
+    """The pending queue (the admission cycle's lanes) is the state's: a sync takes in what
+    waits, and lets go of, and names, what stopped waiting (here: an admission assumed)."""
+    state = state_with_nodes()
+    state.handler(TOPOLOGIES)(
+        None, {"metadata": {"name": "dc"}, "spec": {"levels": [{"nodeLabel": RACK}]}}
+    )
+    state.handler(RESOURCE_FLAVORS)(
+        None,
+        {"metadata": {"name": "tas"}, "spec": {"nodeLabels": {"p": "g"}, "topologyName": "dc"}},
+    )
+    quota = [{"name": r, "nominalQuota": 64} for r in ("cpu", "nvidia.com/gpu")]
+    group = {
+        "coveredResources": ["cpu", "nvidia.com/gpu"],
+        "flavors": [{"name": "tas", "resources": quota}],
+    }
+    state.handler(CLUSTER_QUEUES)(
+        None, {"metadata": {"name": "cq"}, "spec": {"resourceGroups": [group]}}
+    )
+    state.handler(LOCAL_QUEUES)(
+        None, {"metadata": {"name": "q", "namespace": "ml"}, "spec": {"clusterQueue": "cq"}}
+    )
+    waiting = {
+        "apiVersion": "topogate.dev/v1alpha1",
+        "kind": "Workload",
+        "metadata": {"name": "w", "namespace": "ml", "resourceVersion": "1"},
+        "spec": {
+            "queueName": "q",
+            "podSets": [{"name": "main", "count": 2, "template": template()}],
+        },
+    }
+    state.handler(WORKLOADS)(None, waiting)
+    assert state.pending.sync() == []
+    assert dict(state.pending.problems) == {}
+    assert [w.key for w in state.pending.lanes] == ["ml/w"]
+    assert state.pending.sync() == [] and state.pending.holds("ml/w")  # nothing changed
+    state.ledger.assume("ml/w", {"clusterQueue": "cq", "podSetAssignments": []}, {}, {})
+    assert state.pending.sync() == ["ml/w"]
+    assert not state.pending.holds("ml/w") and len(state.pending.lanes) == 0
