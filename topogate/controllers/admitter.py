@@ -86,7 +86,7 @@ class Admitter:
         event = self.state.signals.admit_event
         took = 0.0  # seconds the last cycle took, its writes spawned
         described = -DESCRIBE_EVERY  # when pending messages were last brought up to date
-        owed = False  # the last cycle left its pending messages unwritten
+        owed = False  # the last cycle left its pending messages unworded
         while True:
             if owed:  # a cycle comes by the time they are due, changes or not
                 due = described + DESCRIBE_EVERY - time.perf_counter()
