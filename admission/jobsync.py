@@ -31,6 +31,7 @@ from .integration import (
     is_marked,
     is_suspended,
     restored_spec,
+    suspend_patch,
     workload_name,
 )
 from .writes import new_condition, write_status
@@ -160,7 +161,7 @@ class JobSync:
         m = meta(job)
         suspend = {
             "metadata": {"resourceVersion": m.get("resourceVersion")},
-            "spec": {"suspend": True},
+            **suspend_patch(job),
         }
         job = await self.kube.patch(resource, m["name"], suspend, m.get("namespace"))
         await self._restore(resource, job, workload)
