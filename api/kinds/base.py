@@ -7,15 +7,19 @@ of the kinds that can do it:
 - :class:`JobKind` (mandatory): who it is (group, version, kind, plural); its PodSets, read
   from the object with every bad field named (Kueue's ``PodSets``); its pod templates, to
   mark when it starts and to find keys in for the key warnings; when it finished (Kueue's
-  ``Finished``). Optionally, the label its own controller puts on its pods naming their
-  PodSet (:attr:`JobKind.pod_podset_label`).
-- :class:`Suspendable`: a kind with ``spec.suspend`` (batch/v1 Job, JobSet, and Kubeflow's
-  and Ray's jobs): the webhook suspends it when it is created, the job sync suspends it when
-  it runs without an admission, and starts it by writing it back unsuspended with every pod
-  template marked (Kueue's ``IsSuspended``, ``Suspend``, ``RunWithPodSetsInfo``).
-  A kind WITHOUT ``spec.suspend`` (plain pod groups, LeaderWorkerSet) does not implement it:
-  its pods are held back by topogate's scheduling gate instead (the mutating webhook gates
-  every pod that carries the PodSet label), so there is no object to suspend or resume.
+  ``Finished``, with a default). Optionally, the pod labels that give a pod's index
+  (:attr:`JobKind.pod_index_label`) and its PodSet (:attr:`JobKind.pod_podset_label`).
+- :class:`Suspendable`: a kind with a suspend switch (batch/v1 Job, JobSet, Kubeflow's
+  TrainJob, RayJob and RayCluster have ``spec.suspend``; Kubeflow's v1 PyTorchJob and MPIJob
+  have ``spec.runPolicy.suspend``): the webhook suspends it when it is created, the job sync
+  suspends it when it runs without an admission, and starts it by writing it back
+  unsuspended with every pod template marked (Kueue's ``IsSuspended``, ``Suspend``,
+  ``RunWithPodSetsInfo``).
+  A kind WITHOUT a suspend switch (plain pod groups, LeaderWorkerSet) does not implement
+  it: the mutating webhook leaves the object as it is, and its pods must be held back by
+  topogate's scheduling gate instead, as Kueue gates pod groups. Nothing of it is
+  suspended or resumed; the job sync does not yet handle such a kind (the ``integration``
+  functions that suspend or start one raise ValueError).
 - :class:`PartialAdmission`: a kind whose PodSets may run with fewer pods than they ask
   (Kueue's partial admission; today the batch/v1 Job's ``job-min-parallelism``): the
   ``minCount``, the count it runs with when admitted, and the count it gets back when it is
@@ -205,15 +209,17 @@ class Suspendable(JobKind):
     by writing it back unsuspended with its templates marked.
 
     The defaults fit any kind whose ``spec.suspend`` stops it and whose controller makes its
-    pods only while it is unsuspended; override :meth:`run_with_counts` when the admitted
-    counts change the object (partial admission)."""
+    pods only while it is unsuspended. A kind whose switch sits elsewhere overrides
+    :meth:`is_suspended`, :meth:`suspend_patch`, :meth:`suspend_on_create` and
+    :meth:`started`; one whose admitted counts change the object (partial admission)
+    overrides :meth:`run_with_counts`."""
 
     def is_suspended(self, job: Mapping[str, Any]) -> bool:
         return bool((job.get("spec") or {}).get("suspend"))
 
     def suspend_patch(self, job: Mapping[str, Any]) -> Obj:
-        """The merge patch (without the resourceVersion guard the shell adds) that stops
-        the job (Kueue's ``Suspend``)."""
+        """The merge patch that stops the job (Kueue's ``Suspend``). It holds no
+        ``metadata``: the shell adds its resourceVersion guard there."""
         return {"spec": {"suspend": True}}
 
     def suspend_on_create(self, obj: Mapping[str, Any]) -> JsonPatch:
