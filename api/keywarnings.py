@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import constants as c
-from .kinds import JOB, JOBSET
+from .kinds import job_kind
 from .validation import join
 from .vocabularies import (
     BALANCED_PLACEMENT,
@@ -201,15 +201,10 @@ def _places(obj: Mapping[str, Any]) -> Iterator[_Place]:
         yield _Place("metadata", meta, True, True)
         return
     yield _Place("metadata", meta, True, False)
+    kind = job_kind(obj.get("kind"))
     templates: list[tuple[str, Any]] = []
-    if JOB.matches(obj) or obj.get("kind") == JOB.kind:
-        templates.append(("spec.template", spec.get("template")))
-    elif JOBSET.matches(obj) or obj.get("kind") == JOBSET.kind:
-        for i, rjob in enumerate(_as_list(spec.get("replicatedJobs"))):
-            job_spec = _as_map(_as_map(_as_map(rjob).get("template")).get("spec"))
-            templates.append(
-                (f"spec.replicatedJobs[{i}].template.spec.template", job_spec.get("template"))
-            )
+    if kind is not None:
+        templates = kind.template_fields(obj)
     elif obj.get("kind") == "Workload":
         for i, podset in enumerate(_as_list(spec.get("podSets"))):
             templates.append((f"spec.podSets[{i}].template", _as_map(podset).get("template")))
@@ -220,8 +215,9 @@ def _places(obj: Mapping[str, Any]) -> Iterator[_Place]:
 
 
 def _template_hint(obj: Mapping[str, Any]) -> str:
-    if obj.get("kind") == JOBSET.kind:
-        return "spec.replicatedJobs[*].template.spec.template.metadata.annotations"
+    kind = job_kind(obj.get("kind"))
+    if kind is not None:
+        return kind.template_annotations_hint
     if obj.get("kind") == "Workload":
         return "spec.podSets[*].template.metadata.annotations"
     return "spec.template.metadata.annotations"

@@ -45,7 +45,7 @@ def _namespaces() -> dict[str, Any]:
 
 
 def _job_rules(operations: list[str]) -> list[dict[str, Any]]:
-    """One rule per registered job kind (api/kinds.py)."""
+    """One rule per registered job kind (api/kinds)."""
     return [_rule([kind.group], [kind.plural], list(operations)) for kind in JOB_KINDS]
 
 

@@ -1,7 +1,7 @@
 """AdmissionReview handling, pure: a review in, a response out (no I/O, no server).
 
 Mutating:
-- a job of a registered kind (``api/kinds.py``: batch/v1 Job, JobSet) created with a queue
+- a job of a registered kind (``api/kinds``: batch/v1 Job, JobSet) created with a queue
   label is suspended, so nothing runs before topogate has placed the whole gang;
 - a Pod of an admitted topology workload (it carries the ``topogate.dev/podset`` label the
   job sync puts on the pod templates when it starts an admitted job) gets the scheduling gate
@@ -23,7 +23,6 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from topogate.admission.integration import accepts_partial
 from topogate.admission.podsets import (
     Catalog,
     annotation_field,
@@ -35,15 +34,20 @@ from topogate.api.errors import InputError
 from topogate.api.hypernodes import NODE, HyperNode, parse_hypernode
 from topogate.api.jobs import workload_from_object
 from topogate.api.keywarnings import key_warnings
-from topogate.api.kinds import JOB, JOB_KINDS, job_kind, queue_name
+from topogate.api.kinds import (
+    JOB_KINDS,
+    PartialAdmission,
+    Suspendable,
+    job_kind,
+    pod_podset,
+    queue_name,
+)
 from topogate.api.models import ClusterQueue, PodSet, ResourceFlavor, Topology
 from topogate.api.objects import annotations_of, as_mapping, labels_of
 from topogate.api.validation import object_name, parse_model
 from topogate.cache.hypernodes import build_forest, missing_member_problem
 from topogate.cache.nodes import NodeInfo
 from topogate.cache.sources import TopologySource
-
-JOBSET_REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
 
 
 class ClusterView(Protocol):
@@ -177,19 +181,12 @@ def _pointer(*parts: str) -> str:
 # --- mutation -------------------------------------------------------------------------------
 
 
-def _suspend(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
-    spec = obj.get("spec")
-    if not isinstance(spec, dict) or spec.get("suspend") is True:
-        return []
-    return [{"op": "add", "path": "/spec/suspend", "value": True}]
-
-
 def _gate_pod(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
     labels = labels_of(obj)
     annotations = annotations_of(obj)
     spec = as_mapping(obj.get("spec"))
     patch: list[dict[str, Any]] = []
-    podset = labels.get(c.PODSET_LABEL) or labels.get(JOBSET_REPLICATED_JOB) or "main"
+    podset = labels.get(c.PODSET_LABEL) or pod_podset(labels) or "main"
     if not labels:
         patch.append({"op": "add", "path": "/metadata/labels", "value": {c.PODSET_LABEL: podset}})
     elif c.PODSET_LABEL not in labels:
@@ -237,8 +234,10 @@ def mutate(review: Review) -> dict[str, Any]:
     if review.operation != "CREATE":
         return response(review.uid)
     patch: list[dict[str, Any]] = []
-    if job_kind(review.kind) is not None and queue_name(review.obj):
-        patch = _suspend(review.obj)
+    kind = job_kind(review.kind)
+    if kind is not None and queue_name(review.obj):
+        # A kind without spec.suspend is held back by the gate on its pods instead.
+        patch = kind.suspend_on_create(review.obj) if isinstance(kind, Suspendable) else []
     elif review.kind == "Pod" and review.group == "":
         patch = _gate_pod(review.obj)
     return response(review.uid, patch=patch)
@@ -289,30 +288,17 @@ def _min_parallelism_changed(review: Review) -> bool:
     created or the annotation changes, not when the job sync sets the admitted parallelism."""
     if review.operation != "UPDATE" or review.old is None:
         return True
-
-    def value(obj: Mapping[str, Any]) -> tuple[Any, ...]:
-        annotations = annotations_of(obj)
-        return tuple(annotations.get(k) for k in c.MIN_PARALLELISM_KEYS)
-
-    return value(review.old) != value(review.obj)
+    kind = job_kind(review.kind)
+    return not isinstance(kind, PartialAdmission) or kind.min_count_changed(review.old, review.obj)
 
 
 def _check_running_parallelism(review: Review, where: str) -> None:
     """Kueue's Job webhook: a running Job that accepts partial admission keeps the
     parallelism it was admitted with (it is changed only while suspended)."""
-    old = review.old
-    if review.operation != "UPDATE" or old is None or job_kind(review.kind) is not JOB:
+    kind = job_kind(review.kind)
+    if review.operation != "UPDATE" or review.old is None or not isinstance(kind, PartialAdmission):
         return
-    before, after = as_mapping(old.get("spec")), as_mapping(review.obj.get("spec"))
-    if not accepts_partial(old) or before.get("suspend"):
-        return
-    if before.get("parallelism", 1) != after.get("parallelism", 1):
-        raise InputError(
-            "Forbidden: cannot change when partial admission is enabled and the job is not "
-            "suspended",
-            where=where,
-            field="spec.parallelism",
-        )
+    kind.check_running_update(review.old, review.obj, where)
 
 
 def _check_levels(

@@ -22,6 +22,7 @@ from topogate.admission.integration import (
     is_marked,
     is_suspended,
     restored_spec,
+    suspend_patch,
     workload_name,
 )
 from topogate.api.errors import InputError
@@ -160,7 +161,7 @@ class JobSync:
         m = meta(job)
         suspend = {
             "metadata": {"resourceVersion": m.get("resourceVersion")},
-            "spec": {"suspend": True},
+            **suspend_patch(job),
         }
         job = await self.kube.patch(resource, m["name"], suspend, m.get("namespace"))
         await self._restore(resource, job, workload)

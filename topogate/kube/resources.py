@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from topogate.api.constants import API_VERSION, KAI_API_VERSION, KAI_GROUP
-from topogate.api.kinds import JOB, JOB_KINDS, JOBSET, JobKind
+from topogate.api.kinds import JOB, JOB_KINDS, JobKind
 from topogate.api.objects import Obj, key_of
 
 __all__ = ["JSON_PATCH", "MERGE_PATCH", "Obj", "Resource", "key_of"]
@@ -63,7 +63,8 @@ HYPERNODES = Resource("topology.volcano.sh/v1alpha1", "hypernodes", namespaced=F
 KAI_TOPOLOGIES = Resource(
     KAI_API_VERSION, "topologies", namespaced=False, store_key=f"topologies.{KAI_GROUP}"
 )
-# One resource per registered job kind (api/kinds.py), by kind name.
+# One resource per registered job kind (api/kinds), by kind name.
 JOB_RESOURCES: dict[str, Resource] = {k.kind: Resource.of(k) for k in JOB_KINDS}
+# Those served by a CRD a cluster may lack (JobSet's): followed once it exists.
+JOB_CRD_RESOURCES = tuple(JOB_RESOURCES[k.kind] for k in JOB_KINDS if k.custom_resource)
 JOBS = JOB_RESOURCES[JOB.kind]
-JOBSETS = JOB_RESOURCES[JOBSET.kind]

@@ -54,6 +54,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import unquote
 
+from topogate.api.kinds import JOB_KINDS
 from topogate.kube.errors import KubeError
 from topogate.kube.resources import JSON_PATCH, MERGE_PATCH, Obj, Resource
 
@@ -68,13 +69,13 @@ __all__ = [
 
 T = TypeVar("T")
 
-# Plurals served with a status subresource: the built-in kinds the controller writes, and the
-# CRDs under config/crd whose schema declares ``subresources: {status: {}}``.
+# Plurals served with a status subresource: the built-in kinds the controller writes, every
+# registered job kind, and the CRDs under config/crd whose schema declares
+# ``subresources: {status: {}}``.
 DEFAULT_STATUS_SUBRESOURCES: frozenset[str] = frozenset(
     {
         "workloads",
-        "jobs",
-        "jobsets",
+        *(kind.plural for kind in JOB_KINDS),
         "pods",
         "nodes",
         "clusterqueues",
