@@ -11,8 +11,10 @@ import ssl
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
+from tests.kit import review_for
 from topogate.kube.blocking import OnLoop
 from topogate.kube.errors import KubeError
 from topogate.kube.resources import (
@@ -49,12 +51,8 @@ async def test_a_blocking_call_on_the_loop_itself_is_refused_not_a_deadlock() ->
     with pytest.raises(RuntimeError, match="run it in a thread"):
         on_loop(call)
     assert kube.calls == []  # the coroutine was closed, never run
-    assert await asyncio.to_thread(on_loop, kube.list(SECRETS, "ns")) == {
-        "apiVersion": "v1",
-        "kind": "List",
-        "metadata": {"resourceVersion": "1"},
-        "items": [],
-    }
+    listed = await asyncio.to_thread(on_loop, kube.list(SECRETS, "ns"))  # from a thread: fine
+    assert listed["items"] == [] and len(kube.calls) == 1
 
 
 # --- the shared CA's Secret ------------------------------------------------------------------
@@ -281,3 +279,51 @@ async def test_serving_fails_to_start_when_the_secret_cannot_be_read(tmp_path: P
         ):
             pass
     assert kube.calls_of("create") == []
+
+
+async def test_the_standalone_webhook_validates_against_the_queues_it_reads(tmp_path: Path) -> None:
+    """No view given: the server asks the API server (ApiView, in a worker thread) which
+    topology the job's queue gives it."""
+    kube = FakeKube()
+    _seed_queue(kube)
+    port = free_port()
+    job: dict[str, Any] = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "j", "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+        "spec": {
+            "template": {
+                "metadata": {
+                    "annotations": {"kueue.x-k8s.io/podset-required-topology": "example.com/zone"}
+                },
+                "spec": {"containers": [{"name": "c", "image": "x"}], "restartPolicy": "Never"},
+            }
+        },
+    }
+    review = review_for(job, "Job", "batch", namespace="ml")
+    async with serving("127.0.0.1", port, tmp_path, dns_names=[], ips=["127.0.0.1"], kube=kube):
+        context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+        async with aiohttp.ClientSession() as session:
+
+            async def answer() -> dict[str, Any]:
+                url = f"https://127.0.0.1:{port}/validate"
+                async with session.post(url, json=review, ssl=context) as response:
+                    body = await response.json()
+                    verdict: dict[str, Any] = body["response"]
+                    return verdict
+
+            refused = await answer()
+            assert refused["allowed"] is False and refused["status"]["code"] == 422
+            message = refused["status"]["message"]
+            assert "'example.com/zone' is not a level of topology 'dc'" in message
+            assert len(kube.calls_of("get", LOCAL_QUEUES)) == 1
+            # The queue unknown (the server refuses the read): the job's own rules alone. Another
+            # namespace, so the cached answer for ml/q is not used.
+            review["request"]["namespace"] = job["metadata"]["namespace"] = "other"
+            kube.seed(
+                LOCAL_QUEUES,
+                {"metadata": {"name": "q", "namespace": "other"}, "spec": {"clusterQueue": "cq"}},
+            )
+            kube.fail_next("get", KubeError(500, "InternalError", "etcd"), resource=LOCAL_QUEUES)
+            assert (await answer())["allowed"] is True
+            assert len(kube.calls_of("get", LOCAL_QUEUES)) == 2
