@@ -21,9 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client
+from kubernetes import client, config
 
-from topogate.kube.sync import api_client
 from topogate.testing.controlplane import ControlPlane, free_port
 from topogate.testing.localcluster import create_all, install_crds, serving
 
@@ -139,7 +138,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="topogate-bench-"))
     plane = ControlPlane.start(work / "controlplane")
     kubeconfig = plane.kubeconfig
-    api = api_client(str(kubeconfig))
+    api: client.ApiClient = config.new_client_from_config(str(kubeconfig))  # type: ignore[no-untyped-call]
     core: Any = client.CoreV1Api(api)
     custom: Any = client.CustomObjectsApi(api)
     try:

@@ -18,10 +18,9 @@ import time
 from pathlib import Path
 
 import yaml
-from kubernetes import client
+from kubernetes import client, config
 
 from topogate.cli import main as topogate
-from topogate.kube.sync import api_client
 from topogate.testing.controlplane import ControlPlane, free_port
 from topogate.testing.localcluster import create, create_all, install_crds, serving, stop
 
@@ -41,7 +40,7 @@ def main() -> int:
     print(f"== control plane in {workdir}", flush=True)
     plane = ControlPlane.start(workdir / "controlplane")
     kubeconfig = plane.kubeconfig
-    api = api_client(str(kubeconfig))
+    api: client.ApiClient = config.new_client_from_config(str(kubeconfig))  # type: ignore[no-untyped-call]
     try:
         install_crds(kubeconfig)
         cluster = _docs(EXAMPLES / "cluster.yaml") + _docs(EXAMPLES / "queues.yaml")

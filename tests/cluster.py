@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from kubernetes import client, config
 
+from topogate.kube.client import Kube
+from topogate.kube.protocol import KubeApi
 from topogate.testing.controlplane import ControlPlane
 
 T = TypeVar("T")
@@ -15,6 +18,19 @@ T = TypeVar("T")
 
 def api_client(plane: ControlPlane) -> client.ApiClient:
     return config.new_client_from_config(str(plane.kubeconfig))
+
+
+def with_kube(plane: ControlPlane, use: Callable[[KubeApi], Awaitable[T]]) -> T:
+    """``use`` run with topogate's own client of the plane (for the package's async calls)."""
+
+    async def connected() -> T:
+        kube = await Kube.connect(str(plane.kubeconfig))
+        try:
+            return await use(kube)
+        finally:
+            await kube.close()
+
+    return asyncio.run(connected())
 
 
 def eventually(check: Callable[[], T | None], timeout: float = 20.0, interval: float = 0.2) -> T:

@@ -12,7 +12,8 @@ import pytest
 import yaml
 from kubernetes import client, dynamic
 
-from topogate.testing.controlplane import BIN_ENV, binaries
+from tests.cluster import with_kube
+from topogate.testing.controlplane import BIN_ENV, ControlPlane, binaries
 from topogate.webhooks.configuration import configurations
 from topogate.webhooks.serving import inject_ca
 
@@ -59,7 +60,9 @@ def test_kustomize_base_applies_with_a_server_side_dry_run(crds: client.ApiClien
             assert "kube-system" in hook["namespaceSelector"]["matchExpressions"][0]["values"]
 
 
-def test_the_server_injects_its_ca_into_the_configurations(crds: client.ApiClient) -> None:
+def test_the_server_injects_its_ca_into_the_configurations(
+    crds: client.ApiClient, control_plane: ControlPlane
+) -> None:
     admission = client.AdmissionregistrationV1Api(crds)
     mutating, validating = configurations(service=("topogate-system", "topogate-webhook"))
     for body in (mutating, validating):
@@ -67,7 +70,8 @@ def test_the_server_injects_its_ca_into_the_configurations(crds: client.ApiClien
     admission.create_mutating_webhook_configuration(mutating)
     admission.create_validating_webhook_configuration(validating)
     try:
-        inject_ca(crds, "inject-test", b"-----BEGIN CERTIFICATE-----\nTEST\n")
+        bundle = b"-----BEGIN CERTIFICATE-----\nTEST\n"
+        with_kube(control_plane, lambda kube: inject_ca(kube, "inject-test", bundle))
         for read in (
             admission.read_mutating_webhook_configuration,
             admission.read_validating_webhook_configuration,

@@ -155,6 +155,20 @@ def test_the_core_is_pure() -> None:
     assert problems == []
 
 
+def test_one_kubernetes_client() -> None:
+    """The package reaches the API server through the ``KubeApi`` seam alone, so FakeKube can
+    stand in everywhere: only ``topogate.kube.client`` imports the official package (its async
+    REST layer and kubeconfig loading); the tooling may use anything."""
+    problems = [
+        f"{module.name}:{line} imports {target}"
+        for module in modules()
+        if module.name != "topogate.kube.client" and layer(module.name) != (6, "testing")
+        for target, _, line in imports(module)
+        if target.split(".")[0] == "kubernetes"
+    ]
+    assert problems == []
+
+
 def test_no_module_imports_another_modules_private_names() -> None:
     problems = [
         f"{module.name}:{line} imports {target}.{name}"

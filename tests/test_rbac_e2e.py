@@ -16,7 +16,7 @@ import yaml
 from kubernetes import client
 
 from tests import test_e2e
-from tests.cluster import api_client, drop_webhooks, eventually
+from tests.cluster import api_client, drop_webhooks, eventually, with_kube
 from tests.test_e2e import RACK, Pool, job, submit
 from tests.test_nodefailure_e2e import fail, live_bound
 from topogate.testing.controlplane import ControlPlane, free_port
@@ -75,9 +75,8 @@ def test_serve_under_config_rbac_is_never_refused(
     create_all(cluster.kubeconfig, rbac)
     started = datetime.datetime.now(datetime.UTC)
     port = free_port()
-    admin = api_client(cluster)
     # As `kubectl apply -k config/` would: the configurations exist; serve injects its CA.
-    register(admin, f"https://127.0.0.1:{port}", b"")
+    with_kube(cluster, lambda kube: register(kube, f"https://127.0.0.1:{port}", b""))
     kubeconfig = account_kubeconfig(cluster, tmp_path / "sa.kubeconfig")
     try:
         with serving(

@@ -241,7 +241,8 @@ def test_two_servers_share_one_ca_secret_and_the_api_server_trusts_both(
 ) -> None:
     from kubernetes import client
 
-    from tests.cluster import drop_webhooks, eventually
+    from tests.cluster import drop_webhooks, eventually, with_kube
+    from topogate.kube.client import Kube
     from topogate.testing.controlplane import free_port
     from topogate.webhooks.serving import register, serving
 
@@ -255,20 +256,23 @@ def test_two_servers_share_one_ca_secret_and_the_api_server_trusts_both(
 
     async def both() -> None:
         async def one(index: int) -> None:
-            async with serving(
-                "127.0.0.1",
-                ports[index],
-                tmp_path / f"replica-{index}",
-                dns_names=[],
-                ips=["127.0.0.1"],
-                kubeconfig=str(control_plane.kubeconfig),
-                use_api=True,
-                # Only the first registers (the URL); the second publishes nothing itself.
-                register_url=f"https://127.0.0.1:{ports[0]}" if index == 0 else None,
-                ca_secret=secret,
-            ):
-                await asyncio.to_thread(ready.wait, 30)
-                await asyncio.to_thread(stop.wait)
+            kube = await Kube.connect(str(control_plane.kubeconfig))
+            try:
+                async with serving(
+                    "127.0.0.1",
+                    ports[index],
+                    tmp_path / f"replica-{index}",
+                    dns_names=[],
+                    ips=["127.0.0.1"],
+                    kube=kube,
+                    # Only the first registers (the URL); the second publishes nothing itself.
+                    register_url=f"https://127.0.0.1:{ports[0]}" if index == 0 else None,
+                    ca_secret=secret,
+                ):
+                    await asyncio.to_thread(ready.wait, 30)
+                    await asyncio.to_thread(stop.wait)
+            finally:
+                await kube.close()
 
         await asyncio.gather(one(0), one(1))  # started together: they race for the Secret
 
@@ -291,7 +295,9 @@ def test_two_servers_share_one_ca_secret_and_the_api_server_trusts_both(
         eventually(suspended, timeout=30)  # the API server called replica 0
         # Point the configurations at replica 1 with the caBundle replica 0 injected: the API
         # server trusts replica 1's own serving certificate through it.
-        register(api, f"https://127.0.0.1:{ports[1]}", bundles[0])
+        with_kube(
+            control_plane, lambda kube: register(kube, f"https://127.0.0.1:{ports[1]}", bundles[0])
+        )
         eventually(suspended, timeout=30)
     finally:
         stop.set()

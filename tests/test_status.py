@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import json
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 from kubernetes import client
@@ -20,6 +23,7 @@ from topogate.commands.status import (
     GATED,
     RUNNING,
     UNGATED,
+    Connection,
     PodCounts,
     admission_state,
     connect,
@@ -32,7 +36,10 @@ from topogate.commands.status import (
     select,
     summarize,
 )
+from topogate.kube.errors import KubeError
+from topogate.kube.resources import CLUSTER_QUEUES, LOCAL_QUEUES, PODS, WORKLOADS, Obj, Resource
 from topogate.testing.controlplane import ControlPlane, free_port
+from topogate.testing.fakekube import FakeKube
 from topogate.webhooks.certs import KeyPair, issue
 
 BLOCK = "status.example.com/block"
@@ -595,21 +602,161 @@ def test_default_namespace_comes_from_the_context(
 ) -> None:
     with_namespace = _kubeconfig(tmp_path / "a", "https://127.0.0.1:1", namespace="team-x")
     without = _kubeconfig(tmp_path / "b", "https://127.0.0.1:1")
-    api, namespace = connect(str(with_namespace))
-    with api:
-        assert namespace == "team-x"
-        assert api.configuration.host == "https://127.0.0.1:1"
+
+    def connected(kubeconfig: str | None) -> tuple[str, str]:
+        async def server_and_namespace() -> tuple[str, str]:
+            connection = await connect(kubeconfig)
+            await connection.kube.close()
+            return connection.server, connection.namespace
+
+        return asyncio.run(server_and_namespace())
+
+    assert connected(str(with_namespace)) == ("https://127.0.0.1:1", "team-x")
     monkeypatch.setenv("KUBECONFIG", f"{tmp_path / 'missing'}:{without}")
-    api, namespace = connect(None)
-    with api:
-        assert namespace == "default"
+    assert connected(None) == ("https://127.0.0.1:1", "default")
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("KUBECONFIG")
     (tmp_path / ".kube").mkdir()
     with_namespace.rename(tmp_path / ".kube" / "config")
-    api, namespace = connect(None)
-    with api:
-        assert namespace == "team-x"
+    assert connected(None) == ("https://127.0.0.1:1", "team-x")
+
+
+# --- the command against FakeKube -----------------------------------------------------------
+
+SERVER = "https://fake.example:6443"
+
+
+class PagingKube(FakeKube):
+    """FakeKube answering lists in pages of ``limit`` items, as the API server does."""
+
+    async def list(self, resource: Resource, namespace: str | None = None, **params: Any) -> Obj:
+        limit, start = int(params.pop("limit")), int(params.pop("continue", 0))
+        whole = await super().list(resource, namespace, **params)
+        items = whole["items"]
+        metadata = dict(whole["metadata"])
+        if start + limit < len(items):
+            metadata["continue"] = str(start + limit)
+        return {**whole, "metadata": metadata, "items": items[start : start + limit]}
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeKube:
+    """`topogate status` connected to a FakeKube (the default namespace: ``team``)."""
+    kube = PagingKube()
+
+    async def connect(kubeconfig: str | None) -> Connection:
+        return Connection(kube, SERVER, "team")
+
+    monkeypatch.setattr("topogate.commands.status.connect", connect)
+    return kube
+
+
+def _seed(kube: FakeKube, workloads: list[dict[str, Any]], pods: list[dict[str, Any]]) -> None:
+    for workload in workloads:
+        kube.seed(WORKLOADS, workload)
+    for pod in pods:
+        kube.seed(PODS, pod)
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["status", *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_status_against_fakekube_by_name_by_job_and_in_pages(
+    fake: FakeKube, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("topogate.commands.status._PAGE", 2)  # lists come in pages
+    workloads, pods = _admitted_scenario()
+    workloads[0]["metadata"]["ownerReferences"] = [_owner("Job", "train")]
+    _seed(fake, workloads, pods)
+    assert _run(capsys, "train-abc") == (0, ADMITTED_TABLE, "")
+    assert _run(capsys, "train", "-n", "team") == (0, ADMITTED_TABLE, "")
+    code, out, _ = _run(capsys, "-A", "-o", "json")
+    assert (code, json.loads(out)) == (0, ADMITTED_DOCUMENT)
+    assert [c.namespace for c in fake.calls_of("list", PODS)][-1] is None  # every namespace
+    assert _run(capsys, "-n", "empty") == (0, "No workloads in namespace empty.\n", "")
+
+
+def test_status_against_fakekube_names_what_is_missing(
+    fake: FakeKube, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(capsys, "no-such") == (
+        1,
+        "",
+        "topogate status: error: Workload team/no-such not found (no Workload or Job/JobSet of "
+        "that name)\n",
+    )
+    fake.fail_next(
+        "list", KubeError(404, "NotFound", "the server could not find the requested resource")
+    )
+    assert _run(capsys) == (
+        1,
+        "",
+        f"topogate status: error: the API server at {SERVER} does not serve topogate.dev/v1alpha1 "
+        "workloads (are topogate's CRDs installed?)\n",
+    )
+
+
+def test_status_against_fakekube_reports_a_refusal_with_its_message(
+    fake: FakeKube, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _seed(fake, *_admitted_scenario())
+    forbidden = 'pods is forbidden: User "u" cannot list resource "pods" in the namespace "team"'
+    fake.fail_next("list", KubeError(403, "Forbidden", forbidden), resource=PODS)
+    assert _run(capsys) == (
+        1,
+        "",
+        f"topogate status: error: the API server at {SERVER} answered 403 Forbidden listing pods: "
+        f"{forbidden}\n",
+    )
+    fake.fail_next("list", KubeError(401, "Unauthorized", ""))
+    assert _run(capsys)[2] == (
+        f"topogate status: error: the API server at {SERVER} answered 401 Unauthorized\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        (ConnectionResetError(errno.ECONNRESET, "reset"), "[Errno 104] Connection reset by peer"),
+        (aiohttp.ServerDisconnectedError(), "Server disconnected"),
+        (TimeoutError(), "no answer in time"),
+    ],
+)
+def test_status_against_fakekube_reports_a_broken_transport(
+    fake: FakeKube, capsys: pytest.CaptureFixture[str], error: BaseException, said: str
+) -> None:
+    fake.fail_next("list", error)
+    assert _run(capsys) == (
+        1,
+        "",
+        f"topogate status: error: cannot connect to the API server at {SERVER}: {said}\n",
+    )
+
+
+def test_queues_against_fakekube(fake: FakeKube, capsys: pytest.CaptureFixture[str]) -> None:
+    for queue in (_queue("a", 8), _queue("b", 8)):
+        fake.seed(CLUSTER_QUEUES, queue)
+    fake.seed(
+        LOCAL_QUEUES, {"metadata": {"name": "q", "namespace": "ml"}, "spec": {"clusterQueue": "a"}}
+    )
+    _seed(fake, [_usage_workload("big", "a", 12), _usage_workload("waiting", None, 0)], [])
+    assert _run(capsys, "--queues") == (
+        0,
+        "CLUSTERQUEUE  COHORT  FLAVOR  RESOURCE        NOMINAL  USED  BORROWED  AVAILABLE  PENDING\n"
+        "a             team    h100    nvidia.com/gpu  8        12    4         4          1\n"
+        "b             team    h100    nvidia.com/gpu  8        0     0         4          0\n",
+        "",
+    )
+    fake.fail_next("list", KubeError(403, "Forbidden", "no"), resource=LOCAL_QUEUES)
+    assert _run(capsys, "--queues") == (
+        1,
+        "",
+        f"topogate status: error: the API server at {SERVER} answered 403 Forbidden listing "
+        "clusterqueues: no\n",
+    )
 
 
 # --- on the real API server ---------------------------------------------------------------

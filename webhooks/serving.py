@@ -19,9 +19,14 @@ import base64
 import contextlib
 import datetime as dt
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
+
+from topogate.kube.blocking import OnLoop
+from topogate.kube.errors import API_ERRORS, KubeError
+from topogate.kube.protocol import KubeApi
+from topogate.kube.resources import JSON_PATCH, MUTATING_WEBHOOKS, SECRETS, VALIDATING_WEBHOOKS
 
 from .certs import issue, issued_by
 from .options import Limits
@@ -41,12 +46,11 @@ log = logging.getLogger("topogate.webhooks")
 
 
 class SecretStore:
-    """The shared CA in a Secret (official client; blocking calls)."""
+    """The shared CA in a Secret. The store is a blocking seam (``sharedca.CAStore``, called from
+    the worker thread that also makes the keys); each call runs on the client's loop."""
 
-    def __init__(self, api: Any, namespace: str, name: str) -> None:
-        from kubernetes import client
-
-        self.core: Any = client.CoreV1Api(api)
+    def __init__(self, kube: KubeApi, on_loop: OnLoop, namespace: str, name: str) -> None:
+        self.kube, self.on_loop = kube, on_loop
         self.namespace, self.name = namespace, name
 
     def _body(self, data: dict[str, bytes], version: str | None = None) -> dict[str, Any]:
@@ -55,39 +59,38 @@ class SecretStore:
         if version is not None:
             metadata["resourceVersion"] = version  # lost to another replica: 409
         encoded = {key: base64.b64encode(value).decode() for key, value in data.items()}
-        return {"metadata": metadata, "type": "Opaque", "data": encoded}
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": metadata,
+            "type": "Opaque",
+            "data": encoded,
+        }
 
     def read(self) -> Stored | None:
-        from kubernetes import client
-
         try:
-            secret = self.core.read_namespaced_secret(self.name, self.namespace)
-        except client.ApiException as error:
-            if error.status == 404:
+            secret = self.on_loop(self.kube.get(SECRETS, self.name, self.namespace))
+        except KubeError as error:
+            if error.not_found:
                 return None
             raise
-        data = {key: base64.b64decode(value) for key, value in (secret.data or {}).items()}
-        return Stored(data, secret.metadata.resource_version)
+        encoded = secret.get("data") or {}
+        data = {key: base64.b64decode(value) for key, value in encoded.items()}
+        return Stored(data, str(secret["metadata"]["resourceVersion"]))
 
     def create(self, data: dict[str, bytes]) -> bool:
-        return self._conflict_is_false(
-            lambda: self.core.create_namespaced_secret(self.namespace, self._body(data))
-        )
+        body = self._body(data)
+        return self._conflict_is_false(self.kube.create(SECRETS, body, self.namespace))
 
     def replace(self, data: dict[str, bytes], version: str) -> bool:
         body = self._body(data, version)
-        return self._conflict_is_false(
-            lambda: self.core.replace_namespaced_secret(self.name, self.namespace, body)
-        )
+        return self._conflict_is_false(self.kube.replace(SECRETS, body))
 
-    @staticmethod
-    def _conflict_is_false(call: Callable[[], Any]) -> bool:
-        from kubernetes import client
-
+    def _conflict_is_false(self, call: Coroutine[Any, Any, Any]) -> bool:
         try:
-            call()
-        except client.ApiException as error:
-            if error.status == 409:  # AlreadyExists, or a stale resourceVersion
+            self.on_loop(call)
+        except KubeError as error:
+            if error.conflict:  # AlreadyExists, or a stale resourceVersion
                 return False
             raise
         return True
@@ -180,77 +183,51 @@ class CertificateKeeper:
         return shared.bundle, due
 
 
-def register(api: Any, url: str, ca_bundle: bytes) -> None:
+async def register(kube: KubeApi, url: str, ca_bundle: bytes) -> None:
     """Create or replace both configurations (idempotent)."""
-    from kubernetes import client
-
     from .configuration import configurations
 
-    admission: Any = client.AdmissionregistrationV1Api(api)  # it takes plain dicts
     mutating, validating = configurations(url=url, ca_bundle=ca_bundle)
-    for body, create, read, replace in (
-        (
-            mutating,
-            admission.create_mutating_webhook_configuration,
-            admission.read_mutating_webhook_configuration,
-            admission.replace_mutating_webhook_configuration,
-        ),
-        (
-            validating,
-            admission.create_validating_webhook_configuration,
-            admission.read_validating_webhook_configuration,
-            admission.replace_validating_webhook_configuration,
-        ),
-    ):
+    for resource, body in ((MUTATING_WEBHOOKS, mutating), (VALIDATING_WEBHOOKS, validating)):
         try:
-            create(body)
-        except client.ApiException as error:
-            if error.status != 409:
+            await kube.create(resource, body)
+        except KubeError as error:
+            if not error.conflict:
                 raise
             # An update must name the version it replaces.
-            name = body["metadata"]["name"]
-            current = read(name)
-            body["metadata"]["resourceVersion"] = current.metadata.resource_version
-            replace(name, body)
+            current = await kube.get(resource, body["metadata"]["name"])
+            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            await kube.replace(resource, body)
 
 
-def inject_ca(api: Any, name: str, ca_bundle: bytes) -> None:
+async def inject_ca(kube: KubeApi, name: str, ca_bundle: bytes) -> None:
     """Set every webhook's caBundle in the two configurations called ``name``."""
-    import base64
-
-    from kubernetes import client
-
-    admission: Any = client.AdmissionregistrationV1Api(api)
     encoded = base64.b64encode(ca_bundle).decode()
-    for read, patch in (
-        (
-            admission.read_mutating_webhook_configuration,
-            admission.patch_mutating_webhook_configuration,
-        ),
-        (
-            admission.read_validating_webhook_configuration,
-            admission.patch_validating_webhook_configuration,
-        ),
-    ):
-        current = read(name)
-        hooks = [
-            {"name": hook.name, "clientConfig": {"caBundle": encoded}} for hook in current.webhooks
-        ]
-        patch(name, {"webhooks": hooks})
+    for resource in (MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS):
+        current = await kube.get(resource, name)
+        # Each hook by its position, tested to still be the one read: the strategic merge the
+        # API server offers (by name) is not a patch every KubeApi speaks.
+        patch: list[dict[str, Any]] = []
+        for index, hook in enumerate(current.get("webhooks") or []):
+            at = f"/webhooks/{index}"
+            patch.append({"op": "test", "path": f"{at}/name", "value": hook["name"]})
+            patch.append({"op": "add", "path": f"{at}/clientConfig/caBundle", "value": encoded})
+        await kube.patch(resource, name, patch, content_type=JSON_PATCH)
 
 
 def _keeper(
     cert_dir: Path,
     dns_names: list[str],
     ips: list[str],
-    api: Any,
+    kube: KubeApi | None,
     ca_secret: tuple[str, str] | None,
 ) -> CertificateKeeper | None:
     """The keeper of the certificates, or None when they are mounted (used as they are)."""
     if ca_secret is not None:
-        if api is None:
+        if kube is None:
             raise ValueError("a CA Secret needs an API client")
-        return CertificateKeeper(SecretStore(api, *ca_secret), cert_dir, dns_names, ips)
+        store = SecretStore(kube, OnLoop(asyncio.get_running_loop()), *ca_secret)
+        return CertificateKeeper(store, cert_dir, dns_names, ips)
     mounted = (cert_dir / "tls.crt").exists() and (cert_dir / "tls.key").exists()
     if mounted and not (cert_dir / "ca" / "ca.key").exists():
         return None
@@ -258,50 +235,45 @@ def _keeper(
 
 
 # What a round of renewal may run into; the next round tries again.
-def _renewal_errors() -> tuple[type[BaseException], ...]:
-    from kubernetes import client
-    from urllib3.exceptions import HTTPError
-
-    return (client.ApiException, HTTPError, CAUnavailable, OSError, ValueError)
+RENEWAL_ERRORS: tuple[type[BaseException], ...] = (*API_ERRORS, CAUnavailable, OSError, ValueError)
 
 
 async def _keep(
     keeper: CertificateKeeper,
     certificate: ServingCertificate,
-    publish: Callable[[bytes], None],
+    publish: Callable[[bytes], Awaitable[None]],
     bundle: bytes,
     interval: float,
 ) -> None:
     """Renew the CA and the serving certificate when due; a new bundle is published (injected
     or registered) before the serving certificate from a new CA is loaded."""
     loop = asyncio.get_running_loop()
-    errors = _renewal_errors()
     while True:
         await asyncio.sleep(interval)
         try:
             current, issued = await loop.run_in_executor(None, keeper.check)
             if current != bundle:
-                await loop.run_in_executor(None, publish, current)
+                await publish(current)
                 bundle = current
                 log.info("published the renewed webhook CA bundle")
             if issued and certificate.reload():
                 log.info("renewed the serving certificate in %s", certificate.directory)
-        except errors as error:
+        except RENEWAL_ERRORS as error:
             log.warning(
                 "could not renew the webhook certificates (next try in %.0f s): %s", interval, error
             )
 
 
 def _publisher(
-    api: Any, register_url: str | None, inject_ca_into: str | None
-) -> Callable[[bytes], None]:
-    def publish(bundle: bytes) -> None:
-        if api is None:
+    kube: KubeApi | None, register_url: str | None, inject_ca_into: str | None
+) -> Callable[[bytes], Awaitable[None]]:
+    async def publish(bundle: bytes) -> None:
+        if kube is None:
             return
         if register_url:
-            register(api, register_url, bundle)
+            await register(kube, register_url, bundle)
         if inject_ca_into:
-            inject_ca(api, inject_ca_into, bundle)
+            await inject_ca(kube, inject_ca_into, bundle)
 
     return publish
 
@@ -314,8 +286,7 @@ async def serving(
     *,
     dns_names: list[str],
     ips: list[str],
-    kubeconfig: str | None,
-    use_api: bool,
+    kube: KubeApi | None,
     view: ClusterView | ViewFor | None = None,
     register_url: str | None = None,
     inject_ca_into: str | None = None,
@@ -325,19 +296,15 @@ async def serving(
     renew_interval: float = 3600.0,
 ) -> AsyncIterator[None]:
     """The webhook server, its certificate (see the module's docstring; reloaded on change,
-    renewed every ``renew_interval`` when due) and, with an API client, the webhook
-    configurations' registration or CA injection. ``view`` answers the validating webhook's
-    questions (`serve` passes its state); without one, and with an API client, the API server
-    is asked (:class:`ApiView`)."""
-    # Imported here so that `topogate plan` does not pay for the Kubernetes client and aiohttp.
-    from topogate.kube.sync import api_client
-
+    renewed every ``renew_interval`` when due) and, with an API client (``kube``; the caller
+    owns it), the webhook configurations' registration or CA injection. ``view`` answers the
+    validating webhook's questions (`serve` passes its state); without one, and with an API
+    client, the API server is asked (:class:`ApiView`)."""
     from .catalog import ApiView
     from .server import running
 
-    api = api_client(kubeconfig) if use_api or ca_secret else None
     loop = asyncio.get_running_loop()
-    keeper = _keeper(cert_dir, dns_names or ["localhost"], ips or ["127.0.0.1"], api, ca_secret)
+    keeper = _keeper(cert_dir, dns_names or ["localhost"], ips or ["127.0.0.1"], kube, ca_secret)
     bundle: bytes | None = None  # mounted files without ca.crt: nothing to publish
     if keeper is not None:
         bundle, _ = await loop.run_in_executor(None, keeper.check)
@@ -345,14 +312,14 @@ async def serving(
         bundle = (cert_dir / "ca.crt").read_bytes()
     certificate = ServingCertificate(cert_dir)
     blocking = False
-    if view is None and api is not None:
-        view, blocking = ApiView(api), True
-    publish = _publisher(api, register_url, inject_ca_into)
+    if view is None and kube is not None:
+        view, blocking = ApiView(kube, OnLoop(loop)), True
+    publish = _publisher(kube, register_url, inject_ca_into)
     async with running(
         host, port, certificate, view, reload_interval, blocking=blocking, limits=limits
     ):
         if bundle is not None:
-            await loop.run_in_executor(None, publish, bundle)
+            await publish(bundle)
         renewing = None
         if keeper is not None and bundle is not None:
             renewing = asyncio.create_task(

@@ -2,20 +2,24 @@
 
 Three layers: :func:`summarize` is pure (Workload and Pod dicts in, dataclasses out); the
 renderers turn those into a table, JSON or YAML; :func:`run` is the thin shell that reads the
-API server with the official (sync) client. The client is imported inside the shell's
-functions, so ``topogate plan`` does not pay for it.
+API server through the transport seam (``KubeApi``, under ``asyncio.run``), so ``FakeKube``
+can stand in for it. The client is imported inside :func:`connect`, so ``topogate plan`` does
+not pay for it.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import http
 import json
 import os
+import ssl
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
@@ -26,9 +30,9 @@ from topogate.api.errors import InputError
 from topogate.api.kinds import JOB_KINDS
 from topogate.api.quantity import format_units
 from topogate.api.topology_assignment import decode
-
-if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
+from topogate.kube.errors import API_ERRORS, KubeError
+from topogate.kube.protocol import KubeApi
+from topogate.kube.resources import CLUSTER_QUEUES, LOCAL_QUEUES, PODS, WORKLOADS, Resource
 
 Obj = Mapping[str, Any]
 
@@ -42,7 +46,8 @@ UNASSIGNED = "-"
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 _SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 _PAGE = 500
-_TIMEOUT = (10, 120)  # connect, read (seconds)
+# What reading the API can fail with (OSError: a local failure, such as an unreadable token).
+API_READ_ERRORS: tuple[type[BaseException], ...] = (*API_ERRORS, OSError)
 
 
 # --- the model --------------------------------------------------------------------------
@@ -440,96 +445,107 @@ def _kubeconfig_paths(explicit: str | None) -> str | None:
     return os.pathsep.join(present) or None
 
 
-def connect(kubeconfig: str | None) -> tuple[ApiClient, str]:
-    """An API client and the default namespace (the context's, else ``default``)."""
-    from kubernetes import config
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """The client (the caller closes it), the server messages name, the default namespace."""
 
-    from topogate.kube.sync import api_client
+    kube: KubeApi
+    server: str
+    namespace: str
+
+
+def _in_cluster_namespace() -> str:
+    own = ""
+    if _SERVICE_ACCOUNT_NAMESPACE.is_file():
+        own = _SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+    return own or "default"
+
+
+async def connect(kubeconfig: str | None) -> Connection:
+    """A client and the default namespace (the context's, else ``default``)."""
+    from topogate.kube.client import Kube, KubeconfigError, context_namespace
 
     paths = _kubeconfig_paths(kubeconfig)
     try:
         if paths is None:
             try:
-                api = api_client(None)
-            except config.ConfigException as error:
+                kube = await Kube.connect(None)
+            except KubeconfigError as error:
                 raise StatusError(
                     "no kubeconfig (--kubeconfig, $KUBECONFIG, ~/.kube/config) and not running "
                     f"in a cluster ({_one_line(str(error))})"
                 ) from None
-            own = ""
-            if _SERVICE_ACCOUNT_NAMESPACE.is_file():
-                own = _SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
-            return api, own or "default"
-        _, current = config.list_kube_config_contexts(paths)  # type: ignore[no-untyped-call]
-        context_namespace = _dict(_dict(current).get("context")).get("namespace")
-        return api_client(paths), str(context_namespace or "default")
+            try:
+                return Connection(kube, kube.server, _in_cluster_namespace())
+            except BaseException:
+                await kube.close()
+                raise
+        namespace = context_namespace(paths)
+        kube = await Kube.connect(paths)
+        return Connection(kube, kube.server, namespace or "default")
     except StatusError:
         raise
-    except (config.ConfigException, OSError, yaml.YAMLError, ValueError, KeyError) as error:
+    except (KubeconfigError, OSError, yaml.YAMLError, ValueError, KeyError) as error:
         where = paths or "the in-cluster configuration"
         raise StatusError(f"cannot load {where}: {_one_line(str(error))}") from None
 
 
-def _api_error(server: str, error: Exception, what: str) -> StatusError:
-    from kubernetes.client import ApiException
+def _connection_problem(error: BaseException) -> str:
+    """What broke, as ``[Errno 111] Connection refused``."""
+    if isinstance(error, TimeoutError):
+        return "no answer in time"
+    # aiohttp's connector errors wrap the OSError; asyncio words every one "Connect call
+    # failed", so the errno says what happened.
+    cause = getattr(error, "os_error", None) or error
+    if isinstance(cause, OSError) and cause.errno and not isinstance(cause, ssl.SSLError):
+        text = os.strerror(cause.errno) if cause.errno > 0 else cause.strerror  # < 0: DNS
+        return f"[Errno {cause.errno}] {text}"
+    return _one_line(str(error)) or type(error).__name__
 
-    if isinstance(error, ApiException) and error.status:
-        message = ""
-        try:
-            message = str(json.loads(error.body or "").get("message") or "")
-        except (ValueError, AttributeError):
-            message = ""
+
+def _api_error(server: str, error: BaseException, what: str) -> StatusError:
+    if isinstance(error, KubeError):
         if error.status == 404 and what == PLURAL:  # lists 404 only for unserved types
             return StatusError(
                 f"the API server at {server} does not serve {GROUP}/{VERSION} {PLURAL} "
                 "(are topogate's CRDs installed?)"
             )
-        text = f"the API server at {server} answered {error.status} {error.reason or ''}".rstrip()
+        try:
+            phrase = http.HTTPStatus(error.status).phrase  # the HTTP reason, as the server sent
+        except ValueError:
+            phrase = error.reason
+        text = f"the API server at {server} answered {error.status} {phrase}".rstrip()
+        message = error.message
         return StatusError(_one_line(f"{text} listing {what}: {message}" if message else text))
-    reason: Any = error.reason if isinstance(error, ApiException) else error
-    reason = getattr(reason, "reason", None) or reason  # urllib3's MaxRetryError wraps the cause
-    text = _one_line(str(reason)).split("Failed to establish a new connection: ")[-1]
-    return StatusError(f"cannot connect to the API server at {server}: {text}")
+    problem = _connection_problem(error)
+    return StatusError(f"cannot connect to the API server at {server}: {problem}")
 
 
-def _list_all(call: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Obj]:
-    """Every item of a list call, page by page, as camelCase dicts (the wire's JSON)."""
+async def _list_all(
+    kube: KubeApi, resource: Resource, namespace: str | None, **params: Any
+) -> list[Obj]:
+    """Every item of a list, page by page (``namespace`` None: every namespace)."""
     items: list[Obj] = []
     token: str | None = None
     while True:
-        response = call(
-            *args,
-            limit=_PAGE,
-            _continue=token,
-            _preload_content=False,
-            _request_timeout=_TIMEOUT,
-            **kwargs,
-        )
-        try:
-            body = _dict(json.loads(response.data))
-        finally:
-            response.release_conn()
+        paging: dict[str, Any] = {"limit": _PAGE} | ({"continue": token} if token else {})
+        body = _dict(await kube.list(resource, namespace, **paging, **params))
         items.extend(map(_dict, _list(body.get("items"))))
         token = _dict(body.get("metadata")).get("continue") or None
         if not token:
             return items
 
 
-def fetch(api: ApiClient, namespace: str | None, name: str | None) -> list[WorkloadStatus]:
+async def fetch(
+    connection: Connection, namespace: str | None, name: str | None
+) -> list[WorkloadStatus]:
     """Read Workloads (all, or NAME's) and their pods; ``namespace`` None: every namespace."""
-    import urllib3
-    from kubernetes import client, config
+    from topogate.kube.client import KubeconfigError
 
-    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-    server = str(api.configuration.host)
+    kube, server = connection.kube, connection.server
     what = PLURAL
     try:
-        if namespace is None:
-            workloads = _list_all(custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
-        else:
-            workloads = _list_all(
-                custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL
-            )
+        workloads = await _list_all(kube, WORKLOADS, namespace)
         if name is not None:
             workloads = select(workloads, name)
             if not workloads:
@@ -540,13 +556,10 @@ def fetch(api: ApiClient, namespace: str | None, name: str | None) -> list[Workl
         if not workloads:
             return []
         what = "pods"
-        if namespace is None:
-            pods = _list_all(core.list_pod_for_all_namespaces, label_selector=PODSET_LABEL)
-        else:
-            pods = _list_all(core.list_namespaced_pod, namespace, label_selector=PODSET_LABEL)
-    except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as error:
+        pods = await _list_all(kube, PODS, namespace, labelSelector=PODSET_LABEL)
+    except API_READ_ERRORS as error:
         raise _api_error(server, error, what) from None
-    except config.ConfigException as error:  # credential plugins run at request time
+    except KubeconfigError as error:  # credential plugins run at request time
         raise StatusError(f"cannot authenticate to {server}: {_one_line(str(error))}") from None
     return summarize(workloads, pods)
 
@@ -599,19 +612,17 @@ def render_queues(rows: Sequence[QuotaRow], output: str) -> str:
     return "\n".join(_table(table, "")) + "\n"
 
 
-def fetch_queues(api: ApiClient) -> list[QuotaRow]:
-    import urllib3
-    from kubernetes import client, config
+async def fetch_queues(connection: Connection) -> list[QuotaRow]:
+    from topogate.kube.client import KubeconfigError
 
-    custom = client.CustomObjectsApi(api)
-    server = str(api.configuration.host)
+    kube, server = connection.kube, connection.server
     try:
-        queues = _list_all(custom.list_cluster_custom_object, GROUP, VERSION, "clusterqueues")
-        local = _list_all(custom.list_cluster_custom_object, GROUP, VERSION, "localqueues")
-        workloads = _list_all(custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
-    except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as error:
+        queues = await _list_all(kube, CLUSTER_QUEUES, None)
+        local = await _list_all(kube, LOCAL_QUEUES, None)
+        workloads = await _list_all(kube, WORKLOADS, None)
+    except API_READ_ERRORS as error:
         raise _api_error(server, error, "clusterqueues") from None
-    except config.ConfigException as error:
+    except KubeconfigError as error:
         raise StatusError(f"cannot authenticate to {server}: {_one_line(str(error))}") from None
     return queue_report(queues, local, workloads)
 
@@ -625,26 +636,34 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    if args.queues:
-        try:
-            api, _ = connect(args.kubeconfig)
-            with api:
-                rows = fetch_queues(api)
-        except StatusError as error:
-            print(f"topogate status: error: {error}", file=sys.stderr)
-            return EXIT_ERROR
-        sys.stdout.write(render_queues(rows, args.output))
-        return EXIT_OK
     if args.name and args.all_namespaces:
         print(
             "topogate status: error: NAME cannot be combined with --all-namespaces", file=sys.stderr
         )
         return EXIT_USAGE
+    return asyncio.run(_connected(args))
+
+
+async def _connected(args: argparse.Namespace) -> int:
     try:
-        api, default_namespace = connect(args.kubeconfig)
-        with api:
-            namespace = None if args.all_namespaces else args.namespace or default_namespace
-            workloads = fetch(api, namespace, args.name)
+        connection = await connect(args.kubeconfig)
+    except StatusError as error:
+        print(f"topogate status: error: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        return await report(connection, args)
+    finally:
+        await connection.kube.close()
+
+
+async def report(connection: Connection, args: argparse.Namespace) -> int:
+    """The report on stdout (exit 0), or one error line on stderr (exit 1)."""
+    try:
+        if args.queues:
+            sys.stdout.write(render_queues(await fetch_queues(connection), args.output))
+            return EXIT_OK
+        namespace = None if args.all_namespaces else args.namespace or connection.namespace
+        workloads = await fetch(connection, namespace, args.name)
     except StatusError as error:
         print(f"topogate status: error: {error}", file=sys.stderr)
         return EXIT_ERROR

@@ -42,25 +42,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    from topogate.kube.client import Kube
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with serving(
-        args.host,
-        args.port,
-        args.cert_dir,
-        dns_names=args.dns_name,
-        ips=args.ip,
-        kubeconfig=args.kubeconfig,
-        use_api=bool(args.kubeconfig or args.register_url or args.inject_ca),
-        register_url=args.register_url,
-        inject_ca_into=args.inject_ca,
-        reload_interval=args.reload_interval,
-        **options(args),
-    ):
-        print(f"webhooks ready on https://{args.host}:{args.port}", flush=True)
-        await stop.wait()
+    # A shared CA lives in a Secret: it needs the client even without the other flags.
+    use_api = args.kubeconfig or args.register_url or args.inject_ca or args.webhook_ca_secret
+    kube = await Kube.connect(args.kubeconfig) if use_api else None
+    try:
+        async with serving(
+            args.host,
+            args.port,
+            args.cert_dir,
+            dns_names=args.dns_name,
+            ips=args.ip,
+            kube=kube,
+            register_url=args.register_url,
+            inject_ca_into=args.inject_ca,
+            reload_interval=args.reload_interval,
+            **options(args),
+        ):
+            print(f"webhooks ready on https://{args.host}:{args.port}", flush=True)
+            await stop.wait()
+    finally:
+        if kube is not None:
+            await kube.close()
     return 0
 
 

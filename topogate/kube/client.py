@@ -5,16 +5,22 @@ Authentication and TLS come from the official client (``kubernetes.aio.config`` 
 kubeconfig or the in-cluster service account; its REST layer builds the TLS session). On top
 of that this module offers what a controller needs, without deserializing every pod into
 generated model classes: get, list, watch (a stream of events), create, update, patch, delete.
+
+This is the one module that loads a kubeconfig: :meth:`Kube.connect` for every command and
+`serve`, and :func:`context_namespace` for the default namespace `topogate status` reads.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 import aiohttp
+import yaml
 from kubernetes.aio import config as aio_config
 from kubernetes.aio.client.configuration import Configuration
 from kubernetes.aio.client.rest import RESTClientObject
@@ -23,7 +29,11 @@ from .errors import KubeError
 from .ratelimit import TokenBucket
 from .resources import JSON_PATCH, MERGE_PATCH, Obj, Resource
 
-__all__ = ["JSON_PATCH", "MERGE_PATCH", "Kube"]
+__all__ = ["JSON_PATCH", "MERGE_PATCH", "Kube", "KubeconfigError", "context_namespace"]
+
+# An unusable kubeconfig or in-cluster configuration (also raised by a credential plugin when a
+# request asks it for a token).
+KubeconfigError = aio_config.ConfigException
 
 
 # Kueue's defaults (apis/config/v1beta2/defaults.go; client-go's 5 and 10 are too few for a
@@ -78,6 +88,11 @@ class Kube:
                 client_configuration=configuration
             )
         return cls(configuration, trust_env=trust_env, qps=qps, burst=burst)
+
+    @property
+    def server(self) -> str:
+        """The API server's URL, as messages name it."""
+        return self._host
 
     async def close(self) -> None:
         await self._session.close()
@@ -194,6 +209,19 @@ class Kube:
                         str(status.get("message") or ""),
                     )
                 yield event
+
+
+def context_namespace(kubeconfig: str) -> str | None:
+    """The namespace of ``kubeconfig``'s current context (``:``-joined paths are merged, as
+    in $KUBECONFIG), or None when it names none."""
+    for path in kubeconfig.split(os.pathsep):
+        # The async loader stumbles over an empty file (a TypeError); say it as the sync does.
+        if path and os.path.isfile(path) and yaml.safe_load(Path(path).read_text()) is None:
+            raise KubeconfigError(f"Invalid kube-config. {path} file is empty")
+    _, current = aio_config.list_kube_config_contexts(kubeconfig)  # type: ignore[no-untyped-call]
+    context = current.get("context") if isinstance(current, Mapping) else None
+    namespace = context.get("namespace") if isinstance(context, Mapping) else None
+    return str(namespace) if namespace else None
 
 
 def _error(status: int, text: str) -> KubeError:

@@ -1,8 +1,19 @@
-"""The transport seam: what the controller asks of the API server, as a protocol.
+"""The transport seam: what the package asks of the API server, as a protocol.
 
-The aiohttp client (``client.Kube``) implements it against a real server; the in-memory
-``topogate.testing.fakekube.FakeKube`` implements it for unit tests of the shells, the way
-httpx's ``MockTransport`` stands in for the network.
+It is the package's one Kubernetes client. The controller's shells, the webhook server (the
+shared CA's Secret, the webhook configurations, the standalone webhook's view of the queues)
+and `topogate status` all take a ``KubeApi``; nothing outside ``topogate.testing`` imports
+the official ``kubernetes.client``. Implementations:
+
+* ``client.Kube``: aiohttp against a real server; the one place a kubeconfig is loaded
+  (``Kube.connect``, ``client.context_namespace``);
+* ``topogate.testing.fakekube.FakeKube``: in memory, for unit tests, the way httpx's
+  ``MockTransport`` stands in for the network;
+* `serve`'s fenced wrapper around ``Kube``, which refuses writes once the Lease lapsed.
+
+Failures are ``errors.API_ERRORS``: ``KubeError`` for an answer (its HTTP status), the
+transport's own errors otherwise. Blocking code in a worker thread calls it through
+``blocking.OnLoop``. Commands run it under ``asyncio.run``.
 """
 
 from __future__ import annotations

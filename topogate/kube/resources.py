@@ -54,6 +54,14 @@ PODS = Resource("v1", "pods")
 EVENTS = Resource("events.k8s.io/v1", "events")
 LEASES = Resource("coordination.k8s.io/v1", "leases")
 PRIORITY_CLASSES = Resource("scheduling.k8s.io/v1", "priorityclasses", namespaced=False)
+# The webhook server's writes: the shared CA's Secret and the webhook configurations.
+SECRETS = Resource("v1", "secrets")
+MUTATING_WEBHOOKS = Resource(
+    "admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations", namespaced=False
+)
+VALIDATING_WEBHOOKS = Resource(
+    "admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", namespaced=False
+)
 WORKLOADS = Resource(API_VERSION, "workloads")
 CLUSTER_QUEUES = Resource(API_VERSION, "clusterqueues", namespaced=False)
 LOCAL_QUEUES = Resource(API_VERSION, "localqueues")
