@@ -30,6 +30,7 @@ from topogate.api.models import Admission
 from topogate.api.objects import condition, is_evicted, meta, owner_job
 from topogate.api.times import parse_time
 from topogate.api.topology_assignment import decode
+from topogate.clock import exact_budget
 from topogate.kube.errors import API_ERRORS
 from topogate.kube.events import EventRecorder
 from topogate.kube.protocol import KubeApi
@@ -227,7 +228,7 @@ class Admitter:
             return
         snapshot = self.state.snapshot()
         named = self._lanes.topologies()
-        placer = build_placer(snapshot, catalog, named, self.exact_budget)
+        placer = build_placer(snapshot, catalog, named, exact_budget(self.exact_budget))
         preempt = preemptor(self.state, catalog.queues, placer)
         result = admission_cycle(
             catalog.queues, self._lanes, self.state.quota_in_use(), placer, preempt

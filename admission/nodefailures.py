@@ -28,6 +28,7 @@ from typing import Any
 from topogate.api import constants as c
 from topogate.api.objects import condition, is_evicted, is_finished, meta, owner_job
 from topogate.api.times import parse_time
+from topogate.clock import exact_budget
 from topogate.kube.errors import API_ERRORS, KubeError
 from topogate.kube.events import EventRecorder
 from topogate.kube.protocol import KubeApi
@@ -197,7 +198,9 @@ class NodeFailures:
             why = "its topology is not a label topology" if source else "its topology is gone"
             return ReplacementPlan(None, message=f"no replacement searched: {why}")
         named = [request.topology] if request.topology is not None else []
-        placer = build_placer(self.state.snapshot(), catalog, named, self.exact_budget)
+        placer = build_placer(
+            self.state.snapshot(), catalog, named, exact_budget(self.exact_budget)
+        )
 
         def place(one: PlacementRequest, held: Held) -> PlacementDecision | None:
             return placer(flavor, one, held)

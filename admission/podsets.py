@@ -51,7 +51,7 @@ from topogate.cache.sources import (
     topology_sources,
 )
 
-from .exact import EXACT_BUDGET
+from .exact import ExactBudget
 from .queues import FlavorTopology, PendingWorkload, QueueSpec, SnapshotPlacer
 from .request import Mode, PlacementRequest, PodSetRequest, SliceLayer
 
@@ -515,7 +515,7 @@ def build_placer(
     snapshot: ClusterSnapshot,
     catalog: Catalog,
     named: Iterable[str] = (),
-    exact_budget: float = EXACT_BUDGET,
+    exact: ExactBudget | None = None,
 ) -> SnapshotPlacer:
     """The placer for one cycle: a tree per flavor (its own topology) and per (flavor,
     topology a job names), over ``snapshot``."""
@@ -533,4 +533,4 @@ def build_placer(
             if wanted is not None:
                 tree = wanted.tree(snapshot, labels)
                 by_name[(name, topology)] = FlavorTopology(tree, wanted.name, tolerations)
-    return SnapshotPlacer(snapshot, own, by_name, exact_budget)
+    return SnapshotPlacer(snapshot, own, by_name, exact)

@@ -53,6 +53,7 @@ LAYERS: dict[str, tuple[int, str]] = {
     "topogate.kube": (1, "transport"),
     "topogate.metrics": (1, "transport"),
     "topogate.files": (1, "transport"),
+    "topogate.clock": (1, "transport"),  # the clocks the core is handed
     "topogate.state": (2, "state"),
     "topogate.admission.writes": (2, "state"),  # the Workload writes both admission shells make
     **{shell: (3, group) for shell, group in SHELLS.items()},
