@@ -22,7 +22,7 @@ from topogate.cache.snapshot import ClusterSnapshot
 from topogate.cache.topology import DomainTree
 
 from .assignments import node_usage
-from .exact import EXACT_BUDGET
+from .exact import ExactBudget
 from .gpuplace import taken_by
 from .lanes import PendingWorkload, QueueLanes, Shape
 from .partial import can_shrink, largest_fit, with_counts
@@ -459,7 +459,7 @@ class SnapshotPlacer:
     flavors: Mapping[str, FlavorTopology]
     # (flavor, topology) for jobs that name their topology (KAI) instead of the flavor's.
     named: Mapping[tuple[str, str], FlavorTopology] = field(default_factory=dict)
-    exact_budget: float = EXACT_BUDGET  # the exact second pass's time per gang (0: off)
+    exact: ExactBudget | None = None  # the exact second pass's time per gang (None: off)
     # What the exact second pass did, per outcome, over this placer's placements (a metric).
     exact_outcomes: Counter[str] = field(default_factory=Counter)
 
@@ -484,7 +484,7 @@ class SnapshotPlacer:
             self.snapshot.without_usage(per_node, gpus),
             self.flavors,
             self.named,
-            self.exact_budget,
+            self.exact,
             self.exact_outcomes,
         )
 
@@ -507,7 +507,7 @@ class SnapshotPlacer:
             request,
             topology_name=topology.topology_name,
             flavor_tolerations=topology.tolerations,
-            exact_budget=self.exact_budget,
+            exact=self.exact,
         )
         if decision.exact is not ExactOutcome.NOT_RUN:
             self.exact_outcomes[decision.exact.value] += 1

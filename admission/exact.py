@@ -39,9 +39,8 @@ call (a few ms) is why steps 1 and 2 avoid calling it many times.
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,20 +84,37 @@ class TooLarge(Exception):
     """The joint problem is bigger than the ILP is allowed; the greedy answer stands."""
 
 
-@dataclass(slots=True)
-class Budget:
-    deadline: float
+Clock = Callable[[], float]  # seconds on a monotonic clock
 
-    @classmethod
-    def start(cls, seconds: float) -> Budget:
+
+@dataclass(frozen=True, slots=True)
+class ExactBudget:
+    """How long the second pass may search per gang, and the clock to measure it by.
+
+    The core reads no clock of its own: the caller (serve, plan, a test) hands one in, so a
+    decision depends only on its inputs and a test can run the search against a fake clock.
+    """
+
+    seconds: float
+    clock: Clock
+
+    def start(self) -> Budget:
         # The solver's import (most of a second, once per process) is not the gang's time:
         # charged to the first gang it would run it out of budget, and the answer would
         # depend on which gang came first.
         _import_solver()
-        return cls(time.perf_counter() + seconds)
+        return Budget(self.clock() + self.seconds, self.clock)
+
+
+@dataclass(slots=True)
+class Budget:
+    """One gang's deadline on the caller's clock."""
+
+    deadline: float
+    clock: Clock
 
     def remaining(self) -> float:
-        return self.deadline - time.perf_counter()
+        return self.deadline - self.clock()
 
     def check(self) -> None:
         if self.remaining() <= 0:

@@ -38,10 +38,10 @@ from topogate.cache.topology import DomainTree
 
 from .balanced import DomainCounts, Shape, balanced_choice
 from .exact import (
-    EXACT_BUDGET,
     WHOLE_TREE,
     Budget,
     Candidates,
+    ExactBudget,
     OutOfTime,
     Part,
     Regions,
@@ -709,21 +709,21 @@ def place(
     *,
     topology_name: str,
     flavor_tolerations: Sequence[Toleration] = (),
-    exact_budget: float = EXACT_BUDGET,
+    exact: ExactBudget | None = None,
 ) -> PlacementDecision:
     """Place every PodSet of ``request`` on ``tree``, earlier PodSets taking capacity first.
 
     All or nothing: the first PodSet (or group) that does not fit ends the computation, and
     the decision carries its message and no placements. When that greedy pass (Kueue's)
     misses a fit of a gang of several groups, or a preferred request spans more domains than
-    needed, the exact second pass (``exact.py``) gets ``exact_budget`` seconds to do better;
-    0 turns it off.
+    needed, the exact second pass (``exact.py``) gets ``exact.seconds`` on ``exact.clock`` to
+    do better; without ``exact`` (or with 0 seconds) it does not run.
     """
     first = _first_pass(tree, snapshot, request, topology_name, flavor_tolerations)
-    if exact_budget <= 0 or not first.retry:
+    if exact is None or exact.seconds <= 0 or not first.retry:
         return first.decision
     second = _SecondPass(tree, snapshot, request, first, topology_name, flavor_tolerations)
-    return second.run(exact_budget)
+    return second.run(exact)
 
 
 def joint_fit(
@@ -732,12 +732,12 @@ def joint_fit(
     request: PlacementRequest,
     *,
     topology_name: str,
-    exact_budget: float = EXACT_BUDGET,
+    exact: ExactBudget,
 ) -> PlacementDecision:
     """The second pass's joint fit whatever the greedy answer (to time and test it)."""
     first = _first_pass(tree, snapshot, request, topology_name, ())
     second = _SecondPass(tree, snapshot, request, first, topology_name, ())
-    return second.run(exact_budget, joint=True)
+    return second.run(exact, joint=True)
 
 
 def _first_pass(
@@ -821,7 +821,7 @@ class _SecondPass:
         self.regions = Regions(tree)
         self._fresh: dict[str, _GroupPlacer] = {}
 
-    def run(self, seconds: float, joint: bool = False) -> PlacementDecision:
+    def run(self, exact: ExactBudget, joint: bool = False) -> PlacementDecision:
         """``joint``: search the joint fit even when the greedy answer fits (benchmarks)."""
         decision = self.first.decision
         preferred: list[int] = []
@@ -831,7 +831,7 @@ class _SecondPass:
                 return decision  # fits and already (provably) uses the fewest domains
         elif len(_groups(self.request.podsets)) < 2 and not joint:
             return decision  # one group alone: the greedy counts are exact
-        budget = Budget.start(seconds)
+        budget = exact.start()
         try:
             results = self._fewer(preferred, budget) if preferred else self._fit(budget)
         except OutOfTime:
@@ -839,7 +839,7 @@ class _SecondPass:
                 "placement of %s: the exact second pass ran out of its %.0f ms budget; the "
                 "greedy answer stands",
                 self.request.workload,
-                seconds * 1000,
+                exact.seconds * 1000,
             )
             return dataclasses.replace(decision, exact=ExactOutcome.BUDGET)
         except (TooLarge, _Unsupported):

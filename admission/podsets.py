@@ -52,7 +52,7 @@ from topogate.cache.sources import (
 )
 
 from .cycle import FlavorTopology, SnapshotPlacer
-from .exact import EXACT_BUDGET
+from .exact import ExactBudget
 from .lanes import PendingWorkload
 from .quota import QueueSpec
 from .request import Mode, PlacementRequest, PodSetRequest, SliceLayer
@@ -517,7 +517,7 @@ def build_placer(
     snapshot: ClusterSnapshot,
     catalog: Catalog,
     named: Iterable[str] = (),
-    exact_budget: float = EXACT_BUDGET,
+    exact: ExactBudget | None = None,
 ) -> SnapshotPlacer:
     """The placer for one cycle: a tree per flavor (its own topology) and per (flavor,
     topology a job names), over ``snapshot``."""
@@ -535,4 +535,4 @@ def build_placer(
             if wanted is not None:
                 tree = wanted.tree(snapshot, labels)
                 by_name[(name, topology)] = FlavorTopology(tree, wanted.name, tolerations)
-    return SnapshotPlacer(snapshot, own, by_name, exact_budget)
+    return SnapshotPlacer(snapshot, own, by_name, exact)

@@ -1,4 +1,5 @@
-"""Kubernetes time formats: metav1.Time (seconds) and metav1.MicroTime, always UTC."""
+"""Kubernetes time formats: metav1.Time (seconds) and metav1.MicroTime, always UTC. Pure: the
+clock is read in ``topogate.clock``."""
 
 from __future__ import annotations
 
@@ -8,14 +9,13 @@ from typing import Any
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
-def now() -> str:
-    """A metav1.Time for now: ``2026-01-02T03:04:05Z``."""
-    return datetime.now(UTC).strftime(TIME_FORMAT)
+def metav1_time(moment: datetime) -> str:
+    """A metav1.Time: ``2026-01-02T03:04:05Z`` (``topogate.clock.now`` reads the clock)."""
+    return moment.astimezone(UTC).strftime(TIME_FORMAT)
 
 
-def micro_time(moment: datetime | None = None) -> str:
+def micro_time(moment: datetime) -> str:
     """A metav1.MicroTime: ``2026-01-02T03:04:05.123456Z``."""
-    moment = moment or datetime.now(UTC)
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 

@@ -25,7 +25,7 @@ from functools import partial
 
 from bench_placement import cluster  # run from hack/: its generator, its labels
 
-from topogate.admission.exact import EXACT_BUDGET
+from topogate.admission.exact import EXACT_BUDGET, ExactBudget
 from topogate.admission.placement import joint_fit, place
 from topogate.admission.request import (
     ExactOutcome,
@@ -38,6 +38,7 @@ from topogate.admission.request import (
 from topogate.cache.nodes import NodeInfo, PodUsage
 from topogate.cache.snapshot import ClusterSnapshot
 from topogate.cache.topology import DomainTree
+from topogate.clock import exact_budget
 
 BLOCK, RACK, HOST = "cloud.com/topology-block", "cloud.com/topology-rack", "kubernetes.io/hostname"
 GPU = "nvidia.com/gpu"
@@ -104,7 +105,7 @@ def bench_jobset(
     tree: DomainTree, snapshot: ClusterSnapshot, request: PlacementRequest, repeats: int
 ) -> None:
     median, low, greedy = timed(
-        lambda: place(tree, snapshot, request, topology_name="b", exact_budget=0), repeats
+        lambda: place(tree, snapshot, request, topology_name="b", exact=exact_budget(0)), repeats
     )
     label = "greedy pass"
     print(f"  {label:<27} median {median:7.1f} ms (min {low:6.1f})  fits={greedy.fits}")
@@ -114,7 +115,14 @@ def bench_jobset(
         ("greedy + second (no limit)", 60.0),
         ("greedy + second (50 ms)", EXACT_BUDGET),
     ):
-        call = partial(joint_fit, tree, snapshot, request, topology_name="b", exact_budget=budget)
+        call = partial(
+            joint_fit,
+            tree,
+            snapshot,
+            request,
+            topology_name="b",
+            exact=ExactBudget(budget, time.perf_counter),
+        )
         median, low, exact = timed(call, repeats)
         print(
             f"  {label:<27} median {median:7.1f} ms (min {low:6.1f})  fits={exact.fits} "
@@ -163,8 +171,8 @@ def bench_small(cases: int, seed: int = 11) -> None:
         nodes, request = small_case(rng)
         snapshot = ClusterSnapshot.build(nodes)
         tree = DomainTree.from_labels(snapshot, [BLOCK, RACK, HOST])
-        truth = place(tree, snapshot, request, topology_name="s", exact_budget=10.0)
-        greedy = place(tree, snapshot, request, topology_name="s", exact_budget=0)
+        truth = place(tree, snapshot, request, topology_name="s", exact=exact_budget(10.0))
+        greedy = place(tree, snapshot, request, topology_name="s", exact=exact_budget(0))
         t0 = time.perf_counter()
         exact = place(tree, snapshot, request, topology_name="s")
         if exact.exact is not ExactOutcome.NOT_RUN:
@@ -212,7 +220,7 @@ def bench_preferred(cases: int, seed: int = 13) -> None:
         request = PlacementRequest("gang", podsets)
         snapshot = ClusterSnapshot.build(nodes)
         tree = DomainTree.from_labels(snapshot, [BLOCK, RACK, HOST])
-        greedy = place(tree, snapshot, request, topology_name="s", exact_budget=0)
+        greedy = place(tree, snapshot, request, topology_name="s", exact=exact_budget(0))
         exact = place(tree, snapshot, request, topology_name="s")
         budget_outs += exact.exact is ExactOutcome.BUDGET
         if greedy.fits and exact.fits:

@@ -21,6 +21,7 @@ from topogate.cache.hypernodes import build_forest, discover
 from topogate.cache.nodes import NodeInfo
 from topogate.cache.snapshot import ClusterSnapshot
 from topogate.cache.sources import TopologySource
+from topogate.clock import exact_budget
 
 PER_LEAF, LEAVES_PER_SPINE = 40, 10
 
@@ -103,7 +104,7 @@ def main() -> None:
         ),
     )
     place_ms, decision = _median_ms(
-        lambda: place(tree, snapshot, request, topology_name="hypernodes")
+        lambda: place(tree, snapshot, request, topology_name="hypernodes", exact=exact_budget())
     )
     assert decision.fits
     labels = ["example.com/spine", "example.com/leaf", "kubernetes.io/hostname"]

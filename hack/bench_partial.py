@@ -52,7 +52,7 @@ def main() -> None:
 
     def run(workload: PendingWorkload) -> tuple[float, int]:
         nonlocal probes
-        placer = SnapshotPlacer(snapshot, {"gpu": FlavorTopology(tree, "dc")}, exact_budget=0)
+        placer = SnapshotPlacer(snapshot, {"gpu": FlavorTopology(tree, "dc")})
         calls = 0
 
         def counted(flavor: str, request: PlacementRequest, held: Held) -> PlacementDecision | None:

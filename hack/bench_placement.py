@@ -23,6 +23,7 @@ from topogate.admission.request import Mode, PlacementRequest, PodSetRequest
 from topogate.cache.nodes import NodeInfo, PodUsage
 from topogate.cache.snapshot import ClusterSnapshot
 from topogate.cache.topology import DomainTree
+from topogate.clock import exact_budget
 
 BLOCK, RACK, HOST = "cloud.com/topology-block", "cloud.com/topology-rack", "kubernetes.io/hostname"
 GPU = "nvidia.com/gpu"
@@ -93,7 +94,7 @@ def run_size(size: int, repeats: int) -> None:
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            decision = place(tree, snapshot, request, topology_name="bench")
+            decision = place(tree, snapshot, request, topology_name="bench", exact=exact_budget())
             times.append(time.perf_counter() - t0)
         if decision.fits:
             outcome = f"fits on {len(decision.placements[0].domains):,} nodes"

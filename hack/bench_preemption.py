@@ -24,6 +24,7 @@ from topogate.admission.request import Mode, PlacementDecision, PlacementRequest
 from topogate.cache.nodes import NodeInfo
 from topogate.cache.snapshot import ClusterSnapshot
 from topogate.cache.topology import DomainTree
+from topogate.clock import exact_budget
 
 BLOCK, RACK, HOST = "cloud.com/block", "cloud.com/rack", "kubernetes.io/hostname"
 GPU = "nvidia.com/gpu"
@@ -104,7 +105,9 @@ def main() -> None:
                 slot = freed.setdefault(node, {})
                 for k, v in amounts.items():
                     slot[k] = slot.get(k, 0) + v
-        return place(tree, base.without_usage(freed), request, topology_name="dc")
+        return place(
+            tree, base.without_usage(freed), request, topology_name="dc", exact=exact_budget()
+        )
 
     assert not simulate("h100", []).fits  # type: ignore[union-attr]
     timings, plan = [], None

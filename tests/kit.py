@@ -20,6 +20,7 @@ from topogate.api.topology_assignment import decode
 from topogate.cache.nodes import NodeInfo, PodUsage
 from topogate.cache.snapshot import ClusterSnapshot
 from topogate.cache.topology import DomainTree
+from topogate.clock import exact_budget as exact_budget_of
 
 BLOCK = "cloud.com/topology-block"
 RACK = "cloud.com/topology-rack"
@@ -140,7 +141,7 @@ def run(
         PlacementRequest("wl", tuple(podsets)),
         topology_name="default",
         flavor_tolerations=flavor_tolerations,
-        exact_budget=exact_budget,
+        exact=exact_budget_of(exact_budget),
     )
 
 

@@ -55,6 +55,7 @@ LAYERS: dict[str, tuple[int, str]] = {
     "topogate.kube": (1, "transport"),
     "topogate.metrics": (1, "transport"),
     "topogate.files": (1, "transport"),
+    "topogate.clock": (1, "transport"),  # the clocks the core is handed
     "topogate.state": (2, "state"),
     # The Workload writes the admission shells share: below them, so sharing is no shell
     # importing another.

@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestClient
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from topogate.api.times import micro_time
+from topogate.clock import micro_now
 from topogate.kube.client import Kube
 from topogate.kube.errors import KubeError
 from topogate.kube.resources import LEASES, Obj, Resource
@@ -423,7 +424,7 @@ async def test_leader_whose_lease_is_taken_loses_at_once(cluster: tuple[Kube, st
         await _wait(elector.leading)
         lease = await _lease(kube, namespace)
         lease["spec"]["holderIdentity"] = "usurper"
-        lease["spec"]["renewTime"] = micro_time()
+        lease["spec"]["renewTime"] = micro_now()
         await kube.replace(LEASES, lease)
         with pytest.raises(LeadershipLost, match="usurper"):
             await asyncio.wait_for(task, 2.0)

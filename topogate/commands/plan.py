@@ -55,12 +55,12 @@ from topogate.api.models import (
 )
 from topogate.api.podspec import Toleration, api_server_problems
 from topogate.api.quantity import format_units
-from topogate.api.times import now
 from topogate.api.validation import join, object_name
 from topogate.cache.hypernodes import HyperNodeForest
 from topogate.cache.snapshot import ClusterSnapshot, IntArray
 from topogate.cache.sources import TopologySource, topology_sources
 from topogate.cache.topology import DomainTree
+from topogate.clock import exact_budget, now
 from topogate.files import STDIN
 
 from .loader import (
@@ -221,6 +221,7 @@ def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = Non
             smaller,
             topology_name=choice.source.name,
             flavor_tolerations=choice.tolerations,
+            exact=exact_budget(),
         )
 
     decision = placed(request)
@@ -350,7 +351,7 @@ def plan_on_queue(
     pending = translation.pending
     snapshot = ClusterSnapshot.build(cluster.nodes, cluster.pods)
     named = [pending.request.topology] if pending.request.topology else []
-    placer = build_placer(snapshot, catalog, named)
+    placer = build_placer(snapshot, catalog, named, exact_budget())
     cycle = admission_cycle(catalog.queues, [pending], usage_of(cluster.admissions), placer)
     if not cycle.admitted:
         return QueueVerdict(source, queue, False, cycle.pending.get(key, ""), warnings)

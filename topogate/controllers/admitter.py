@@ -26,6 +26,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
+from topogate import clock
 from topogate.admission.assignments import node_usage, pod_set_assignments
 from topogate.admission.cycle import Admitted, admission_cycle
 from topogate.admission.exact import EXACT_BUDGET
@@ -157,7 +158,7 @@ class Admitter:
             return
         snapshot = self.state.ledger.snapshot()
         named = queue.lanes.topologies()
-        placer = build_placer(snapshot, catalog, named, self.exact_budget)
+        placer = build_placer(snapshot, catalog, named, clock.exact_budget(self.exact_budget))
         preempt = preemptor(self.state, catalog.queues, placer)
         result = admission_cycle(
             catalog.queues, queue.lanes, self.state.workloads.quota_in_use(), placer, preempt

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from topogate import clock
 from topogate.admission.cycle import Held
 from topogate.admission.exact import EXACT_BUDGET
 from topogate.admission.podsets import build_placer, translate
@@ -197,7 +198,9 @@ class NodeFailures:
             why = "its topology is not a label topology" if source else "its topology is gone"
             return ReplacementPlan(None, message=f"no replacement searched: {why}")
         named = [request.topology] if request.topology is not None else []
-        placer = build_placer(self.state.ledger.snapshot(), catalog, named, self.exact_budget)
+        placer = build_placer(
+            self.state.ledger.snapshot(), catalog, named, clock.exact_budget(self.exact_budget)
+        )
 
         def place(one: PlacementRequest, held: Held) -> PlacementDecision | None:
             return placer(flavor, one, held)

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from topogate.api.gpus import ASSIGNMENT_ANNOTATION, GpuAssignment, assignment_text
 from topogate.api.models import Condition
 from topogate.api.objects import meta
-from topogate.api.times import now
+from topogate.clock import now
 from topogate.kube.protocol import KubeApi
 from topogate.kube.resources import WORKLOADS, Obj
 

@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from topogate.api.times import micro_time
+from topogate.clock import micro_now
 from topogate.kube.errors import API_ERRORS
 from topogate.kube.protocol import KubeApi
 from topogate.kube.resources import EVENTS, Obj
@@ -47,7 +47,7 @@ class EventRecorder:
             "kind": "Event",
             # client-go's naming: the object's name and a unique hex suffix.
             "metadata": {"name": f"{meta.get('name')}.{time.time_ns():x}", "namespace": namespace},
-            "eventTime": micro_time(),
+            "eventTime": micro_now(),
             "reportingController": CONTROLLER,
             "reportingInstance": self.instance[:128],
             "action": reason,

@@ -30,7 +30,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from topogate.api.times import micro_time
+from topogate.clock import micro_now
 from topogate.kube.errors import KubeError
 from topogate.kube.protocol import KubeApi
 from topogate.kube.resources import LEASES, Obj
@@ -208,7 +208,7 @@ class LeaderElector:
 
     async def try_acquire_or_renew(self) -> bool:
         """client-go's tryAcquireOrRenew: True when we hold the Lease after this call."""
-        now = micro_time()
+        now = micro_now()
         desired: Obj = {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": max(1, math.ceil(self.lease_duration)),
@@ -281,7 +281,7 @@ class LeaderElector:
         spec: Obj = lease.get("spec") or {}
         if spec.get("holderIdentity") != self.identity:
             return True
-        now = micro_time()
+        now = micro_now()
         lease["spec"] = {
             **spec,
             "holderIdentity": "",
