@@ -21,22 +21,16 @@ from typing import Any
 import numpy as np
 import yaml
 
-from topogate.admission.podsets import flavor_tolerations, pick_source
 from topogate.api.errors import InputError
 from topogate.api.podspec import Toleration
 from topogate.api.quantity import MILLI_RESOURCES, format_units
-from topogate.cache.hypernodes import (
-    DiscoveryType,
-    HyperNodeForest,
-    discover_offline,
-    discovery_config,
-)
+from topogate.cache.hypernodes import DiscoveryType, discover_offline, discovery_config
 from topogate.cache.selectors import NodeStates, node_states
 from topogate.cache.snapshot import ClusterSnapshot, IntArray
-from topogate.cache.sources import TopologySource, topology_sources
 from topogate.cache.topology import DomainTree
 from topogate.files import load_discovery_config
 
+from .choose import choose_source
 from .loader import (
     ClusterInput,
     add_cluster_argument,
@@ -44,7 +38,6 @@ from .loader import (
     load_cluster_reporting,
     write_output,
 )
-from .plan import flavor_named, topology_flavors
 
 # The level DomainTree appends below a topology whose lowest level is not the hostname.
 NODE_LEVEL = "node"
@@ -744,66 +737,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="show: table (default), tree, json, yaml or html; discover: yaml (default) or json",
     )
     parser.add_argument("--out", type=Path, metavar="FILE", help="write here, not to stdout")
-
-
-@dataclass(frozen=True, slots=True)
-class Shown:
-    """What to show: the topology, and the node labels and tolerations of the flavor."""
-
-    source: TopologySource
-    node_labels: dict[str, str]
-    tolerations: tuple[Toleration, ...] = ()
-    flavor: str | None = None
-
-
-def choose_source(
-    cluster: ClusterInput,
-    topology: str | None,
-    flavor: str | None,
-    forest: HyperNodeForest | None = None,
-) -> Shown:
-    """The topology to show, and the nodes and tolerations of the flavor plan would use.
-
-    Without --flavor that is plan's choice too: the only topology flavor when there is
-    exactly one (its topology, unless --topology names another, as a job may).
-    """
-    sources = topology_sources(cluster.topologies, forest)
-    known = ", ".join(sorted(sources)) or "none"
-    implicit = topology_flavors(cluster) if flavor is None else {}
-    if len(implicit) == 1:
-        (only,) = implicit.values()
-        if topology is None:
-            flavor = only.metadata.name
-        elif topology in sources:
-            labels, tolerations = dict(only.spec.node_labels), flavor_tolerations(only)
-            return Shown(sources[topology], labels, tolerations, only.metadata.name)
-    if flavor is not None:
-        chosen = flavor_named(cluster, flavor)
-        where = f"ResourceFlavor {flavor}"
-        name = chosen.spec.topology_name
-        if not name:
-            raise InputError("has no topologyName", where=where, field="spec.topologyName")
-        source = pick_source(sources, name, where, "spec.topologyName")
-        if topology is not None and topology != name:
-            raise InputError(
-                f"{topology!r} is not the topology of ResourceFlavor {flavor!r} ({name!r})",
-                where="--topology",
-            )
-        return Shown(source, dict(chosen.spec.node_labels), flavor_tolerations(chosen), flavor)
-    if topology is not None:
-        if topology not in sources:
-            raise InputError(
-                f"no topology {topology!r} in the cluster input (found: {known})",
-                where="--topology",
-            )
-        return Shown(sources[topology], {})
-    if len(sources) == 1:
-        return Shown(next(iter(sources.values())), {})
-    if not sources:
-        raise InputError("holds no Topology and no HyperNodes", where="--cluster")
-    raise InputError(
-        f"several topologies ({known}); pick one with --topology or --flavor", where="--cluster"
-    )
 
 
 def run(args: argparse.Namespace) -> int:
