@@ -27,18 +27,14 @@ from topogate.cache.nodes import NodeInfo, PodUsage
 from topogate.cache.snapshot import ClusterSnapshot
 from topogate.cache.topology import DomainTree
 from topogate.cli import main
-from topogate.commands.topology import (
+from topogate.commands.topology.page import (
     BOX_WIDTH,
     MAX_BOXES_PER_ROW,
-    NODE_LEVEL,
-    TopologyView,
-    build_view,
     layout_picture,
     render_html,
-    render_table,
-    render_tree,
-    view_document,
 )
+from topogate.commands.topology.text import render_table, render_tree, view_document
+from topogate.commands.topology.view import NODE_LEVEL, TopologyView, build_view
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "topogate" / "examples" / "cluster.yaml"
