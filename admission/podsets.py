@@ -3,25 +3,27 @@ and the validating webhook.
 
 - :func:`wanted_topology` reads which topology a workload names (KAI's or topogate's key) and
   whether it speaks Volcano's tier words;
-- :func:`choose_topology` decides the topology it is placed on (named, else its flavor's, else
-  the HyperNode forest for tier words, else the only one there is, where the caller allows);
+- :func:`topology_name` decides the topology it is placed on (named, else its flavor's, else
+  the HyperNode forest for tier words), and :func:`queue_topology` asks it for a workload on a
+  ClusterQueue: the one recipe the admitter, ``plan`` and the validating webhook share;
 - :func:`podset_request` turns a PodSet into a :class:`PodSetRequest`, checking every level
   name against that topology (Kueue's, KAI's and Volcano's words);
 - :func:`translate` does all of it for a watched Workload on a ClusterQueue, as the admitter
-  needs it, against a :class:`Catalog` of the cluster's queues, flavors and topologies.
+  needs it, against a :class:`Catalog` of the cluster's queues, flavors and topologies; given
+  the job the Workload came from, its errors name the job's own fields.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from topogate.api import constants as c
 from topogate.api.annotations import AnnotationError
 from topogate.api.errors import InputError
 from topogate.api.gpus import min_bandwidth
-from topogate.api.jobs import workload_from_object
+from topogate.api.jobs import WorkloadSource, workload_from_object
 from topogate.api.models import (
     ClusterQueue,
     PodSet,
@@ -123,50 +125,6 @@ def topology_name(
     if wanted.volcano and HYPERNODE_TOPOLOGY in sources:
         return HYPERNODE_TOPOLOGY
     return None
-
-
-def choose_topology(
-    sources: Mapping[str, TopologySource],
-    wanted: WantedTopology,
-    flavor_topology: str | None,
-    *,
-    flavor_field: tuple[str, str] = ("ResourceFlavor", "spec.topologyName"),
-    sole_fallback: bool = False,
-) -> TopologySource | None:
-    """:func:`topology_name`, looked up; with ``sole_fallback`` (``plan``) the only topology
-    there is when nothing names one. None: no topology applies (quota only). A named topology
-    that does not exist is an InputError naming where it was named (``flavor_field``: the
-    flavor object and field, when the flavor named it)."""
-    name = topology_name(sources, wanted, flavor_topology)
-    if name is not None:
-        where, field = (
-            ("the workload", "topology name annotation") if wanted.named else flavor_field
-        )
-        return pick_source(sources, name, where, field)
-    if not sole_fallback:
-        return None
-    if len(sources) == 1:
-        return next(iter(sources.values()))
-    found = ", ".join(sorted(sources)) or "none"
-    raise InputError(
-        "without a ResourceFlavor the cluster input must hold exactly one topology (a "
-        f"Topology or HyperNodes), or the job must name one (found: {found})",
-        where="--cluster",
-    )
-
-
-def pick_source(
-    sources: Mapping[str, TopologySource], name: str, where: str, field: str
-) -> TopologySource:
-    source = sources.get(name)
-    if source is None:
-        known = ", ".join(sorted(sources)) or "none"
-        raise InputError(
-            f"names topology {name!r}, which is not in the cluster input (found: {known})",
-            where=where,
-            field=field,
-        )
-    return source
 
 
 # --- one PodSet ----------------------------------------------------------------------------
@@ -409,17 +367,72 @@ class Catalog:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueTopology:
+    """Which topology a workload gets on a ClusterQueue."""
+
+    wanted: WantedTopology
+    flavor_topology: str | None  # the topology of the queue's first flavor that has one
+    name: str | None  # the decision (:func:`topology_name`); None: no topology applies
+    source: TopologySource | None  # that topology; None as well when the catalog lacks it
+
+
+def queue_topology(origin: WorkloadSource, catalog: Catalog, cluster_queue: str) -> QueueTopology:
+    """Which topology the workload wants on ``cluster_queue``: the one recipe the admitter
+    (:func:`translate`), ``plan`` and the validating webhook follow. ``origin`` is the object
+    its PodSets were written in (a Job, a JobSet, a Workload), so an error names that object
+    and its own fields."""
+    wanted = wanted_by(origin)
+    flavor_topology = catalog.flavor_topology(cluster_queue)
+    name = topology_name(catalog.sources, wanted, flavor_topology)
+    source = catalog.sources.get(name) if name else None
+    return QueueTopology(wanted, flavor_topology, name, source)
+
+
+def wanted_by(origin: WorkloadSource) -> WantedTopology:
+    """:func:`wanted_topology` of the PodSets ``origin`` holds, errors naming its fields."""
+    return wanted_topology(*_written(origin), origin.where)
+
+
+def podset_requests(origin: WorkloadSource, source: TopologySource) -> tuple[PodSetRequest, ...]:
+    """:func:`podset_request` for every PodSet, errors naming ``origin``'s fields."""
+    podsets, paths = _written(origin)
+    return tuple(
+        podset_request(p, path, source, origin.where)
+        for p, path in zip(podsets, paths, strict=True)
+    )
+
+
+def _written(origin: WorkloadSource) -> tuple[Sequence[PodSet], list[str]]:
+    """The PodSets and where each one's template is in the object they were written in."""
+    podsets = origin.workload.spec.pod_sets
+    return podsets, [origin.template_paths[p.name] for p in podsets]
+
+
+@dataclass(frozen=True, slots=True)
 class Translation:
     """A Workload as the admission cycle takes it, or why it cannot even be considered."""
 
     pending: PendingWorkload | None
     problem: str = ""
+    # The error behind ``problem`` when the workload itself is wrong (unreadable, PodSets
+    # naming different topologies, a level or request its topology cannot take), which plan
+    # refuses as invalid input; None when it waits on the cluster (a queue or topology that
+    # does not exist, a queue without a topology flavor).
+    invalid: InputError | None = None
 
 
-def translate(workload: Mapping[str, Any], key: str, catalog: Catalog) -> Translation:
+def translate(
+    workload: Mapping[str, Any],
+    key: str,
+    catalog: Catalog,
+    origin: WorkloadSource | None = None,
+) -> Translation:
     """A watched Workload (``spec.queueName`` -> LocalQueue -> ClusterQueue) as the core's
     pending workload, read as ``plan`` reads it (Kueue's annotations fill a missing
-    topologyRequest); problems (bad template, missing queue or topology) as text."""
+    topologyRequest); problems (bad template, missing queue or topology) as text.
+
+    ``origin``: the job the Workload was made from, read by ``workload_from_object``; errors
+    in its PodSets then name the job's own fields. By default they name the Workload's."""
     m = meta(workload)
     spec = as_mapping(workload.get("spec"))
     cq, problem = catalog.cluster_queue(str(m.get("namespace") or "default"), spec.get("queueName"))
@@ -429,27 +442,25 @@ def translate(workload: Mapping[str, Any], key: str, catalog: Catalog) -> Transl
         return Translation(None, f"ClusterQueue {cq} doesn't exist")
     where = f"Workload {key}"
     try:
-        source = workload_from_object(workload)
-        podsets = source.workload.spec.pod_sets
-        paths = [source.template_paths[p.name] for p in podsets]
-        wanted = wanted_topology(podsets, paths, where)
-        flavor_topology = catalog.flavor_topology(cq)
-        name = topology_name(catalog.sources, wanted, flavor_topology)
-        topology = catalog.sources.get(name) if name else NO_TOPOLOGY
-        if topology is None:
-            return Translation(None, f"{where}: topology {name!r} doesn't exist")
-        requests = tuple(
-            podset_request(p, path, topology, where) for p, path in zip(podsets, paths, strict=True)
-        )
+        written = origin or replace(workload_from_object(workload), where=where)
+        chosen = queue_topology(written, catalog, cq)
     except InputError as error:
-        return Translation(None, error.describe())
+        return Translation(None, error.describe(), error)
+    if chosen.name is not None and chosen.source is None:
+        return Translation(None, f"{where}: topology {chosen.name!r} doesn't exist")
+    topology = chosen.source or NO_TOPOLOGY
+    try:
+        requests = podset_requests(written, topology)
+    except InputError as error:
+        # Against no topology at all (the queue has none), the queue is at fault.
+        return Translation(None, error.describe(), None if topology is NO_TOPOLOGY else error)
     if topology is NO_TOPOLOGY and any(
         r.mode is not Mode.UNCONSTRAINED or r.slices for r in requests
     ):
         return Translation(None, f"ClusterQueue {cq} has no flavor with a topology")
     # The request names a topology only when it is not the flavor's own (the placer then
     # builds that topology's tree over the flavor's nodes).
-    named = name if wanted.named or not flavor_topology else None
+    named = chosen.name if chosen.wanted.named or not chosen.flavor_topology else None
     priority = spec.get("priority")
     return Translation(
         PendingWorkload(

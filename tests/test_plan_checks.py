@@ -12,6 +12,8 @@ import yaml
 
 from tests.kit import review_for
 from tests.test_cli_plan import RACK, TOPOLOGY, _job, _node
+from topogate.admission.podsets import build_catalog, translate
+from topogate.api.jobs import workload_from_object
 from topogate.cli import main
 from topogate.webhooks.review import Review, validate
 
@@ -399,6 +401,37 @@ def test_a_level_the_queues_topology_lacks_is_invalid_input(
         "Job ml/train: spec.template.metadata.annotations[kueue.x-k8s.io/podset-required-topology]"
         in err
     )
+
+
+def test_translate_names_the_fields_of_the_object_the_pod_sets_were_written_in() -> None:
+    """One recipe, two wordings: given the Job, a level its topology lacks is the job's own
+    mistake naming its field (plan refuses it); the admitter, given the Workload alone, names
+    the Workload's. Against a queue with no topology it is the queue's fault in both."""
+    job = _queued(1)
+    job["spec"]["template"]["metadata"]["annotations"] = {
+        "kueue.x-k8s.io/podset-required-topology": "cloud.example.com/zone"
+    }
+    source = workload_from_object(job)
+    source.workload.spec.queue_name = "q"
+    wire = source.workload.to_wire()
+    queue = {**_cluster_queue(16), "apiVersion": "topogate.dev/v1alpha1"}  # as the loader reads
+    catalog, warnings = build_catalog([queue], [LOCAL_QUEUE], [FLAVOR], [TOPOLOGY], None)
+    assert warnings == []
+    level = "[kueue.x-k8s.io/podset-required-topology]: 'cloud.example.com/zone' is not a level"
+    own = translate(wire, "ml/train", catalog, origin=source)
+    assert own.pending is None and own.invalid is not None
+    assert own.problem == own.invalid.describe()
+    assert own.problem.startswith(f"Job ml/train: spec.template.metadata.annotations{level}")
+    admitters = translate(wire, "ml/train", catalog)
+    assert admitters.pending is None and admitters.invalid is not None
+    assert admitters.problem.startswith(
+        f"Workload ml/train: spec.podSets[0].template.metadata.annotations{level}"
+    )
+    plain = {**FLAVOR, "spec": {}}
+    without, _ = build_catalog([queue], [LOCAL_QUEUE], [plain], [TOPOLOGY], None)
+    waits = translate(wire, "ml/train", without, origin=source)
+    assert waits.pending is None and waits.invalid is None
+    assert "is not a level of topology 'none'" in waits.problem
 
 
 def test_quota_on_a_flavor_without_topology_is_reserved_with_nothing_to_place(

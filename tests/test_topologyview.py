@@ -27,18 +27,14 @@ from topogate.cache.nodes import NodeInfo, PodUsage
 from topogate.cache.snapshot import ClusterSnapshot
 from topogate.cache.topology import DomainTree
 from topogate.cli import main
-from topogate.commands.topology import (
+from topogate.commands.topology.page import (
     BOX_WIDTH,
     MAX_BOXES_PER_ROW,
-    NODE_LEVEL,
-    TopologyView,
-    build_view,
     layout_picture,
     render_html,
-    render_table,
-    render_tree,
-    view_document,
 )
+from topogate.commands.topology.text import render_table, render_tree, view_document
+from topogate.commands.topology.view import NODE_LEVEL, TopologyView, build_view
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "topogate" / "examples" / "cluster.yaml"
@@ -320,6 +316,28 @@ def test_errors_are_one_line(
     code, out, err = _run(capsys, "--cluster", str(EXAMPLE), *argv)
     assert code == 2 and out == ""
     assert err == message + "\n"
+
+
+def test_several_topology_flavors_need_a_flavor_as_in_plan(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """plan's rule: with two topology flavors neither is guessed (their node labels and
+    tolerations differ), with or without --topology; --flavor picks one."""
+    docs = [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
+    (flavor,) = (d for d in docs if d["kind"] == "ResourceFlavor")
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({**flavor, "metadata": {"name": "h100-spare"}}))
+    refused = (
+        "topogate topology: error: --cluster: several topology ResourceFlavors (h100, "
+        "h100-spare); pick one with --flavor\n"
+    )
+    for argv in ((), ("--topology", "datacenter")):
+        code, out, err = _run(capsys, "--cluster", str(EXAMPLE), "--cluster", str(other), *argv)
+        assert (code, out, err) == (2, "", refused)
+    code, out, _ = _run(
+        capsys, "--cluster", str(EXAMPLE), "--cluster", str(other), "--flavor", "h100-spare"
+    )
+    assert code == 0 and out.startswith("topology 'datacenter' (flavor 'h100-spare')")
 
 
 def test_missing_cluster_and_bad_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -23,12 +23,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from topogate.admission.podsets import (
-    Catalog,
-    annotation_field,
-    topology_name,
-    wanted_topology,
-)
+from topogate.admission.podsets import Catalog, annotation_field, queue_topology
 from topogate.api import constants as c
 from topogate.api.errors import InputError
 from topogate.api.hypernodes import NODE, HyperNode, parse_hypernode
@@ -255,7 +250,7 @@ def _check_model(model: type[BaseModel]) -> Callable[[Review, ClusterView], None
 
 def _check_job(review: Review, view: ClusterView) -> None:
     """The job's own rules (as `plan` reads it), then its Kueue levels against the topology
-    its queue gives it (:func:`topology_name`, as the admitter decides)."""
+    its queue gives it (:func:`queue_topology`, as the admitter decides)."""
     queue = queue_name(review.obj)
     kind = job_kind(review.kind)
     if queue is None or kind is None:
@@ -269,18 +264,15 @@ def _check_job(review: Review, view: ClusterView) -> None:
     cluster_queue = catalog.cluster_queue(review.namespace, queue)[0] if catalog else None
     if catalog is None or cluster_queue is None:
         return  # unknown here: the admitter reports it as the workload's Pending message
-    podsets = source.workload.spec.pod_sets
-    paths = [source.template_paths[p.name] for p in podsets]
     try:
-        wanted = wanted_topology(podsets, paths, source.where)
+        topology = queue_topology(source, catalog, cluster_queue).source
     except InputError:
         return  # KAI/Volcano words are checked by the admitter against the topology
-    name = topology_name(catalog.sources, wanted, catalog.flavor_topology(cluster_queue))
-    topology = catalog.sources.get(name) if name else None
     if topology is None:
         return
-    for podset, path in zip(podsets, paths, strict=True):
-        _check_levels(podset, path, topology, queue, source.where)
+    for podset in source.workload.spec.pod_sets:
+        path = source.template_paths[podset.name]
+        _check_kueue_levels(podset, path, topology, queue, source.where)
 
 
 def _min_parallelism_changed(review: Review) -> bool:
@@ -301,9 +293,11 @@ def _check_running_parallelism(review: Review, where: str) -> None:
     kind.check_running_update(review.old, review.obj, where)
 
 
-def _check_levels(
+def _check_kueue_levels(
     podset: PodSet, path: str, topology: TopologySource, queue: str, where: str
 ) -> None:
+    """Kueue's level names only, in the webhook's own words (they name the queue): a wrong
+    KAI or Volcano word, or a slice below its level, is left to the admitter to report."""
     request = podset.topology_request
     if request is None:
         return

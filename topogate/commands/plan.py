@@ -25,14 +25,10 @@ from topogate.admission.partial import can_shrink, largest_fit
 from topogate.admission.placement import place
 from topogate.admission.podsets import (
     Catalog,
-    WantedTopology,
     build_placer,
-    choose_topology,
-    flavor_tolerations,
-    podset_request,
-    topology_name,
+    podset_requests,
     translate,
-    wanted_topology,
+    wanted_by,
 )
 from topogate.admission.quota import QueueSpec, usage_of
 from topogate.admission.request import (
@@ -47,22 +43,18 @@ from topogate.api.gpus import ASSIGNMENT_ANNOTATION, assignment_text
 from topogate.api.jobs import WorkloadSource, workload_from_object
 from topogate.api.keywarnings import key_warnings
 from topogate.api.kinds import queue_name
-from topogate.api.models import (
-    Admission,
-    Condition,
-    ResourceFlavor,
-    WorkloadStatus,
-)
-from topogate.api.podspec import Toleration, api_server_problems
+from topogate.api.models import Admission, Condition, WorkloadStatus
+from topogate.api.podspec import api_server_problems
 from topogate.api.quantity import format_units
 from topogate.api.validation import join, object_name
 from topogate.cache.hypernodes import HyperNodeForest
 from topogate.cache.snapshot import ClusterSnapshot, IntArray
-from topogate.cache.sources import TopologySource, topology_sources
+from topogate.cache.sources import topology_sources
 from topogate.cache.topology import DomainTree
 from topogate.clock import exact_budget, now
 from topogate.files import STDIN
 
+from .choose import FlavorChoice, choose_flavor
 from .loader import (
     ClusterInput,
     add_cluster_argument,
@@ -72,16 +64,6 @@ from .loader import (
 )
 
 EXIT_FITS, EXIT_NO_FIT = 0, 1
-
-IMPLICIT_FLAVOR = "default"
-
-
-@dataclass(frozen=True, slots=True)
-class FlavorChoice:
-    name: str
-    source: TopologySource
-    node_labels: dict[str, str]
-    tolerations: tuple[Toleration, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,72 +104,6 @@ class PlanResult:
         return self.decision.fits
 
 
-def flavor_named(cluster: ClusterInput, name: str) -> ResourceFlavor:
-    """The ResourceFlavor --flavor names."""
-    flavor = cluster.flavors.get(name)
-    if flavor is None:
-        known = ", ".join(sorted(cluster.flavors)) or "none"
-        raise InputError(
-            f"no ResourceFlavor {name!r} in the cluster input (found: {known})", where="--flavor"
-        )
-    return flavor
-
-
-def topology_flavors(cluster: ClusterInput) -> dict[str, ResourceFlavor]:
-    """The ResourceFlavors with a topology: with exactly one, plan (and topology) use it
-    without --flavor."""
-    return {name: f for name, f in cluster.flavors.items() if f.spec.topology_name}
-
-
-def choose_flavor(
-    cluster: ClusterInput,
-    flavor_name: str | None,
-    wanted: WantedTopology,
-    forest: HyperNodeForest | None = None,
-) -> FlavorChoice:
-    """The flavor and topology to plan on.
-
-    The flavor: --flavor, the only topology flavor, or an implicit one over every node. The
-    topology: :func:`choose_topology` (the one the job names, else the flavor's, else the
-    HyperNode forest for Volcano's tier words), else the only topology in the input.
-    """
-    sources = topology_sources(cluster.topologies, forest)
-    tas = topology_flavors(cluster)
-    flavor: ResourceFlavor | None = None
-    if flavor_name is not None:
-        flavor = flavor_named(cluster, flavor_name)
-        if not flavor.spec.topology_name and wanted.named is None and not wanted.volcano:
-            raise InputError(
-                "has no topologyName; plan needs a topology flavor",
-                where=f"ResourceFlavor {flavor_name}",
-                field="spec.topologyName",
-            )
-    elif len(tas) == 1:
-        flavor = next(iter(tas.values()))
-    elif len(tas) > 1:
-        raise InputError(
-            f"several topology ResourceFlavors ({', '.join(sorted(tas))}); pick one with --flavor",
-            where="--cluster",
-        )
-    source = choose_topology(
-        sources,
-        wanted,
-        flavor.spec.topology_name if flavor is not None else None,
-        flavor_field=(
-            f"ResourceFlavor {flavor.metadata.name if flavor else ''}",
-            "spec.topologyName",
-        ),
-        sole_fallback=True,
-    )
-    assert source is not None  # sole_fallback: one topology, or an InputError
-    if flavor is None:
-        # The implicit flavor: every node of the topology.
-        return FlavorChoice(IMPLICIT_FLAVOR, source, {}, ())
-    return FlavorChoice(
-        flavor.metadata.name, source, dict(flavor.spec.node_labels), flavor_tolerations(flavor)
-    )
-
-
 def _input_warnings(cluster: ClusterInput, forest: HyperNodeForest | None) -> list[str]:
     """The HyperNode forest's problems, as warnings; a bad GPU annotation, as an error."""
     for node in cluster.nodes:  # serve skips a bad GPU annotation; plan refuses it
@@ -202,14 +118,9 @@ def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = Non
     forest = cluster.build_forest()
     warnings = _input_warnings(cluster, forest)
     workload = source.workload
-    podsets = workload.spec.pod_sets
-    paths = [source.template_paths[p.name] for p in podsets]
-    wanted = wanted_topology(podsets, paths, source.where)
+    wanted = wanted_by(source)
     choice = choose_flavor(cluster, flavor, wanted, forest)
-    requests = tuple(
-        podset_request(p, path, choice.source, source.where)
-        for p, path in zip(podsets, paths, strict=True)
-    )
+    requests = podset_requests(source, choice.source)
     snapshot = ClusterSnapshot.build(cluster.nodes, cluster.pods)
     tree = choice.source.tree(snapshot, choice.node_labels)
     request = PlacementRequest(workload.metadata.name, requests, wanted.named)
@@ -308,21 +219,6 @@ def _only_flavor(catalog: Catalog, cluster_queue: str, flavor: str) -> Catalog |
     return replace(catalog, queues=queues)
 
 
-def _check_levels(source: WorkloadSource, catalog: Catalog, cluster_queue: str) -> None:
-    """The job's levels against the topology its queue gives it, as the webhook checks them:
-    a level that topology lacks is invalid input naming the job's own field (translate would
-    name the Workload's)."""
-    podsets = source.workload.spec.pod_sets
-    paths = [source.template_paths[p.name] for p in podsets]
-    wanted = wanted_topology(podsets, paths, source.where)
-    name = topology_name(catalog.sources, wanted, catalog.flavor_topology(cluster_queue))
-    topology = catalog.sources.get(name) if name else None
-    if topology is None:
-        return  # the admitter's reason says it (translate)
-    for podset, path in zip(podsets, paths, strict=True):
-        podset_request(podset, path, topology, source.where)
-
-
 def plan_on_queue(
     cluster: ClusterInput, source: WorkloadSource, queue: str, flavor: str | None = None
 ) -> PlanResult | QueueVerdict:
@@ -343,9 +239,13 @@ def plan_on_queue(
         if isinstance(narrowed, str):
             return QueueVerdict(source, queue, False, narrowed, warnings)
         catalog = narrowed
-    if cluster_queue is not None and cluster_queue in catalog.queues:
-        _check_levels(source, catalog, cluster_queue)
-    translation = translate(workload.to_wire(), key, catalog)
+    wire = workload.to_wire()
+    translation = translate(wire, key, catalog, origin=source)
+    if translation.invalid is not None:
+        raise translation.invalid  # the job's own mistake, naming the job's own field
+    if translation.pending is None:
+        # Why it waits, in the admitter's words (which name the Workload's fields).
+        translation = translate(wire, key, catalog)
     if translation.pending is None:
         return QueueVerdict(source, queue, False, translation.problem, warnings)
     pending = translation.pending
