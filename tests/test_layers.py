@@ -4,10 +4,10 @@ or event loop), one module talks to Kubernetes, no module imports another's priv
 no function grows past a screen.
 
     core (pure)     api, cache, the admission/ungater/webhook decisions
-    transport       topogate.kube (client, reflector, events), metrics, files
+    transport       topogate.kube (client, reflector, events, blocking), metrics, files, clock
     state           topogate.state (the owners of controller state), topogate.controllers.writes
-    shells          topogate.controllers (admitter, job sync, node failures), ungater
-                    controller, webhook server
+    shells          topogate.controllers (admitter with pending and evictions, job sync, node
+                    failures), ungater controller, webhook server
     top             topogate.runtime (serve), topogate.commands
     cli             topogate.cli
     (tooling)       topogate.testing: may use anything, used by nothing above
