@@ -174,7 +174,7 @@ def bench_small(cases: int, seed: int = 11) -> None:
         truth = place(tree, snapshot, request, topology_name="s", exact=exact_budget(10.0))
         greedy = place(tree, snapshot, request, topology_name="s", exact=exact_budget(0))
         t0 = time.perf_counter()
-        exact = place(tree, snapshot, request, topology_name="s")
+        exact = place(tree, snapshot, request, topology_name="s", exact=exact_budget())
         if exact.exact is not ExactOutcome.NOT_RUN:
             spent.append(1000 * (time.perf_counter() - t0))
         budget_outs += exact.exact is ExactOutcome.BUDGET
@@ -221,7 +221,7 @@ def bench_preferred(cases: int, seed: int = 13) -> None:
         snapshot = ClusterSnapshot.build(nodes)
         tree = DomainTree.from_labels(snapshot, [BLOCK, RACK, HOST])
         greedy = place(tree, snapshot, request, topology_name="s", exact=exact_budget(0))
-        exact = place(tree, snapshot, request, topology_name="s")
+        exact = place(tree, snapshot, request, topology_name="s", exact=exact_budget())
         budget_outs += exact.exact is ExactOutcome.BUDGET
         if greedy.fits and exact.fits:
             fit += 1
