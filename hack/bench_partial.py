@@ -52,7 +52,7 @@ def main() -> None:
 
     def run(workload: PendingWorkload) -> tuple[float, int]:
         nonlocal probes
-        placer = SnapshotPlacer(snapshot, {"gpu": FlavorTopology(tree, "dc")})
+        placer = SnapshotPlacer(snapshot, {"gpu": FlavorTopology(tree, "dc")}, exact=None)
         calls = 0
 
         def counted(flavor: str, request: PlacementRequest, held: Held) -> PlacementDecision | None:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
+import socket
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +21,7 @@ from kubernetes import client
 
 from tests.cluster import fake_node
 from topogate.cli import main
+from topogate.commands import status as status_module
 from topogate.commands.status import (
     BOUND,
     FINISHED,
@@ -572,6 +577,46 @@ def test_unreachable_server_is_one_line(tmp_path: Path, capsys: pytest.CaptureFi
         f"topogate status: error: cannot connect to the API server at {server}: "
     )
     assert "Connection refused" in line
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """An API server that takes the connection and the request and never answers."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):  # closed: the test is over
+            while True:
+                held.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.close()
+        for conn in held:
+            conn.close()
+
+
+def test_a_silent_server_is_given_up_on_after_the_read_timeout(
+    tmp_path: Path,
+    silent_server: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # As before the one client (#21): 10 s to connect, 120 s for each read, not 60 s in all.
+    assert status_module._TIMEOUT == (10, 120)
+    monkeypatch.setattr(status_module, "_TIMEOUT", (10, 0.2))
+    kubeconfig = _kubeconfig(tmp_path / "config", silent_server)
+    started = time.monotonic()
+    assert main(["status", "--kubeconfig", str(kubeconfig)]) == 1
+    assert time.monotonic() - started < 10
+    assert capsys.readouterr().err == (
+        f"topogate status: error: cannot connect to the API server at {silent_server}: "
+        "no answer in time\n"
+    )
 
 
 def test_missing_kubeconfig_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -46,6 +46,7 @@ UNASSIGNED = "-"
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 _SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 _PAGE = 500
+_TIMEOUT = (10, 120)  # seconds to connect, and to wait for each read of an answer
 # What reading the API can fail with (OSError: a local failure, such as an unreadable token).
 API_READ_ERRORS: tuple[type[BaseException], ...] = (*API_ERRORS, OSError)
 
@@ -463,13 +464,20 @@ def _in_cluster_namespace() -> str:
 
 async def connect(kubeconfig: str | None) -> Connection:
     """A client and the default namespace (the context's, else ``default``)."""
+    import aiohttp
+
     from topogate.kube.client import Kube, KubeconfigError, context_namespace
 
+    # A page of a large list may take long, but not one silent stretch of it.
+    connect_seconds, read_seconds = _TIMEOUT
+    timeout = aiohttp.ClientTimeout(
+        total=None, sock_connect=connect_seconds, sock_read=read_seconds
+    )
     paths = _kubeconfig_paths(kubeconfig)
     try:
         if paths is None:
             try:
-                kube = await Kube.connect(None)
+                kube = await Kube.connect(None, request_timeout=timeout)
             except KubeconfigError as error:
                 raise StatusError(
                     "no kubeconfig (--kubeconfig, $KUBECONFIG, ~/.kube/config) and not running "
@@ -481,7 +489,7 @@ async def connect(kubeconfig: str | None) -> Connection:
                 await kube.close()
                 raise
         namespace = context_namespace(paths)
-        kube = await Kube.connect(paths)
+        kube = await Kube.connect(paths, request_timeout=timeout)
         return Connection(kube, kube.server, namespace or "default")
     except StatusError:
         raise
