@@ -121,7 +121,7 @@ def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = Non
     wanted = wanted_by(source)
     choice = choose_flavor(cluster, flavor, wanted, forest)
     requests = podset_requests(source, choice.source)
-    snapshot = ClusterSnapshot.build(cluster.nodes, cluster.pods)
+    snapshot = cluster.snapshot()
     tree = choice.source.tree(snapshot, choice.node_labels)
     request = PlacementRequest(workload.metadata.name, requests, wanted.named)
 
@@ -249,7 +249,7 @@ def plan_on_queue(
     if translation.pending is None:
         return QueueVerdict(source, queue, False, translation.problem, warnings)
     pending = translation.pending
-    snapshot = ClusterSnapshot.build(cluster.nodes, cluster.pods)
+    snapshot = cluster.snapshot()
     named = [pending.request.topology] if pending.request.topology else []
     placer = build_placer(snapshot, catalog, named, exact_budget())
     cycle = admission_cycle(catalog.queues, [pending], usage_of(cluster.admissions), placer)

@@ -1,0 +1,114 @@
+"""What `topogate plan` missed or said badly (issue 26): an admitted Workload's nodes, keys in
+the wrong place, the pod set in a no-fit message, Volcano's suggestion, and smaller gaps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_cli_plan import _job
+from tests.test_plan_checks import FLAVOR, LOCAL_QUEUE, _cluster_queue, _plan, _queued
+from topogate.api.constants import PODSET_LABEL, WORKLOAD_ANNOTATION
+
+HOST = "kubernetes.io/hostname"
+
+
+def _admitted(nodes: list[str], gpus: int = 8, **admission: Any) -> dict[str, Any]:
+    """An admitted Workload (Kueue v1beta2) holding ``gpus`` GPUs on each of ``nodes``."""
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": "running", "namespace": "ml"},
+        "spec": {
+            "queueName": "q",
+            "podSets": [
+                {
+                    "name": "main",
+                    "count": len(nodes),
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "c",
+                                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                                }
+                            ]
+                        }
+                    },
+                }
+            ],
+        },
+        "status": {
+            "admission": {
+                "clusterQueue": "cq",
+                "podSetAssignments": [
+                    {
+                        "name": "main",
+                        "flavors": {"nvidia.com/gpu": "gpu"},
+                        "resourceUsage": {"nvidia.com/gpu": str(gpus * len(nodes))},
+                        "count": len(nodes),
+                        "topologyAssignment": {
+                            "levels": [HOST],
+                            "domains": [{"values": [n], "count": 1} for n in nodes],
+                        },
+                    }
+                ],
+                **admission,
+            }
+        },
+    }
+
+
+def _hosts(document: dict[str, Any]) -> list[str]:
+    (assignment,) = document["status"]["admission"]["podSetAssignments"]
+    topology = assignment["topologyAssignment"]
+    (level,) = topology["levels"]
+    assert level == HOST
+    (piece,) = topology["slices"]
+    individual = piece["valuesPerLevel"][0]["individual"]
+    return [individual.get("prefix", "") + root for root in individual["roots"]]
+
+
+@pytest.mark.parametrize("queues", [True, False])
+def test_an_admitted_workload_holds_the_nodes_of_its_assignment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], queues: bool
+) -> None:
+    # Rack r0 of block b0 is full with the admitted Workload's pods: plan booked it again.
+    objects = (FLAVOR, _cluster_queue(64), LOCAL_QUEUE, _admitted(["h000", "h001"]))
+    args = ("-o", "json") if queues else ("-o", "json", "--ignore-queues")
+    assert _plan(tmp_path, _queued(2), *objects, args=args) == 0
+    assert _hosts(json.loads(capsys.readouterr().out)) == ["h010", "h011"]
+
+
+def test_an_admitted_workload_s_own_pods_are_not_counted_twice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Half of h000's GPUs held by the Workload, its pod bound there too: block b0 has 28 GPUs
+    # free (7 pods of 4), not 24.
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "running-0",
+            "namespace": "ml",
+            "labels": {PODSET_LABEL: "main"},
+            "annotations": {WORKLOAD_ANNOTATION: "running"},
+        },
+        "spec": {
+            "nodeName": "h000",
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "4"}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+    objects = (FLAVOR, _admitted(["h000"], gpus=4), pod)
+    job = _job(7, {"kueue.x-k8s.io/podset-required-topology": "cloud.example.com/topology-block"})
+    job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 4
+    assert _plan(tmp_path, job, *objects, args=("-o", "json")) == 0
+    (assignment,) = json.loads(capsys.readouterr().out)["status"]["admission"]["podSetAssignments"]
+    assert assignment["count"] == 7
+    job["spec"]["parallelism"] = 8
+    (tmp_path / "more").mkdir()
+    assert _plan(tmp_path / "more", job, *objects) == 1
