@@ -112,3 +112,15 @@ def test_an_admitted_workload_s_own_pods_are_not_counted_twice(
     job["spec"]["parallelism"] = 8
     (tmp_path / "more").mkdir()
     assert _plan(tmp_path / "more", job, *objects) == 1
+
+
+def test_with_queues_a_no_fit_names_the_pod_set_as_without(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    objects = (FLAVOR, _cluster_queue(1000), LOCAL_QUEUE)
+    (tmp_path / "a").mkdir()
+    assert _plan(tmp_path, _queued(3), *objects) == 1  # a rack holds 2 pods of 8 GPUs
+    fit = 'topology "dc" allows to fit only 2 out of 3 pod(s)'
+    assert capsys.readouterr().out.splitlines()[-1] == f"DOES NOT FIT: flavor gpu: main: {fit}"
+    assert _plan(tmp_path / "a", _queued(3), *objects, args=("--ignore-queues",)) == 1
+    assert f"DOES NOT FIT: main: {fit}" in capsys.readouterr().out.splitlines()
