@@ -6,16 +6,18 @@ topology request read from the template's annotations (Kueue's keys or topogate'
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .annotations import AnnotationError, check_groups
-from .constants import MIN_PARALLELISM_KEYS
+from .constants import KUEUE_GROUP, MIN_PARALLELISM_KEYS, QUEUE_LABELS
 from .errors import InputError
 from .kinds import JOB_KINDS, PartialAdmission, job_kind_for, reading
 from .models import ObjectMeta, PodSet, PodSetTopologyRequest, Workload, WorkloadSpec
 from .validation import join, object_name, parse_model
+from .vocabularies import NETWORK_TOPOLOGY
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,15 +30,68 @@ class WorkloadSource:
 
 
 def _volcano_refusal(obj: Mapping[str, Any], where: str) -> InputError:
-    """What to write instead of Volcano's own Job or PodGroup."""
+    """What to write instead of Volcano's own Job or PodGroup: the annotations that say what
+    this one says (its networkTopology, its tasks' partitionPolicy or the PodGroup's
+    subGroupPolicy), or that it needs none."""
     return InputError(
         f"{obj.get('kind')} {obj.get('apiVersion')} is Volcano's own kind, which topogate does "
         "not admit; write a batch/v1 Job (or a jobset.x-k8s.io/v1alpha2 JobSet) with the queue "
-        "label kueue.x-k8s.io/queue-name, and put the network topology on its pod template as "
-        "the annotation topogate.dev/network-topology, e.g. "
-        '{"mode": "hard", "highestTierAllowed": 1}' + _min_available_hint(obj),
+        f"label {QUEUE_LABELS[1]}{_volcano_topology_hint(obj)}{_min_available_hint(obj)}",
         where=where,
     )
+
+
+def _network_topology(value: Any) -> str | None:
+    """Volcano's networkTopology as the JSON of topogate.dev/network-topology, or None."""
+    if not isinstance(value, Mapping):
+        return None
+    kept = {k: value[k] for k in ("mode", "highestTierAllowed", "highestTierName") if k in value}
+    if "mode" not in kept and kept:
+        kept = {"mode": "hard", **kept}  # Volcano's default mode
+    return json.dumps(kept, separators=(",", ":")) if kept else None
+
+
+def _tier(value: Any) -> Any:
+    """The tier a networkTopology names (its number or its name), or None."""
+    topology = value if isinstance(value, Mapping) else {}
+    return topology.get("highestTierName", topology.get("highestTierAllowed"))
+
+
+def _volcano_topology_hint(obj: Mapping[str, Any]) -> str:
+    spec = obj.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    parts = []
+    whole = _network_topology(spec.get("networkTopology"))
+    if whole is not None:
+        parts.append(
+            "put its network topology on the pod templates as the annotation "
+            f"{NETWORK_TOPOLOGY}: '{whole}'"
+        )
+    groups: list[tuple[str, Any, Any]] = []  # (name, pods per group, its networkTopology)
+    tasks = spec.get("tasks")
+    for task in tasks if isinstance(tasks, list) else []:
+        policy = task.get("partitionPolicy") if isinstance(task, Mapping) else None
+        if isinstance(policy, Mapping):
+            groups.append((f"task {task.get('name')}", policy.get("partitionSize"), policy))
+    policies = spec.get("subGroupPolicy")
+    for policy in policies if isinstance(policies, list) else []:
+        if isinstance(policy, Mapping):
+            groups.append((f"subGroup {policy.get('name')}", policy.get("subGroupSize", 1), policy))
+    for name, size, policy in groups:
+        tier = _tier(policy.get("networkTopology"))
+        within, level = (
+            (f" within tier {tier}", f"<the node label of tier {tier}>")
+            if tier is not None
+            else ("", "<the node label of the domain each group shares>")
+        )
+        parts.append(
+            f"for the groups of {size} pods{within} of {name}, annotate its pod template with "
+            f"{KUEUE_GROUP}/podset-slice-required-topology: {level} and "
+            f'{KUEUE_GROUP}/podset-slice-size: "{size}"'
+        )
+    if not parts:
+        return f"; it asks for no network topology, so it needs no {NETWORK_TOPOLOGY} annotation"
+    return "; " + "; ".join(parts)
 
 
 def _min_available_hint(obj: Mapping[str, Any]) -> str:

@@ -513,3 +513,72 @@ def test_a_volcano_job_or_podgroup_is_refused_with_what_to_write(
     message = error.value.describe()
     assert message.startswith(f"{kind} ml/t: {kind} {api_version} is Volcano's own kind")
     assert "batch/v1 Job" in message and "topogate.dev/network-topology" in message
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        (
+            None,
+            "; it asks for no network topology, so it needs no topogate.dev/network-topology "
+            "annotation",
+        ),
+        (
+            {"networkTopology": {"mode": "hard", "highestTierAllowed": 2}},
+            "; put its network topology on the pod templates as the annotation "
+            """topogate.dev/network-topology: '{"mode":"hard","highestTierAllowed":2}'""",
+        ),
+        (
+            {"networkTopology": {"highestTierName": "spine"}},
+            """topogate.dev/network-topology: '{"mode":"hard","highestTierName":"spine"}'""",
+        ),
+        (
+            {
+                "tasks": [
+                    {
+                        "name": "workers",
+                        "replicas": 8,
+                        "partitionPolicy": {
+                            "totalPartitions": 2,
+                            "partitionSize": 4,
+                            "networkTopology": {"mode": "hard", "highestTierAllowed": 1},
+                        },
+                    }
+                ]
+            },
+            "; for the groups of 4 pods within tier 1 of task workers, annotate its pod "
+            "template with kueue.x-k8s.io/podset-slice-required-topology: <the node label of "
+            'tier 1> and kueue.x-k8s.io/podset-slice-size: "4"',
+        ),
+    ],
+)
+def test_a_volcano_job_is_told_the_annotation_matching_what_it_says(
+    spec: dict[str, Any] | None, says: str
+) -> None:
+    # Every Volcano Job was told {"mode": "hard", "highestTierAllowed": 1}, whatever it said.
+    obj = {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": "t", "namespace": "ml"},
+        "spec": spec,
+    }
+    with pytest.raises(InputError) as error:
+        workload_from_object(obj)
+    assert error.value.message.endswith(says)
+    assert '"highestTierAllowed": 1' not in error.value.message
+
+
+def test_a_volcano_pod_group_s_sub_groups_are_slices() -> None:
+    obj = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "t", "namespace": "ml"},
+        "spec": {"subGroupPolicy": [{"name": "g", "subGroupSize": 8}]},
+    }
+    with pytest.raises(InputError) as error:
+        workload_from_object(obj)
+    assert error.value.message.endswith(
+        "; for the groups of 8 pods of subGroup g, annotate its pod template with "
+        "kueue.x-k8s.io/podset-slice-required-topology: <the node label of the domain each "
+        'group shares> and kueue.x-k8s.io/podset-slice-size: "8"'
+    )
