@@ -9,9 +9,14 @@ from typing import Any
 
 import pytest
 
-from tests.test_cli_plan import _job
+from tests.test_cli_plan import _job, _node
+from tests.test_hypernodes import hn
 from tests.test_plan_checks import FLAVOR, LOCAL_QUEUE, _cluster_queue, _plan, _queued
 from topogate.api.constants import PODSET_LABEL, WORKLOAD_ANNOTATION
+from topogate.api.hypernodes import parse_hypernode
+from topogate.cache.hypernodes import build_forest
+from topogate.cache.nodes import node_from_kube
+from topogate.commands.loader import hypernode_warnings
 
 HOST = "kubernetes.io/hostname"
 
@@ -124,3 +129,63 @@ def test_with_queues_a_no_fit_names_the_pod_set_as_without(
     assert capsys.readouterr().out.splitlines()[-1] == f"DOES NOT FIT: flavor gpu: main: {fit}"
     assert _plan(tmp_path / "a", _queued(3), *objects, args=("--ignore-queues",)) == 1
     assert f"DOES NOT FIT: main: {fit}" in capsys.readouterr().out.splitlines()
+
+
+@pytest.mark.parametrize("queues", [True, False])
+def test_nodes_lacking_the_flavor_s_label_are_named_in_a_hint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], queues: bool
+) -> None:
+    # "no topology domains at level: ..." said which level, not which label was missing.
+    flavor = json.loads(json.dumps(FLAVOR))
+    flavor["spec"]["nodeLabels"] = {"node-group": "h100"}
+    args = () if queues else ("--ignore-queues",)
+    assert _plan(tmp_path, _queued(1), flavor, _cluster_queue(64), LOCAL_QUEUE, args=args) == 1
+    assert capsys.readouterr().err == (
+        "topogate plan: warning: no node of --cluster has the label node-group=h100 that "
+        "ResourceFlavor gpu selects (spec.nodeLabels)\n"
+    )
+
+
+def test_nodes_lacking_a_level_label_are_named_in_a_hint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topology = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Topology",
+        "metadata": {"name": "zoned"},
+        "spec": {"levels": [{"nodeLabel": "example.com/zone"}, {"nodeLabel": HOST}]},
+    }
+    flavor = json.loads(json.dumps(FLAVOR))
+    flavor["spec"]["topologyName"] = "zoned"
+    assert _plan(tmp_path, _job(1, {}), flavor, topology) == 1
+    assert capsys.readouterr().err == (
+        "topogate plan: warning: none of the 4 node(s) of ResourceFlavor gpu has the label "
+        "example.com/zone, a level of topology zoned\n"
+    )
+
+
+def test_hypernodes_whose_members_are_not_in_the_cluster_say_so() -> None:
+    # A HyperNode of nodes missing from --cluster showed "0 nodes" with no word.
+
+    nodes = [node_from_kube(_node(n, "b0", "r0")) for n in ("n1", "n2")]
+    regex = {"type": "Node", "selector": {"regexMatch": {"pattern": "^gpu-.*"}}}
+    hypernodes = [
+        hn("full", 1, ["n1"]),
+        hn("half", 1, ["n2", "x1"]),
+        hn("none", 1, ["x2", "x3", "x4", "x5"]),
+        hn("top", 2, children=["full", "half", "none"]),
+    ]
+
+    pattern = parse_hypernode(
+        {
+            "apiVersion": "topology.volcano.sh/v1alpha1",
+            "kind": "HyperNode",
+            "metadata": {"name": "pattern"},
+            "spec": {"tier": 1, "members": [regex]},
+        }
+    )
+    assert hypernode_warnings(build_forest([*hypernodes, pattern], nodes)) == [
+        "HyperNode half: 1 of its 2 member node(s) are not in --cluster: x1",
+        "HyperNode none: 4 of its 4 member node(s) are not in --cluster: x2, x3, x4 and 1 more",
+        "HyperNode pattern: its members select no node of --cluster",
+    ]

@@ -16,7 +16,7 @@ from topogate.admission.quota import checked_admission
 from topogate.api.constants import API_VERSION, KAI_API_VERSION, KUEUE_API_VERSIONS
 from topogate.api.errors import InputError
 from topogate.api.hypernodes import API_VERSION as HYPERNODE_API_VERSION
-from topogate.api.hypernodes import HyperNode, parse_hypernode
+from topogate.api.hypernodes import NODE, HyperNode, parse_hypernode
 from topogate.api.models import ClusterQueue, LocalQueue, ResourceFlavor, Topology
 from topogate.api.objects import admission_of, gpu_assignment_of, is_finished, workload_of_pod
 from topogate.api.validation import parse_model
@@ -98,7 +98,26 @@ class ClusterInput:
 def hypernode_warnings(forest: HyperNodeForest | None) -> list[str]:
     """What is wrong in the HyperNodes (left out of the forest; the rest still places jobs),
     one line per problem: ``plan`` and ``topology`` both print these."""
-    problems = forest.problems if forest is not None else {}
+    problems = {name: list(found) for name, found in (forest.problems if forest else {}).items()}
+    for name, hypernode in (forest.hypernodes if forest else {}).items():
+        assert forest is not None
+        members = [m for m in hypernode.members if m.type == NODE]
+        missing = [
+            m.exact
+            for m in members
+            if m.exact is not None
+            and m.exact not in forest.nodes.get(name, ())
+            and m.exact not in forest.node_hypernode  # a node claimed twice: said apart
+        ]
+        if missing:
+            shown = ", ".join(missing[:3]) + (
+                f" and {len(missing) - 3} more" if missing[3:] else ""
+            )
+            problems.setdefault(name, []).append(
+                f"{len(missing)} of its {len(members)} member node(s) are not in --cluster: {shown}"
+            )
+        elif members and not forest.nodes.get(name):
+            problems.setdefault(name, []).append("its members select no node of --cluster")
     return [
         f"HyperNode {name}: {problem}"
         for name, found in sorted(problems.items())

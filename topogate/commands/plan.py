@@ -114,6 +114,42 @@ def _input_warnings(cluster: ClusterInput, forest: HyperNodeForest | None) -> li
     return hypernode_warnings(forest)
 
 
+def domain_hint(cluster: ClusterInput, choice: FlavorChoice) -> str | None:
+    """Why a flavor's topology has no domains, naming the label its nodes lack: Kueue's
+    "no topology domains at level" says which level, not which label was missing."""
+    selected = [
+        n for n in cluster.nodes if all(n.labels.get(k) == v for k, v in choice.node_labels.items())
+    ]
+    flavor = f"ResourceFlavor {choice.name}"
+    if not selected:
+        if not cluster.nodes:
+            return "--cluster holds no Nodes"
+        for key, value in choice.node_labels.items():
+            if not any(n.labels.get(key) == value for n in cluster.nodes):
+                return (
+                    f"no node of --cluster has the label {key}={value} that {flavor} selects "
+                    "(spec.nodeLabels)"
+                )
+        labels = ", ".join(f"{k}={v}" for k, v in choice.node_labels.items())
+        return f"no node of --cluster has all the labels {flavor} selects: {labels}"
+    if choice.source.paths is not None:  # HyperNodes: the forest names its own members
+        return None
+    for key in choice.source.level_keys:
+        if not any(key in n.labels for n in selected):
+            return (
+                f"none of the {len(selected)} node(s) of {flavor} has the label {key}, a level "
+                f"of topology {choice.source.name}"
+            )
+    return None
+
+
+def _hints(cluster: ClusterInput, choice: FlavorChoice, message: str) -> list[str]:
+    if "no topology domains at level" not in message:
+        return []
+    hint = domain_hint(cluster, choice)
+    return [hint] if hint else []
+
+
 def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = None) -> PlanResult:
     forest = cluster.build_forest()
     warnings = _input_warnings(cluster, forest)
@@ -136,6 +172,7 @@ def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = Non
         )
 
     decision = placed(request)
+    warnings += _hints(cluster, choice, decision.message)
     if not decision.fits and can_shrink(request):  # as the admitter: fewer pods, same rules
         found = largest_fit(request, lambda r: d if (d := placed(r)).fits else None)
         if found is not None:
@@ -254,7 +291,21 @@ def plan_on_queue(
     placer = build_placer(snapshot, catalog, named, exact_budget())
     cycle = admission_cycle(catalog.queues, [pending], usage_of(cluster.admissions), placer)
     if not cycle.admitted:
-        return QueueVerdict(source, queue, False, cycle.pending.get(key, ""), warnings)
+        message = cycle.pending.get(key, "")
+        for reason in message.split("; "):  # one per flavor: "flavor gpu: main: no topo..."
+            flavor_name = reason.removeprefix("flavor ").split(":", 1)[0]
+            topology = (
+                placer.named.get((flavor_name, pending.request.topology))
+                if pending.request.topology
+                else placer.flavors.get(flavor_name)
+            )
+            if topology is not None and flavor_name in catalog.flavors:
+                labels = dict(catalog.flavors[flavor_name].spec.node_labels)
+                choice = FlavorChoice(
+                    flavor_name, catalog.sources[topology.topology_name], labels, ()
+                )
+                warnings = [*warnings, *_hints(cluster, choice, reason)]
+        return QueueVerdict(source, queue, False, message, warnings)
     admitted = cycle.admitted[0]
     if admitted.decision is None:
         return QueueVerdict(
