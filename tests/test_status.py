@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -576,9 +578,56 @@ def test_unreachable_server_is_one_line(tmp_path: Path, capsys: pytest.CaptureFi
 
 def test_missing_kubeconfig_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "nope"
-    assert main(["status", "--kubeconfig", str(missing)]) == 1
+    assert main(["status", "--kubeconfig", str(missing)]) == 2  # invalid arguments
     assert (
         capsys.readouterr().err == f"topogate status: error: kubeconfig {missing} does not exist\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("", "is empty; a kubeconfig names a cluster, a user and a context"),
+        ("# nothing\n", "is empty; a kubeconfig names a cluster, a user and a context"),
+        ("[1, 2]\n", "must be a mapping (a kubeconfig)"),
+        ("a: [\n", "is not YAML: "),
+        ("apiVersion: v1\nkind: Config\n", "cannot load: Invalid kube-config file. "),
+    ],
+)
+def test_an_unusable_kubeconfig_is_invalid_arguments(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    text: str,
+    says: str,
+) -> None:
+    # An empty kubeconfig exited 1 (the API server failed), though 2 means invalid arguments.
+    config = tmp_path / "config"
+    config.write_text(text)
+    assert main(["status", "--kubeconfig", str(config)]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"topogate status: error: kubeconfig {config}: {says}"
+    )
+    monkeypatch.setenv("KUBECONFIG", str(config))  # found, not given: the same
+    assert main(["status"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_serve_with_an_empty_kubeconfig_is_one_line(tmp_path: Path) -> None:
+    # The async loader raised a TypeError traceback.
+    config = tmp_path / "config"
+    config.write_text("")
+    done = subprocess.run(
+        [sys.executable, "-m", "topogate", "serve", "--kubeconfig", str(config)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"topogate serve: error: {config}: is empty; a kubeconfig names a cluster, a user and "
+        "a context\n",
     )
 
 
