@@ -189,3 +189,39 @@ def test_hypernodes_whose_members_are_not_in_the_cluster_say_so() -> None:
         "HyperNode none: 4 of its 4 member node(s) are not in --cluster: x2, x3, x4 and 1 more",
         "HyperNode pattern: its members select no node of --cluster",
     ]
+
+
+def _in_cohort(name: str, gpus: int) -> dict[str, Any]:
+    queue = _cluster_queue(gpus)
+    queue["metadata"]["name"] = name
+    queue["spec"]["cohortName"] = "team"
+    return queue
+
+
+def test_a_fit_that_borrows_from_the_cohort_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It fitted with no word that it lasts only while the cohort lends.
+    objects = (FLAVOR, _in_cohort("cq", 8), _in_cohort("other", 16), LOCAL_QUEUE)
+    assert _plan(tmp_path, _queued(2), *objects, args=("-o", "json")) == 0
+    borrowing = (
+        "borrowing nvidia.com/gpu=8 beyond ClusterQueue cq's nominal quota in flavor gpu "
+        "from cohort team"
+    )
+    (condition,) = json.loads(capsys.readouterr().out)["status"]["conditions"]
+    assert condition["message"] == f"fits on flavor 'gpu', topology 'dc', {borrowing}"
+    (tmp_path / "table").mkdir()
+    assert _plan(tmp_path / "table", _queued(2), *objects) == 0
+    assert capsys.readouterr().out.splitlines()[1] == f"quota: {borrowing}"
+    (tmp_path / "within").mkdir()
+    assert _plan(tmp_path / "within", _queued(1), *objects) == 0
+    assert "borrowing" not in capsys.readouterr().out
+
+
+def test_parallelism_0_says_there_is_nothing_to_place(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It printed a table header with no rows.
+    assert _plan(tmp_path, _job(0)) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1:] == ["", "podset main: 0 pods, nothing to place"]

@@ -19,7 +19,7 @@ import numpy as np
 import yaml
 
 from topogate.admission.assignments import pod_set_assignments
-from topogate.admission.cycle import admission_cycle
+from topogate.admission.cycle import Admitted, admission_cycle
 from topogate.admission.gpusets import bottleneck
 from topogate.admission.partial import can_shrink, largest_fit
 from topogate.admission.placement import place
@@ -30,7 +30,7 @@ from topogate.admission.podsets import (
     translate,
     wanted_by,
 )
-from topogate.admission.quota import QueueSpec, usage_of
+from topogate.admission.quota import QueueSpec, Usage, usage_of
 from topogate.admission.request import (
     Mode,
     PlacementDecision,
@@ -98,6 +98,7 @@ class PlanResult:
     requests: tuple[PodSetRequest, ...] = ()  # what each PodSet asked, as the core read it
     # Partial admission (job-min-parallelism): PodSet -> (pods placed, pods asked for).
     partial: dict[str, tuple[int, int]] = field(default_factory=dict)
+    borrowing: str = ""  # with queues: the quota borrowed from the cohort, in words
 
     @property
     def fits(self) -> bool:
@@ -289,7 +290,9 @@ def plan_on_queue(
     snapshot = cluster.snapshot()
     named = [pending.request.topology] if pending.request.topology else []
     placer = build_placer(snapshot, catalog, named, exact_budget())
-    cycle = admission_cycle(catalog.queues, [pending], usage_of(cluster.admissions), placer)
+    in_use = usage_of(cluster.admissions)
+    before = {slot: dict(amounts) for slot, amounts in in_use.items()}  # the cycle adds to it
+    cycle = admission_cycle(catalog.queues, [pending], in_use, placer)
     if not cycle.admitted:
         message = cycle.pending.get(key, "")
         for reason in message.split("; "):  # one per flavor: "flavor gpu: main: no topo..."
@@ -341,7 +344,31 @@ def plan_on_queue(
     )
     if workload.status is not None and workload.status.admission is not None:
         workload.status.admission.cluster_queue = admitted.cluster_queue
-    return result
+    borrowing = borrowing_text(catalog.queues[admitted.cluster_queue], admitted, before)
+    if borrowing and workload.status is not None:
+        workload.status.conditions[0].message += f", {borrowing}"
+    return replace(result, borrowing=borrowing)
+
+
+def borrowing_text(queue: QueueSpec, admitted: Admitted, before: Usage) -> str:
+    """What the admission takes beyond the queue's nominal quota (from its cohort), in words,
+    or "" when it stays within: a fit that lasts only while the cohort lends."""
+    quota = next((f for f in queue.flavors if f.flavor == admitted.flavor), None)
+    if quota is None:
+        return ""
+    used = before.get((queue.name, admitted.flavor), {})
+    borrowed = {
+        resource: min(amount, used.get(resource, 0) + amount - quota.nominal[resource])
+        for resource, amount in sorted(admitted.usage.items())
+        if resource in quota.nominal and used.get(resource, 0) + amount > quota.nominal[resource]
+    }
+    if not borrowed:
+        return ""
+    amounts = ", ".join(f"{r}={format_units(r, n)}" for r, n in borrowed.items())
+    return (
+        f"borrowing {amounts} beyond ClusterQueue {queue.name}'s nominal quota in flavor "
+        f"{admitted.flavor} from cohort {queue.cohort}"
+    )
 
 
 def render_verdict(verdict: QueueVerdict) -> str:
@@ -495,6 +522,8 @@ def render_table(result: PlanResult) -> str:
         f"{result.choice.name!r} (topology {result.choice.source.name!r}: "
         f"{' > '.join(result.choice.source.level_keys)})"
     ]
+    if result.borrowing:
+        lines.append(f"quota: {result.borrowing}")
     asked = {request.name: describe_request(request) for request in result.requests}
     if not result.fits:
         lines.append(f"DOES NOT FIT: {result.decision.podset}: {result.decision.message}")
@@ -509,6 +538,9 @@ def render_table(result: PlanResult) -> str:
                 f"podset {placement.name}: {placed} of {wanted} pod(s), {described} (partial "
                 f"admission: all {wanted} do not fit, minCount {podset.min_count})"
             )
+        elif podset.count == 0:  # parallelism 0: an empty table would look like a failure
+            lines.append(f"podset {placement.name}: 0 pods, nothing to place")
+            continue
         else:
             lines.append(f"podset {placement.name}: {podset.count} pod(s), {described}")
         rows = result.usage.get(placement.name, [])
