@@ -17,7 +17,7 @@ from .errors import InputError
 from .kinds import JOB_KINDS, PartialAdmission, job_kind_for, reading
 from .models import ObjectMeta, PodSet, PodSetTopologyRequest, Workload, WorkloadSpec
 from .validation import join, object_name, parse_model
-from .vocabularies import NETWORK_TOPOLOGY
+from .vocabularies import KAI_PREFERRED, KAI_REQUIRED, KAI_TOPOLOGY, NETWORK_TOPOLOGY
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,34 @@ def _volcano_refusal(obj: Mapping[str, Any], where: str) -> InputError:
         f"{obj.get('kind')} {obj.get('apiVersion')} is Volcano's own kind, which topogate does "
         "not admit; write a batch/v1 Job (or a jobset.x-k8s.io/v1alpha2 JobSet) with the queue "
         f"label {QUEUE_LABELS[1]}{_volcano_topology_hint(obj)}{_min_available_hint(obj)}",
+        where=where,
+    )
+
+
+def _kai_refusal(obj: Mapping[str, Any], where: str) -> InputError:
+    """What to write instead of KAI-Scheduler's PodGroup (made by its podgrouper from the
+    pods' owner): the owner, queued, with the PodGroup's topologyConstraint as KAI's keys."""
+    spec = obj.get("spec")
+    constraint = spec.get("topologyConstraint") if isinstance(spec, Mapping) else None
+    keys = {"topology": KAI_TOPOLOGY, "requiredTopologyLevel": KAI_REQUIRED}
+    keys["preferredTopologyLevel"] = KAI_PREFERRED
+    written = [
+        f"{key}: {constraint[field]}"
+        for field, key in keys.items()
+        if isinstance(constraint, Mapping) and constraint.get(field)
+    ]
+    topology = (
+        f", with its topologyConstraint as the annotations {', '.join(written)} (on the Job or "
+        "its pod template, as KAI's podgrouper reads them)"
+        if written
+        else ""
+    )
+    return InputError(
+        f"PodGroup {obj.get('apiVersion')} is KAI-Scheduler's pod group, which topogate does not "
+        "admit yet; submit the pods' owner instead: a batch/v1 Job (or a jobset.x-k8s.io/v1alpha2 "
+        f"JobSet, a replicated job per subGroup) with the queue label {QUEUE_LABELS[1]}"
+        f"{topology}. Pods with no such owner cannot be queued as one group yet; a single v1 "
+        "Pod can be planned alone",
         where=where,
     )
 
@@ -178,6 +206,8 @@ def workload_from_object(
         return WorkloadSource(workload, paths, where)
     elif str(api_version).startswith(("batch.volcano.sh/", "scheduling.volcano.sh/")):
         raise _volcano_refusal(obj, where)
+    elif str(api_version).startswith("scheduling.run.ai/") and kind == "PodGroup":
+        raise _kai_refusal(obj, where)
     else:
         raise InputError(
             f"kind {kind!r} with apiVersion {api_version!r} is not a workload; expected "

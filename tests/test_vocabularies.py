@@ -582,3 +582,41 @@ def test_a_volcano_pod_group_s_sub_groups_are_slices() -> None:
         "kueue.x-k8s.io/podset-slice-required-topology: <the node label of the domain each "
         'group shares> and kueue.x-k8s.io/podset-slice-size: "8"'
     )
+
+
+@pytest.mark.parametrize(
+    ("constraint", "says"),
+    [
+        (None, "with the queue label kueue.x-k8s.io/queue-name. Pods with no such owner"),
+        (
+            {"topology": "dc", "requiredTopologyLevel": "rack"},
+            "with the queue label kueue.x-k8s.io/queue-name, with its topologyConstraint as the "
+            "annotations kai.scheduler/topology: dc, kai.scheduler/topology-required-placement: "
+            "rack (on the Job or its pod template, as KAI's podgrouper reads them). ",
+        ),
+    ],
+)
+def test_a_kai_pod_group_is_refused_with_what_to_write(
+    constraint: dict[str, str] | None, says: str
+) -> None:
+    # It got the generic "kind 'PodGroup' ... is not a workload".
+    obj: dict[str, Any] = {
+        "apiVersion": "scheduling.run.ai/v2alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": "pg", "namespace": "ml"},
+        "spec": {"minMember": 4, "queue": "team-a"},
+    }
+    if constraint is not None:
+        obj["spec"]["topologyConstraint"] = constraint
+    with pytest.raises(InputError) as error:
+        workload_from_object(obj)
+    message = error.value.message
+    assert message.startswith(
+        "PodGroup scheduling.run.ai/v2alpha2 is KAI-Scheduler's pod group, which topogate does "
+        "not admit yet; submit the pods' owner instead: a batch/v1 Job"
+    )
+    assert says in message
+    assert message.endswith(
+        "Pods with no such owner cannot be queued as one group yet; a "
+        "single v1 Pod can be planned alone"
+    )
