@@ -225,3 +225,17 @@ def test_parallelism_0_says_there_is_nothing_to_place(
     assert _plan(tmp_path, _job(0)) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[1:] == ["", "podset main: 0 pods, nothing to place"]
+
+
+def test_a_hostname_label_over_63_characters_is_invalid_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A one-pod plan wrote it as the assignment's universal value: a pydantic traceback.
+    long = "gpu-" + "x" * 60
+    node = _node("n1", "b0", "r9", gpus=16)  # the one node a 16-GPU pod fits on
+    node["metadata"]["labels"][HOST] = long
+    assert _plan(tmp_path, _job(1, gpus=16), node, args=("-o", "json")) == 2
+    assert capsys.readouterr().err == (
+        f"topogate plan: error: {tmp_path / 'cluster' / 'nodes.yaml'}: Node n1: "
+        f'metadata.labels[{HOST}]: Invalid value: "{long}": must be no more than 63 characters\n'
+    )

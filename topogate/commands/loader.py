@@ -161,6 +161,7 @@ def load_cluster(paths: list[Path]) -> ClusterInput:
             try:
                 if kind == "Node":
                     node = node_from_kube(doc.obj)
+                    _check_label_values(node)
                     if node.name in node_sources:
                         raise InputError(
                             f"node {node.name!r} is defined twice "
@@ -213,6 +214,19 @@ def load_cluster(paths: list[Path]) -> ClusterInput:
 
 
 _QUEUE_KINDS = ("ClusterQueue", "LocalQueue")
+MAX_LABEL_VALUE = 63  # the API server's limit; an assignment could not carry a longer value
+
+
+def _check_label_values(node: NodeInfo) -> None:
+    """Refuse what the API server would: a label value over 63 characters (a hostname label
+    that long stopped plan with a traceback when it wrote the assignment)."""
+    for key, value in node.labels.items():
+        if len(value) > MAX_LABEL_VALUE:
+            shown = value if len(value) <= 80 else value[:77] + "..."
+            raise InputError(
+                f'Invalid value: "{shown}": must be no more than {MAX_LABEL_VALUE} characters',
+                field=f"metadata.labels[{key}]",
+            )
 
 
 def _add_queue(cluster: ClusterInput, obj: Mapping[str, Any]) -> None:
