@@ -19,7 +19,7 @@ import numpy as np
 import yaml
 
 from topogate.admission.assignments import pod_set_assignments
-from topogate.admission.cycle import Admitted, admission_cycle
+from topogate.admission.cycle import Admitted, SnapshotPlacer, admission_cycle
 from topogate.admission.gpusets import bottleneck
 from topogate.admission.partial import can_shrink, largest_fit
 from topogate.admission.placement import place
@@ -295,20 +295,8 @@ def plan_on_queue(
     cycle = admission_cycle(catalog.queues, [pending], in_use, placer)
     if not cycle.admitted:
         message = cycle.pending.get(key, "")
-        for reason in message.split("; "):  # one per flavor: "flavor gpu: main: no topo..."
-            flavor_name = reason.removeprefix("flavor ").split(":", 1)[0]
-            topology = (
-                placer.named.get((flavor_name, pending.request.topology))
-                if pending.request.topology
-                else placer.flavors.get(flavor_name)
-            )
-            if topology is not None and flavor_name in catalog.flavors:
-                labels = dict(catalog.flavors[flavor_name].spec.node_labels)
-                choice = FlavorChoice(
-                    flavor_name, catalog.sources[topology.topology_name], labels, ()
-                )
-                warnings = [*warnings, *_hints(cluster, choice, reason)]
-        return QueueVerdict(source, queue, False, message, warnings)
+        hints = _queue_hints(cluster, catalog, placer, pending.request.topology, message)
+        return QueueVerdict(source, queue, False, message, [*warnings, *hints])
     admitted = cycle.admitted[0]
     if admitted.decision is None:
         return QueueVerdict(
@@ -369,6 +357,26 @@ def borrowing_text(queue: QueueSpec, admitted: Admitted, before: Usage) -> str:
         f"borrowing {amounts} beyond ClusterQueue {queue.name}'s nominal quota in flavor "
         f"{admitted.flavor} from cohort {queue.cohort}"
     )
+
+
+def _queue_hints(
+    cluster: ClusterInput,
+    catalog: Catalog,
+    placer: SnapshotPlacer,
+    named: str | None,
+    message: str,
+) -> list[str]:
+    """:func:`domain_hint` for each flavor of the queue whose topology had no domains."""
+    hints = []
+    for reason in message.split("; "):  # one per flavor: "flavor gpu: main: no topo..."
+        flavor_name = reason.removeprefix("flavor ").split(":", 1)[0]
+        topology = placer.named.get((flavor_name, named)) if named else None
+        topology = topology or placer.flavors.get(flavor_name)
+        if topology is not None and flavor_name in catalog.flavors:
+            labels = dict(catalog.flavors[flavor_name].spec.node_labels)
+            choice = FlavorChoice(flavor_name, catalog.sources[topology.topology_name], labels, ())
+            hints += _hints(cluster, choice, reason)
+    return hints
 
 
 def render_verdict(verdict: QueueVerdict) -> str:
