@@ -179,3 +179,16 @@ def test_a_node_list_s_items_without_their_own_kind_are_nodes(tmp_path: Path) ->
     )
     assert (code, err) == (0, "")
     assert out == _plan("--example")[1]
+
+
+def test_scalars_resolve_to_safeloader_s_types() -> None:
+    written = [
+        "1e3", ".5", "-1", "+1", "0b101", "1_000", "0x_1F", "1:20", "190:20:30", "~", "Null",
+        "True", "On", "off", "y", "n", "-.Inf", "0o7", "07", "08", "1.0e+3", "12e03", "0.",
+        '"q"', "'s'", '!!int "3"', "!!float 3", '!!null ""', "!!bool yes", "! 12",
+        "2002-12-14", "2001-12-14t21:59:43.10-05:00",
+    ]  # fmt: skip
+    text = "".join(f"k{i}: {value}\n" for i, value in enumerate(written))
+    (ours,) = _yaml_documents(text, "f")
+    (theirs,) = yaml.safe_load_all(text)
+    assert [repr(v) for v in ours.values()] == [repr(v) for v in theirs.values()]
