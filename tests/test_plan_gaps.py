@@ -90,8 +90,18 @@ def test_an_admitted_workload_holds_the_nodes_of_its_assignment(
     assert _hosts(json.loads(capsys.readouterr().out)) == ["h010", "h011"]
 
 
+@pytest.mark.parametrize(
+    ("podset_label", "workload_annotation"),
+    [
+        (PODSET_LABEL, WORKLOAD_ANNOTATION),
+        ("kueue.x-k8s.io/podset", "kueue.x-k8s.io/workload"),  # a Kueue cluster's dump
+    ],
+)
 def test_an_admitted_workload_s_own_pods_are_not_counted_twice(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    podset_label: str,
+    workload_annotation: str,
 ) -> None:
     # Half of h000's GPUs held by the Workload, its pod bound there too: block b0 has 28 GPUs
     # free (7 pods of 4), not 24.
@@ -101,8 +111,8 @@ def test_an_admitted_workload_s_own_pods_are_not_counted_twice(
         "metadata": {
             "name": "running-0",
             "namespace": "ml",
-            "labels": {PODSET_LABEL: "main"},
-            "annotations": {WORKLOAD_ANNOTATION: "running"},
+            "labels": {podset_label: "main"},
+            "annotations": {workload_annotation: "running"},
         },
         "spec": {
             "nodeName": "h000",

@@ -13,7 +13,7 @@ from typing import Any
 
 from topogate.admission.assignments import usage_from_admission
 from topogate.admission.quota import checked_admission
-from topogate.api.constants import API_VERSION, KAI_API_VERSION, KUEUE_API_VERSIONS
+from topogate.api.constants import API_VERSION, KAI_API_VERSION, KUEUE_API_VERSIONS, KUEUE_GROUP
 from topogate.api.errors import InputError
 from topogate.api.hypernodes import API_VERSION as HYPERNODE_API_VERSION
 from topogate.api.hypernodes import NODE, HyperNode, parse_hypernode
@@ -174,7 +174,7 @@ def load_cluster(paths: list[Path]) -> ClusterInput:
                     usage = pod_usage_from_kube(doc.obj)
                     if usage is not None:
                         cluster.pods.append(usage)
-                        cluster.pod_owners.append((usage, workload_of_pod(doc.obj)))
+                        cluster.pod_owners.append((usage, _owner(doc.obj)))
                 elif kind == "Topology" and api_version == KAI_API_VERSION:
                     topology = parse_model(Topology, doc.obj, "")
                     _unique(kai, topology.metadata.name, f"Topology ({KAI_API_VERSION})")
@@ -214,7 +214,22 @@ def load_cluster(paths: list[Path]) -> ClusterInput:
 
 
 _QUEUE_KINDS = ("ClusterQueue", "LocalQueue")
+KUEUE_WORKLOAD, KUEUE_PODSET = f"{KUEUE_GROUP}/workload", f"{KUEUE_GROUP}/podset"
 MAX_LABEL_VALUE = 63  # the API server's limit; an assignment could not carry a longer value
+
+
+def _owner(pod: Mapping[str, Any]) -> str | None:
+    """namespace/name of the Workload a pod belongs to: topogate's marks, or Kueue's (a dump
+    of a Kueue cluster: the same kueue.x-k8s.io/podset label and workload annotation)."""
+    owner = workload_of_pod(pod)
+    meta = pod.get("metadata")
+    if owner is not None or not isinstance(meta, Mapping):
+        return owner
+    labels, annotations = meta.get("labels"), meta.get("annotations")
+    name = annotations.get(KUEUE_WORKLOAD) if isinstance(annotations, Mapping) else None
+    if not name or not isinstance(labels, Mapping) or KUEUE_PODSET not in labels:
+        return None
+    return f"{meta.get('namespace') or 'default'}/{name}"
 
 
 def _check_label_values(node: NodeInfo) -> None:
