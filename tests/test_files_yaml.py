@@ -192,3 +192,14 @@ def test_scalars_resolve_to_safeloader_s_types() -> None:
     (ours,) = _yaml_documents(text, "f")
     (theirs,) = yaml.safe_load_all(text)
     assert [repr(v) for v in ours.values()] == [repr(v) for v in theirs.values()]
+
+
+def test_a_json_key_given_twice_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "job.json"
+    path.write_text('{"kind": "Job", "spec": {"parallelism": 1}, "spec": {"parallelism": 2}}')
+    with pytest.raises(InputError) as caught:
+        list(documents(path))
+    assert (caught.value.where, caught.value.message) == (
+        str(path),
+        "invalid JSON: key 'spec' is given twice in one object (kubectl refuses it)",
+    )

@@ -68,9 +68,21 @@ def _parse(path: Path) -> Iterator[Any]:
     # stdin is read as YAML, and JSON is YAML
     with _refusing("invalid JSON" if path.suffix == ".json" else "invalid YAML", path_name):
         if path.suffix == ".json":
-            yield json.loads(text)
+            yield json.loads(text, object_pairs_hook=_unique_keys)
         else:
             yield from _yaml_documents(text, path_name)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a key given twice (kubectl does; json keeps the last)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"key {key!r} is given twice in one object (kubectl refuses it)")
+            seen.add(key)
+    return out
 
 
 @contextlib.contextmanager
