@@ -143,7 +143,8 @@ def _try(
             continue
         decision = placer(flavor.flavor, workload.request, held)
         if decision is not None and not decision.fits:
-            reasons.append(f"flavor {flavor.flavor}: {decision.message}")
+            # the pod set named, as Kueue names it ("... to pod set workers: ...")
+            reasons.append(f"flavor {flavor.flavor}: {decision.podset}: {decision.message}")
             continue
         return Admitted(workload.key, queue.name, flavor.flavor, demand, decision)
     return "; ".join(reasons) or f"ClusterQueue {queue.name} has no flavors"

@@ -6,16 +6,18 @@ topology request read from the template's annotations (Kueue's keys or topogate'
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .annotations import AnnotationError, check_groups
-from .constants import MIN_PARALLELISM_KEYS
+from .constants import KUEUE_GROUP, MIN_PARALLELISM_KEYS, QUEUE_LABELS
 from .errors import InputError
 from .kinds import JOB_KINDS, PartialAdmission, job_kind_for, reading
 from .models import ObjectMeta, PodSet, PodSetTopologyRequest, Workload, WorkloadSpec
 from .validation import join, object_name, parse_model
+from .vocabularies import KAI_PREFERRED, KAI_REQUIRED, KAI_TOPOLOGY, NETWORK_TOPOLOGY
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,15 +30,96 @@ class WorkloadSource:
 
 
 def _volcano_refusal(obj: Mapping[str, Any], where: str) -> InputError:
-    """What to write instead of Volcano's own Job or PodGroup."""
+    """What to write instead of Volcano's own Job or PodGroup: the annotations that say what
+    this one says (its networkTopology, its tasks' partitionPolicy or the PodGroup's
+    subGroupPolicy), or that it needs none."""
     return InputError(
         f"{obj.get('kind')} {obj.get('apiVersion')} is Volcano's own kind, which topogate does "
         "not admit; write a batch/v1 Job (or a jobset.x-k8s.io/v1alpha2 JobSet) with the queue "
-        "label kueue.x-k8s.io/queue-name, and put the network topology on its pod template as "
-        "the annotation topogate.dev/network-topology, e.g. "
-        '{"mode": "hard", "highestTierAllowed": 1}' + _min_available_hint(obj),
+        f"label {QUEUE_LABELS[1]}{_volcano_topology_hint(obj)}{_min_available_hint(obj)}",
         where=where,
     )
+
+
+def _kai_refusal(obj: Mapping[str, Any], where: str) -> InputError:
+    """What to write instead of KAI-Scheduler's PodGroup (made by its podgrouper from the
+    pods' owner): the owner, queued, with the PodGroup's topologyConstraint as KAI's keys."""
+    spec = obj.get("spec")
+    constraint = spec.get("topologyConstraint") if isinstance(spec, Mapping) else None
+    keys = {"topology": KAI_TOPOLOGY, "requiredTopologyLevel": KAI_REQUIRED}
+    keys["preferredTopologyLevel"] = KAI_PREFERRED
+    written = [
+        f"{key}: {constraint[field]}"
+        for field, key in keys.items()
+        if isinstance(constraint, Mapping) and constraint.get(field)
+    ]
+    topology = (
+        f", with its topologyConstraint as the annotations {', '.join(written)} (on the Job or "
+        "its pod template, as KAI's podgrouper reads them)"
+        if written
+        else ""
+    )
+    return InputError(
+        f"PodGroup {obj.get('apiVersion')} is KAI-Scheduler's pod group, which topogate does not "
+        "admit yet; submit the pods' owner instead: a batch/v1 Job (or a jobset.x-k8s.io/v1alpha2 "
+        f"JobSet, a replicated job per subGroup) with the queue label {QUEUE_LABELS[1]}"
+        f"{topology}. Pods with no such owner cannot be queued as one group yet; a single v1 "
+        "Pod can be planned alone",
+        where=where,
+    )
+
+
+def _network_topology(value: Any) -> str | None:
+    """Volcano's networkTopology as the JSON of topogate.dev/network-topology, or None."""
+    if not isinstance(value, Mapping):
+        return None
+    kept = {k: value[k] for k in ("mode", "highestTierAllowed", "highestTierName") if k in value}
+    if "mode" not in kept and kept:
+        kept = {"mode": "hard", **kept}  # Volcano's default mode
+    return json.dumps(kept, separators=(",", ":")) if kept else None
+
+
+def _tier(value: Any) -> Any:
+    """The tier a networkTopology names (its number or its name), or None."""
+    topology = value if isinstance(value, Mapping) else {}
+    return topology.get("highestTierName", topology.get("highestTierAllowed"))
+
+
+def _volcano_topology_hint(obj: Mapping[str, Any]) -> str:
+    spec = obj.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    parts = []
+    whole = _network_topology(spec.get("networkTopology"))
+    if whole is not None:
+        parts.append(
+            "put its network topology on the pod templates as the annotation "
+            f"{NETWORK_TOPOLOGY}: '{whole}'"
+        )
+    groups: list[tuple[str, Any, Any]] = []  # (name, pods per group, its networkTopology)
+    tasks = spec.get("tasks")
+    for task in tasks if isinstance(tasks, list) else []:
+        policy = task.get("partitionPolicy") if isinstance(task, Mapping) else None
+        if isinstance(policy, Mapping):
+            groups.append((f"task {task.get('name')}", policy.get("partitionSize"), policy))
+    policies = spec.get("subGroupPolicy")
+    for policy in policies if isinstance(policies, list) else []:
+        if isinstance(policy, Mapping):
+            groups.append((f"subGroup {policy.get('name')}", policy.get("subGroupSize", 1), policy))
+    for name, size, policy in groups:
+        tier = _tier(policy.get("networkTopology"))
+        within, level = (
+            (f" within tier {tier}", f"<the node label of tier {tier}>")
+            if tier is not None
+            else ("", "<the node label of the domain each group shares>")
+        )
+        parts.append(
+            f"for the groups of {size} pods{within} of {name}, annotate its pod template with "
+            f"{KUEUE_GROUP}/podset-slice-required-topology: {level} and "
+            f'{KUEUE_GROUP}/podset-slice-size: "{size}"'
+        )
+    if not parts:
+        return f"; it asks for no network topology, so it needs no {NETWORK_TOPOLOGY} annotation"
+    return "; " + "; ".join(parts)
 
 
 def _min_available_hint(obj: Mapping[str, Any]) -> str:
@@ -123,6 +206,8 @@ def workload_from_object(
         return WorkloadSource(workload, paths, where)
     elif str(api_version).startswith(("batch.volcano.sh/", "scheduling.volcano.sh/")):
         raise _volcano_refusal(obj, where)
+    elif str(api_version).startswith("scheduling.run.ai/") and kind == "PodGroup":
+        raise _kai_refusal(obj, where)
     else:
         raise InputError(
             f"kind {kind!r} with apiVersion {api_version!r} is not a workload; expected "

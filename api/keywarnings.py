@@ -178,12 +178,15 @@ OBJECT_LABELS = frozenset(c.QUEUE_LABELS)
 @dataclass(frozen=True, slots=True)
 class _Place:
     """One metadata block: its field path, and whether it is the object's, a template's or
-    both (a Pod is its own template)."""
+    both (a Pod is its own template); or neither, between the two (a JobSet's Job templates),
+    then with its name and where the pod template's annotations are."""
 
     path: str  # e.g. "spec.template.metadata"
     meta: Mapping[str, Any]
     on_object: bool
     on_template: bool
+    between: str = ""  # e.g. "a Job template"
+    pod_annotations: str = ""  # e.g. "spec.replicatedJobs[0].template.spec.template..."
 
 
 def _as_map(value: Any) -> Mapping[str, Any]:
@@ -208,6 +211,16 @@ def _places(obj: Mapping[str, Any]) -> Iterator[_Place]:
     elif obj.get("kind") == "Workload":
         for i, podset in enumerate(_as_list(spec.get("podSets"))):
             templates.append((f"spec.podSets[{i}].template", _as_map(podset).get("template")))
+    if kind is not None:
+        for path, template, pod_template in kind.between_templates(obj):
+            yield _Place(
+                join(path, "metadata"),
+                _as_map(_as_map(template).get("metadata")),
+                False,
+                False,
+                kind.between_name,
+                join(pod_template, "metadata.annotations"),
+            )
     for path, template in templates:
         yield _Place(
             join(path, "metadata"), _as_map(_as_map(template).get("metadata")), False, True
@@ -259,6 +272,12 @@ def _misplaced(key: str, field: str, place: _Place, obj: Mapping[str, Any]) -> s
     """Why a known key does nothing where it is, or None if it is read there (or topogate
     does not read it at all)."""
     kind = str(obj.get("kind") or "object")
+    if place.between:  # one level above the pod template: nothing is read there
+        if key in TEMPLATE_ANNOTATIONS:
+            return f"not read on {place.between}; move it to {place.pod_annotations}"
+        if key in OBJECT_LABELS:
+            return f"not read on {place.between}; move it to the {kind}'s metadata.labels"
+        return None
     if not place.on_template and key in TEMPLATE_ANNOTATIONS - _KAI_OBJECT:
         return f"not read on the {kind}; move it to {_template_hint(obj)}"
     if not place.on_object and key in OBJECT_LABELS:
@@ -279,6 +298,28 @@ MAX_SUGGESTIONS = 32
 MAX_KEY_LENGTH = 317
 
 
+# A prefix this much like a known one (difflib's ratio) is a typo of it: kueue.k8s.io,
+# kueue.sigs.k8s.io, topogate.io, kai-scheduler; never kubernetes.io (0.59) or x-k8s.io (0.73).
+PREFIX_LIKENESS = 0.75
+# Names no other project uses: under any prefix, they are meant for the projects topogate reads.
+_OWN_NAMES = frozenset(key.split("/", 1)[1] for key in TEMPLATE_ANNOTATIONS)
+
+
+def _wrong_prefix(key: str) -> str | None:
+    """The known key meant by a key under a mistyped prefix (``kueue.k8s.io/...``), or None."""
+    prefix, slash, name = key.partition("/")
+    if not slash:
+        return None
+    likeness = {
+        known: difflib.SequenceMatcher(None, prefix, known[:-1], autojunk=False).ratio()
+        for known in KNOWN_KEYS
+    }
+    best = max(likeness, key=lambda known: likeness[known])
+    if likeness[best] < PREFIX_LIKENESS and name not in _OWN_NAMES:
+        return None
+    return nearest_key(best + name, KNOWN_KEYS[best])
+
+
 def key_warnings(obj: Mapping[str, Any]) -> list[str]:
     """One line per unknown or misplaced key of a Job, JobSet, Pod or Workload, in field order.
 
@@ -290,9 +331,15 @@ def key_warnings(obj: Mapping[str, Any]) -> list[str]:
         for field in ("labels", "annotations"):
             for key in sorted(str(k) for k in _as_map(place.meta.get(field))):
                 prefix = _prefix(key)
-                if prefix is None:
-                    continue
                 where = f"{join(place.path, field)}[{key}]"
+                if prefix is None:
+                    meant = None
+                    if suggested < MAX_SUGGESTIONS and len(key) <= MAX_KEY_LENGTH:
+                        meant = _wrong_prefix(key)
+                    if meant is not None:
+                        suggested += 1
+                        warnings.append(f"{where}: unknown; did you mean {meant}?")
+                    continue
                 known = KNOWN_KEYS[prefix]
                 if key not in known and suggested < MAX_SUGGESTIONS and len(key) <= MAX_KEY_LENGTH:
                     suggested += 1

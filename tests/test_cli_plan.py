@@ -534,9 +534,8 @@ def test_example_and_console_script_without_traceback(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert done.stderr == (
-        f"topogate plan: error: {broken}: invalid YAML: while parsing a flow sequence   "
-        "in \"<unicode string>\", line 1, column 7 did not find expected ',' or ']'   "
-        'in "<unicode string>", line 2, column 1\n'
+        f"topogate plan: error: {broken}: invalid YAML: line 2, column 1: did not find "
+        "expected ',' or ']' (while parsing a flow sequence at line 1, column 7)\n"
     )
 
 

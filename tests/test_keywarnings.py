@@ -241,3 +241,61 @@ def test_warnings_stay_within_the_api_servers_limits() -> None:
     assert sum(len(w) for w in kept) <= 4096
     assert kept[-1] == f"and {40 - len(kept) + 1} more warning(s); `topogate plan` lists them all"
     assert within_limits(["a", "b"]) == ["a", "b"]
+
+
+def test_a_mistyped_prefix_warns_and_names_the_key_meant() -> None:
+    # kueue.k8s.io/podset-required-topology planned unconstrained with no word said.
+    job = _job(
+        labels={"kueue.k8s.io/queue-name": "q", "app.kubernetes.io/name": "train"},
+        template_annotations={
+            "kueue.k8s.io/podset-required-topology": "rack",
+            "topogate.io/topology-name": "dc",
+            "kai-scheduler/topology-required-placement": "rack",
+            "example.com/podset-preferred-topology": "rack",  # no other project's name
+            "kubernetes.io/hostname": "h",  # near no prefix topogate reads: never warned
+            "x-k8s.io/queue": "q",
+        },
+    )
+    assert key_warnings(job) == [
+        "metadata.labels[kueue.k8s.io/queue-name]: unknown; did you mean "
+        "kueue.x-k8s.io/queue-name?",
+        "spec.template.metadata.annotations[example.com/podset-preferred-topology]: unknown; "
+        "did you mean kueue.x-k8s.io/podset-preferred-topology?",
+        "spec.template.metadata.annotations[kai-scheduler/topology-required-placement]: "
+        "unknown; did you mean kai.scheduler/topology-required-placement?",
+        "spec.template.metadata.annotations[kueue.k8s.io/podset-required-topology]: unknown; "
+        "did you mean kueue.x-k8s.io/podset-required-topology?",
+        "spec.template.metadata.annotations[topogate.io/topology-name]: unknown; "
+        "did you mean topogate.dev/topology-name?",
+    ]
+
+
+def test_a_key_on_a_jobset_s_job_template_says_where_it_belongs() -> None:
+    # One level too high: the Job template's metadata, not its pod template's.
+    pod_template = {"spec": {"containers": [{"name": "c", "image": "x"}]}}
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "js", "namespace": "ml"},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "workers",
+                    "template": {
+                        "metadata": {
+                            "annotations": {"kueue.x-k8s.io/podset-required-topology": "rack"},
+                            "labels": {"kueue.x-k8s.io/queue-name": "q", "team": "a"},
+                        },
+                        "spec": {"template": pod_template},
+                    },
+                }
+            ]
+        },
+    }
+    assert key_warnings(jobset) == [
+        "spec.replicatedJobs[0].template.metadata.labels[kueue.x-k8s.io/queue-name]: not read "
+        "on a Job template; move it to the JobSet's metadata.labels",
+        "spec.replicatedJobs[0].template.metadata.annotations"
+        "[kueue.x-k8s.io/podset-required-topology]: not read on a Job template; move it to "
+        "spec.replicatedJobs[0].template.spec.template.metadata.annotations",
+    ]

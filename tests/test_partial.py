@@ -183,7 +183,7 @@ def test_nothing_down_to_the_minimum_fits_keeps_the_full_counts_message() -> Non
     result = admission_cycle({"cq": _queue()}, pending, {}, _placer())
     assert result.admitted == []
     assert result.pending["ns/w"] == (
-        'flavor gpu: topology "dc" allows to fit only 2 out of 4 pod(s); '
+        'flavor gpu: main: topology "dc" allows to fit only 2 out of 4 pod(s); '
         "no smaller count down to minCount (main 3) fits either"
     )
 

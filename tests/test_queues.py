@@ -53,7 +53,7 @@ def test_priority_then_age_decides_who_goes_first() -> None:
     # Two racks of two 8-GPU hosts: only two rack-sized gangs fit.
     assert [a.key for a in result.admitted] == ["ns/urgent", "ns/old"]
     assert result.pending == {
-        "ns/new": 'flavor gpu: topology "dc" doesn\'t allow to fit any of 2 pod(s). '
+        "ns/new": 'flavor gpu: main: topology "dc" doesn\'t allow to fit any of 2 pod(s). '
         'Total nodes: 4; excluded: resource "example.com/gpu": 4'
     }
 
@@ -79,13 +79,13 @@ def test_strict_fifo_blocks_behind_the_head_best_effort_lets_smaller_ones_by() -
     strict = admission_cycle({"cq": _queue("StrictFIFO")}, pending, {}, _placer())
     assert strict.admitted == []
     assert strict.pending == {
-        "ns/big": 'flavor gpu: topology "dc" allows to fit only 2 out of 3 pod(s)',
+        "ns/big": 'flavor gpu: main: topology "dc" allows to fit only 2 out of 3 pod(s)',
         "ns/small": "waiting behind ns/big (StrictFIFO)",
     }
     best = admission_cycle({"cq": _queue("BestEffortFIFO")}, pending, {}, _placer())
     assert [a.key for a in best.admitted] == ["ns/small"]
     assert best.pending == {
-        "ns/big": 'flavor gpu: topology "dc" allows to fit only 2 out of 3 pod(s)'
+        "ns/big": 'flavor gpu: main: topology "dc" allows to fit only 2 out of 3 pod(s)'
     }
 
 

@@ -7,6 +7,8 @@ import contextlib
 import errno
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -621,9 +623,56 @@ def test_a_silent_server_is_given_up_on_after_the_read_timeout(
 
 def test_missing_kubeconfig_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "nope"
-    assert main(["status", "--kubeconfig", str(missing)]) == 1
+    assert main(["status", "--kubeconfig", str(missing)]) == 2  # invalid arguments
     assert (
         capsys.readouterr().err == f"topogate status: error: kubeconfig {missing} does not exist\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("", "is empty; a kubeconfig names a cluster, a user and a context"),
+        ("# nothing\n", "is empty; a kubeconfig names a cluster, a user and a context"),
+        ("[1, 2]\n", "must be a mapping (a kubeconfig)"),
+        ("a: [\n", "is not YAML: "),
+        ("apiVersion: v1\nkind: Config\n", "cannot load: Invalid kube-config file. "),
+    ],
+)
+def test_an_unusable_kubeconfig_is_invalid_arguments(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    text: str,
+    says: str,
+) -> None:
+    # An empty kubeconfig exited 1 (the API server failed), though 2 means invalid arguments.
+    config = tmp_path / "config"
+    config.write_text(text)
+    assert main(["status", "--kubeconfig", str(config)]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"topogate status: error: kubeconfig {config}: {says}"
+    )
+    monkeypatch.setenv("KUBECONFIG", str(config))  # found, not given: the same
+    assert main(["status"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_serve_with_an_empty_kubeconfig_is_one_line(tmp_path: Path) -> None:
+    # The async loader raised a TypeError traceback.
+    config = tmp_path / "config"
+    config.write_text("")
+    done = subprocess.run(
+        [sys.executable, "-m", "topogate", "serve", "--kubeconfig", str(config)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"topogate serve: error: {config}: is empty; a kubeconfig names a cluster, a user and "
+        "a context\n",
     )
 
 

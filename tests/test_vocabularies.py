@@ -513,3 +513,110 @@ def test_a_volcano_job_or_podgroup_is_refused_with_what_to_write(
     message = error.value.describe()
     assert message.startswith(f"{kind} ml/t: {kind} {api_version} is Volcano's own kind")
     assert "batch/v1 Job" in message and "topogate.dev/network-topology" in message
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        (
+            None,
+            "; it asks for no network topology, so it needs no topogate.dev/network-topology "
+            "annotation",
+        ),
+        (
+            {"networkTopology": {"mode": "hard", "highestTierAllowed": 2}},
+            "; put its network topology on the pod templates as the annotation "
+            """topogate.dev/network-topology: '{"mode":"hard","highestTierAllowed":2}'""",
+        ),
+        (
+            {"networkTopology": {"highestTierName": "spine"}},
+            """topogate.dev/network-topology: '{"mode":"hard","highestTierName":"spine"}'""",
+        ),
+        (
+            {
+                "tasks": [
+                    {
+                        "name": "workers",
+                        "replicas": 8,
+                        "partitionPolicy": {
+                            "totalPartitions": 2,
+                            "partitionSize": 4,
+                            "networkTopology": {"mode": "hard", "highestTierAllowed": 1},
+                        },
+                    }
+                ]
+            },
+            "; for the groups of 4 pods within tier 1 of task workers, annotate its pod "
+            "template with kueue.x-k8s.io/podset-slice-required-topology: <the node label of "
+            'tier 1> and kueue.x-k8s.io/podset-slice-size: "4"',
+        ),
+    ],
+)
+def test_a_volcano_job_is_told_the_annotation_matching_what_it_says(
+    spec: dict[str, Any] | None, says: str
+) -> None:
+    # Every Volcano Job was told {"mode": "hard", "highestTierAllowed": 1}, whatever it said.
+    obj = {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": "t", "namespace": "ml"},
+        "spec": spec,
+    }
+    with pytest.raises(InputError) as error:
+        workload_from_object(obj)
+    assert error.value.message.endswith(says)
+    assert '"highestTierAllowed": 1' not in error.value.message
+
+
+def test_a_volcano_pod_group_s_sub_groups_are_slices() -> None:
+    obj = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "t", "namespace": "ml"},
+        "spec": {"subGroupPolicy": [{"name": "g", "subGroupSize": 8}]},
+    }
+    with pytest.raises(InputError) as error:
+        workload_from_object(obj)
+    assert error.value.message.endswith(
+        "; for the groups of 8 pods of subGroup g, annotate its pod template with "
+        "kueue.x-k8s.io/podset-slice-required-topology: <the node label of the domain each "
+        'group shares> and kueue.x-k8s.io/podset-slice-size: "8"'
+    )
+
+
+@pytest.mark.parametrize(
+    ("constraint", "says"),
+    [
+        (None, "with the queue label kueue.x-k8s.io/queue-name. Pods with no such owner"),
+        (
+            {"topology": "dc", "requiredTopologyLevel": "rack"},
+            "with the queue label kueue.x-k8s.io/queue-name, with its topologyConstraint as the "
+            "annotations kai.scheduler/topology: dc, kai.scheduler/topology-required-placement: "
+            "rack (on the Job or its pod template, as KAI's podgrouper reads them). ",
+        ),
+    ],
+)
+def test_a_kai_pod_group_is_refused_with_what_to_write(
+    constraint: dict[str, str] | None, says: str
+) -> None:
+    # It got the generic "kind 'PodGroup' ... is not a workload".
+    obj: dict[str, Any] = {
+        "apiVersion": "scheduling.run.ai/v2alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": "pg", "namespace": "ml"},
+        "spec": {"minMember": 4, "queue": "team-a"},
+    }
+    if constraint is not None:
+        obj["spec"]["topologyConstraint"] = constraint
+    with pytest.raises(InputError) as error:
+        workload_from_object(obj)
+    message = error.value.message
+    assert message.startswith(
+        "PodGroup scheduling.run.ai/v2alpha2 is KAI-Scheduler's pod group, which topogate does "
+        "not admit yet; submit the pods' owner instead: a batch/v1 Job"
+    )
+    assert says in message
+    assert message.endswith(
+        "Pods with no such owner cannot be queued as one group yet; a "
+        "single v1 Pod can be planned alone"
+    )

@@ -183,6 +183,52 @@ def test_an_unknown_annotation_comes_back_as_a_warning_header(webhook: client.Ap
     assert "Warning" not in clean
 
 
+def test_a_mistyped_prefix_and_a_job_template_key_come_back_as_warnings(
+    webhook: client.ApiClient,
+) -> None:
+    """A key under kueue.k8s.io/ (not kueue.x-k8s.io/) and a Kueue key on a JobSet's Job
+    template were ignored with no word: kubectl now prints both, and the jobs are created."""
+    batch = client.BatchV1Api(webhook)
+    typo = _job("prefix", annotations={"kueue.k8s.io/podset-required-topology": RACK})
+    _, status, headers = batch.create_namespaced_job_with_http_info(NS, typo)
+    assert status == 201
+    assert headers["Warning"] == (
+        '299 - "spec.template.metadata.annotations[kueue.k8s.io/podset-required-topology]: '
+        'unknown; did you mean kueue.x-k8s.io/podset-required-topology?"'
+    )
+    extensions = client.ApiextensionsV1Api(webhook)
+    try:
+        extensions.create_custom_resource_definition(JOBSET_CRD)
+    except client.ApiException as error:
+        if error.status != 409:  # installed by another test already
+            raise
+    custom = client.CustomObjectsApi(webhook)
+    pod_template = {"spec": {"containers": [{"name": "c", "image": "x"}]}}
+    job_template = {
+        "metadata": {"annotations": {"kueue.x-k8s.io/podset-required-topology": RACK}},
+        "spec": {"parallelism": 2, "template": pod_template},
+    }
+    body = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "js-high", "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+        "spec": {"replicatedJobs": [{"name": "w", "replicas": 1, "template": job_template}]},
+    }
+
+    def create() -> Any:
+        return custom.create_namespaced_custom_object_with_http_info(
+            "jobset.x-k8s.io", "v1alpha2", NS, "jobsets", body
+        )
+
+    _, status, headers = eventually(create)  # until the new CRD serves
+    assert status == 201
+    assert headers["Warning"] == (
+        '299 - "spec.replicatedJobs[0].template.metadata.annotations'
+        "[kueue.x-k8s.io/podset-required-topology]: not read on a Job template; move it to "
+        'spec.replicatedJobs[0].template.spec.template.metadata.annotations"'
+    )
+
+
 def test_level_outside_the_queues_topology_is_refused(webhook: client.ApiClient) -> None:
     custom = client.CustomObjectsApi(webhook)
     group = ("topogate.dev", "v1alpha1")

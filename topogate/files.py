@@ -12,6 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml import events
+from yaml.constructor import SafeConstructor
+from yaml.nodes import ScalarNode
+from yaml.resolver import Resolver
 
 from topogate.api.errors import InputError
 from topogate.api.validation import object_name
@@ -20,7 +24,9 @@ from topogate.cache.hypernodes import DiscoveryType, discovery_config, missing_l
 _SUFFIXES = (".yaml", ".yml", ".json")
 STDIN = Path("-")  # a path of "-" reads standard input (YAML or JSON), as kubectl's -f -
 STDIN_NAME = "<stdin>"
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# Deeper than any manifest nests, and below libyaml's own limit (1,000 flow or block levels
+# in 0.2.6; none in 0.2.5, whose recursive composer overflowed the C stack near 30,000).
+MAX_DEPTH = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +68,21 @@ def _parse(path: Path) -> Iterator[Any]:
     # stdin is read as YAML, and JSON is YAML
     with _refusing("invalid JSON" if path.suffix == ".json" else "invalid YAML", path_name):
         if path.suffix == ".json":
-            yield json.loads(text)
+            yield json.loads(text, object_pairs_hook=_unique_keys)
         else:
             yield from _yaml_documents(text, path_name)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a key given twice (kubectl does; json keeps the last)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"key {key!r} is given twice in one object (kubectl refuses it)")
+            seen.add(key)
+    return out
 
 
 @contextlib.contextmanager
@@ -78,16 +96,213 @@ def _refusing(problem: str, where: str, field: str = "") -> Iterator[None]:
         raise
     except RecursionError:
         raise InputError("is nested too deeply", where=where, field=field) from None
+    except _TooDeep as exc:
+        raise InputError(str(exc), where=where, field=field) from None
+    except yaml.MarkedYAMLError as exc:
+        if exc.problem_mark is not None and "maximum nesting depth" in str(exc.problem):
+            # libyaml's own limit (0.2.6), met while it scans ahead of the events
+            deep = f"is nested too deeply ({_at(exc.problem_mark)})"
+            raise InputError(deep, where=where, field=field) from None
+        raise InputError(f"{problem}: {_marked(exc)}", where=where, field=field) from None
     except (yaml.YAMLError, ValueError) as exc:  # json.JSONDecodeError is a ValueError
         message = f"{problem}: {exc}".replace("\n", " ")
         raise InputError(message, where=where, field=field) from None
+
+
+def _at(mark: Any) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}"
+
+
+def _marked(exc: yaml.MarkedYAMLError) -> str:
+    """A parser error by line and column only: the file is named by the InputError (the
+    parser's own text names a ``<unicode string>``)."""
+    problem = exc.problem or exc.context or "cannot be parsed"
+    text = f"{_at(exc.problem_mark)}: {problem}" if exc.problem_mark else problem
+    if exc.context and exc.problem and exc.context_mark is not None:
+        text += f" ({exc.context} at {_at(exc.context_mark)})"
+    return text.replace("\n", " ")
+
+
+if yaml.__with_libyaml__:  # libyaml: the C parser, ten times faster than PyYAML's
+    from yaml.cyaml import CParser  # type: ignore[attr-defined]
+
+    class _Events(CParser, SafeConstructor, Resolver):
+        def __init__(self, text: str) -> None:
+            CParser.__init__(self, text)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
+
+else:  # pragma: no cover - PyYAML without libyaml
+
+    class _Events(  # type: ignore[no-redef]
+        yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser, SafeConstructor, Resolver
+    ):
+        def __init__(self, text: str) -> None:
+            yaml.reader.Reader.__init__(self, text)
+            yaml.scanner.Scanner.__init__(self)
+            yaml.parser.Parser.__init__(self)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
+
+
+_STR, _MAP, _SEQ = (f"tag:yaml.org,2002:{t}" for t in ("str", "map", "seq"))
+_MERGE, _VALUE = "tag:yaml.org,2002:merge", "tag:yaml.org,2002:value"
+
+
+class _TooDeep(ValueError):
+    pass
+
+
+_NO_KEY: Any = object()  # a mapping waiting for its next key
+_MERGE_KEY: Any = object()  # the key ``<<``: its value is merged in, as PyYAML does
+
+
+class _Frame:
+    """An open mapping or list, with the key whose value comes next."""
+
+    __slots__ = ("is_map", "key", "merges", "value")
+
+    def __init__(self, value: dict[Any, Any] | list[Any]) -> None:
+        self.value: Any = value
+        self.is_map = isinstance(value, dict)
+        self.key: Any = _NO_KEY
+        self.merges: list[Any] = []
+
+
+class _Builder:
+    """YAML documents built straight from the parser's events, as SafeLoader builds them
+    (the same tags and scalars), but refusing what kubectl refuses and PyYAML accepts: a key
+    given twice in one mapping (PyYAML keeps the last; two files pasted together without
+    ``---`` read as one object that way). Without the composer's node tree it is five times
+    faster, and depth is counted, so nesting cannot overflow a stack."""
+
+    def __init__(self, text: str) -> None:
+        self.events = _Events(text)
+        self.resolvers = Resolver.yaml_implicit_resolvers
+        self.constructors = SafeConstructor.yaml_constructors
+
+    def documents(self) -> Iterator[Any]:
+        get = self.events.get_event
+        get()  # StreamStartEvent
+        while not isinstance(get(), events.StreamEndEvent):  # a DocumentStartEvent
+            yield self._document(get)
+
+    def _scalar(self, event: events.ScalarEvent) -> Any:
+        tag, value = event.tag, event.value
+        if tag is None or tag == "!":
+            tag = _STR
+            if event.implicit[0]:  # plain: resolved by its text, as Resolver.resolve does
+                for candidate, pattern in self.resolvers.get(value[:1], ()):
+                    if pattern.match(value):
+                        tag = candidate
+                        break
+        if tag in (_STR, _VALUE):
+            return value
+        if tag == _MERGE:
+            return _MERGE_KEY
+        construct = self.constructors.get(tag)
+        if construct is None:
+            raise ValueError(f"{_at(event.start_mark)}: the tag {tag} is not read")
+        start: Any = event.start_mark  # libyaml's Mark or PyYAML's
+        end: Any = event.end_mark
+        node = ScalarNode(tag, value, start, end, event.style)
+        try:
+            return construct(self.events, node)
+        except ValueError as exc:
+            raise ValueError(f"{exc} ({_at(event.start_mark)})") from None
+
+    def _document(self, get: Any) -> Any:
+        anchors: dict[str, Any] = {}
+        stack: list[_Frame] = []
+        root: Any = None
+        scalar_event, alias_event = events.ScalarEvent, events.AliasEvent
+        map_start, seq_start = events.MappingStartEvent, events.SequenceStartEvent
+        while True:
+            event = get()
+            kind = type(event)
+            if kind is scalar_event:
+                value = self._scalar(event)
+                if event.anchor is not None:
+                    anchors[event.anchor] = value
+            elif kind is alias_event:
+                if event.anchor not in anchors:
+                    raise ValueError(f"{_at(event.start_mark)}: no anchor &{event.anchor}")
+                value = anchors[event.anchor]
+            elif kind is map_start or kind is seq_start:
+                allowed = (None, "!", _MAP if kind is map_start else _SEQ)
+                if event.tag not in allowed:
+                    raise ValueError(
+                        f"{_at(event.start_mark)}: the tag {event.tag} is not read "
+                        "(write a plain mapping or list)"
+                    )
+                value = {} if kind is map_start else []
+                if event.anchor is not None:
+                    anchors[event.anchor] = value
+                if len(stack) >= MAX_DEPTH:
+                    raise _TooDeep(f"is nested too deeply ({_at(event.start_mark)})")
+                if stack:
+                    self._add(stack[-1], value, event)
+                else:
+                    root = value
+                stack.append(_Frame(value))
+                continue
+            elif kind is events.MappingEndEvent or kind is events.SequenceEndEvent:
+                frame = stack.pop()
+                if frame.merges:
+                    _merge(frame, event)
+                continue
+            else:  # DocumentEndEvent
+                return root
+            if stack:
+                self._add(stack[-1], value, event)
+            else:
+                root = value
+
+    @staticmethod
+    def _add(frame: _Frame, value: Any, event: Any) -> None:
+        if not frame.is_map:
+            frame.value.append(value)
+            return
+        key = frame.key
+        if key is _MERGE_KEY:
+            frame.merges.append((value, event.start_mark))
+            frame.key = _NO_KEY
+        elif key is not _NO_KEY:
+            frame.value[key] = value
+            frame.key = _NO_KEY
+        elif isinstance(value, (dict, list)):
+            raise ValueError(f"{_at(event.start_mark)}: a key must be a string, not a collection")
+        elif value in frame.value:
+            raise ValueError(
+                f"{_at(event.start_mark)}: key {value!r} is given twice in one mapping "
+                "(kubectl refuses it; a missing --- between two documents reads that way)"
+            )
+        else:
+            frame.key = value
+
+
+def _merge(frame: _Frame, event: Any) -> None:
+    """``<<: *anchor`` (or a list of them): the anchored mappings' keys first, the first
+    mapping giving a key winning, then the mapping's own keys, as PyYAML merges them."""
+    merged: dict[Any, Any] = {}
+    for value, mark in frame.merges:
+        sources = value if isinstance(value, list) else [value]
+        if not all(isinstance(source, dict) for source in sources):
+            raise ValueError(f"{_at(mark)}: << merges a mapping or a list of mappings")
+        for source in sources:
+            for key, item in source.items():
+                merged.setdefault(key, item)
+    own = dict(frame.value)
+    frame.value.clear()
+    frame.value.update(merged)
+    frame.value.update(own)
 
 
 def _yaml_documents(text: str, path_name: str) -> Iterator[Any]:
     """The YAML documents, refusing aliases that expand far beyond the text: PyYAML shares an
     aliased value, but every reader walks (and str() prints) it once per reference, so nine
     lines of nested ``*alias`` lists would cost minutes ("billion laughs")."""
-    loaded = yaml.load_all(text, Loader=_Loader)
+    loaded = _Builder(text).documents()
     if "*" not in text:  # no alias: every value is written out once
         yield from loaded
         return
@@ -150,9 +365,18 @@ def documents(path: Path) -> Iterator[Document]:
                 for j, item in enumerate(items):
                     if not isinstance(item, Mapping):
                         raise InputError("is not an object", where=where, field=f"items[{j}]")
-                    yield Document(_name(file), item)
+                    yield Document(_name(file), _typed_item(raw, item))
             else:
                 yield Document(_name(file), raw)
+
+
+def _typed_item(listing: Mapping[str, Any], item: Mapping[str, Any]) -> Mapping[str, Any]:
+    """An item of a typed list (a NodeList, as the API server returns it) carries no kind or
+    apiVersion of its own: they are the list's, less ``List``."""
+    kind = listing.get("kind")
+    if "kind" in item or not isinstance(kind, str) or kind == "List":
+        return item
+    return {"kind": kind.removesuffix("List"), "apiVersion": listing.get("apiVersion"), **item}
 
 
 def load_single(path: Path) -> Document:

@@ -152,6 +152,15 @@ class JobKind(ABC):
         read-only and tolerant (a value may be missing or of any type; the path is said
         anyway)."""
 
+    # What ``between_templates`` holds, for a warning ("a Job template").
+    between_name = ""
+
+    def between_templates(self, obj: Mapping[str, Any]) -> list[tuple[str, Any, str]]:
+        """(field path, value found there, path of the pod template inside) of every template
+        between the object and its pod templates, where no key is read (a JobSet's Job
+        templates): for the key warnings, read-only and tolerant. None by default."""
+        return []
+
     def finished(self, job: Mapping[str, Any]) -> str | None:
         """ "Succeeded" or "Failed" once the job is done, else None (Kueue's ``Finished``).
 

@@ -70,5 +70,15 @@ class JobSetKind(Suspendable):
             )
         return out
 
+    between_name = "a Job template"
+
+    def between_templates(self, obj: Mapping[str, Any]) -> list[tuple[str, Any, str]]:
+        replicated = as_map(obj.get("spec")).get("replicatedJobs")
+        return [
+            (f"spec.replicatedJobs[{i}].template", as_map(rjob).get("template"), path)
+            for i, rjob in enumerate(replicated if isinstance(replicated, list) else [])
+            for path in [f"spec.replicatedJobs[{i}].template.spec.template"]
+        ]
+
 
 JOBSET = JobSetKind()

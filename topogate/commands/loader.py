@@ -6,21 +6,23 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from topogate.admission.assignments import usage_from_admission
 from topogate.admission.quota import checked_admission
-from topogate.api.constants import API_VERSION, KAI_API_VERSION, KUEUE_API_VERSIONS
+from topogate.api.constants import API_VERSION, KAI_API_VERSION, KUEUE_API_VERSIONS, KUEUE_GROUP
 from topogate.api.errors import InputError
 from topogate.api.hypernodes import API_VERSION as HYPERNODE_API_VERSION
-from topogate.api.hypernodes import HyperNode, parse_hypernode
+from topogate.api.hypernodes import NODE, HyperNode, parse_hypernode
 from topogate.api.models import ClusterQueue, LocalQueue, ResourceFlavor, Topology
-from topogate.api.objects import admission_of, is_finished
+from topogate.api.objects import admission_of, gpu_assignment_of, is_finished, workload_of_pod
 from topogate.api.validation import parse_model
 from topogate.cache.hypernodes import HyperNodeForest, build_forest
 from topogate.cache.nodes import NodeInfo, PodUsage, node_from_kube, pod_usage_from_kube
+from topogate.cache.snapshot import ClusterSnapshot
 from topogate.cache.sources import merge_kai_topologies
 from topogate.files import STDIN, Document, documents, load_single
 
@@ -45,6 +47,8 @@ READ_AS: dict[str, tuple[str, ...]] = {
 class ClusterInput:
     nodes: list[NodeInfo] = field(default_factory=list)
     pods: list[PodUsage] = field(default_factory=list)
+    # each bound pod with the Workload that marked it (namespace/name), if any
+    pod_owners: list[tuple[PodUsage, str | None]] = field(default_factory=list)
     topologies: dict[str, Topology] = field(default_factory=dict)
     flavors: dict[str, ResourceFlavor] = field(default_factory=dict)
     hypernodes: dict[str, HyperNode] = field(default_factory=dict)
@@ -52,9 +56,36 @@ class ClusterInput:
     local_queues: dict[str, str] = field(default_factory=dict)  # "namespace/name" -> its CQ
     # status.admission of each admitted, unfinished Workload: the quota in use
     admissions: list[dict[str, Any]] = field(default_factory=list)
+    # the same Workloads by namespace/name: what they hold on the nodes of their assignment
+    admitted: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     skipped: Counter[str] = field(default_factory=Counter)  # kinds read in no apiVersion
     # (kind, apiVersion) -> object names: a kind READ_AS knows, under an apiVersion it does not
     unread: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+
+    def snapshot(self) -> ClusterSnapshot:
+        """The capacity as ``serve`` counts it: bound pods, and what each admitted Workload
+        holds on the nodes of its topologyAssignment (as Kueue's scheduler counts both). A
+        pod of an admitted Workload (marked with its name) is counted once, in the
+        Workload's usage."""
+        usage: dict[str, dict[str, int]] = {}
+        gpus: dict[str, set[int]] = {}
+        for key, workload in self.admitted.items():
+            for node, amounts in usage_from_admission(
+                workload, f"Workload {key}", self.nodes_in_domain
+            ).items():
+                slot = usage.setdefault(node, {})
+                for name, amount in amounts.items():
+                    slot[name] = slot.get(name, 0) + amount
+            for placed in gpu_assignment_of(workload, key).values():
+                for node, sets in placed.items():
+                    gpus.setdefault(node, set()).update(i for s in sets for i in s)
+        pods = [pod for pod, owner in self.pod_owners if owner not in self.admitted]
+        return ClusterSnapshot.build(self.nodes, pods, usage, gpus)
+
+    def nodes_in_domain(self, levels: Sequence[str], values: Sequence[str]) -> list[str]:
+        """Names of the nodes whose labels are ``values`` on ``levels``, sorted."""
+        pairs = list(zip(levels, values, strict=False))
+        return sorted(n.name for n in self.nodes if all(n.labels.get(k) == v for k, v in pairs))
 
     def build_forest(self) -> HyperNodeForest | None:
         """The HyperNode forest over the input's nodes, or None without HyperNodes (built
@@ -67,7 +98,26 @@ class ClusterInput:
 def hypernode_warnings(forest: HyperNodeForest | None) -> list[str]:
     """What is wrong in the HyperNodes (left out of the forest; the rest still places jobs),
     one line per problem: ``plan`` and ``topology`` both print these."""
-    problems = forest.problems if forest is not None else {}
+    problems = {name: list(found) for name, found in (forest.problems if forest else {}).items()}
+    for name, hypernode in (forest.hypernodes if forest else {}).items():
+        assert forest is not None
+        members = [m for m in hypernode.members if m.type == NODE]
+        missing = [
+            m.exact
+            for m in members
+            if m.exact is not None
+            and m.exact not in forest.nodes.get(name, ())
+            and m.exact not in forest.node_hypernode  # a node claimed twice: said apart
+        ]
+        if missing:
+            shown = ", ".join(missing[:3]) + (
+                f" and {len(missing) - 3} more" if missing[3:] else ""
+            )
+            problems.setdefault(name, []).append(
+                f"{len(missing)} of its {len(members)} member node(s) are not in --cluster: {shown}"
+            )
+        elif members and not forest.nodes.get(name):
+            problems.setdefault(name, []).append("its members select no node of --cluster")
     return [
         f"HyperNode {name}: {problem}"
         for name, found in sorted(problems.items())
@@ -111,6 +161,7 @@ def load_cluster(paths: list[Path]) -> ClusterInput:
             try:
                 if kind == "Node":
                     node = node_from_kube(doc.obj)
+                    _check_label_values(node)
                     if node.name in node_sources:
                         raise InputError(
                             f"node {node.name!r} is defined twice "
@@ -123,6 +174,7 @@ def load_cluster(paths: list[Path]) -> ClusterInput:
                     usage = pod_usage_from_kube(doc.obj)
                     if usage is not None:
                         cluster.pods.append(usage)
+                        cluster.pod_owners.append((usage, _owner(doc.obj)))
                 elif kind == "Topology" and api_version == KAI_API_VERSION:
                     topology = parse_model(Topology, doc.obj, "")
                     _unique(kai, topology.metadata.name, f"Topology ({KAI_API_VERSION})")
@@ -143,6 +195,9 @@ def load_cluster(paths: list[Path]) -> ClusterInput:
                     if admission is not None and not is_finished(doc.obj):
                         checked_admission(admission)
                         cluster.admissions.append(admission)
+                        meta = doc.obj.get("metadata") or {}
+                        owner = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+                        cluster.admitted[owner] = doc.obj
                 elif kind == "HyperNode":
                     hypernode = parse_hypernode(doc.obj)
                     _unique(cluster.hypernodes, hypernode.name, "HyperNode")
@@ -159,6 +214,34 @@ def load_cluster(paths: list[Path]) -> ClusterInput:
 
 
 _QUEUE_KINDS = ("ClusterQueue", "LocalQueue")
+KUEUE_WORKLOAD, KUEUE_PODSET = f"{KUEUE_GROUP}/workload", f"{KUEUE_GROUP}/podset"
+MAX_LABEL_VALUE = 63  # the API server's limit; an assignment could not carry a longer value
+
+
+def _owner(pod: Mapping[str, Any]) -> str | None:
+    """namespace/name of the Workload a pod belongs to: topogate's marks, or Kueue's (a dump
+    of a Kueue cluster: the same kueue.x-k8s.io/podset label and workload annotation)."""
+    owner = workload_of_pod(pod)
+    meta = pod.get("metadata")
+    if owner is not None or not isinstance(meta, Mapping):
+        return owner
+    labels, annotations = meta.get("labels"), meta.get("annotations")
+    name = annotations.get(KUEUE_WORKLOAD) if isinstance(annotations, Mapping) else None
+    if not name or not isinstance(labels, Mapping) or KUEUE_PODSET not in labels:
+        return None
+    return f"{meta.get('namespace') or 'default'}/{name}"
+
+
+def _check_label_values(node: NodeInfo) -> None:
+    """Refuse what the API server would: a label value over 63 characters (a hostname label
+    that long stopped plan with a traceback when it wrote the assignment)."""
+    for key, value in node.labels.items():
+        if len(value) > MAX_LABEL_VALUE:
+            shown = value if len(value) <= 80 else value[:77] + "..."
+            raise InputError(
+                f'Invalid value: "{shown}": must be no more than {MAX_LABEL_VALUE} characters',
+                field=f"metadata.labels[{key}]",
+            )
 
 
 def _add_queue(cluster: ClusterInput, obj: Mapping[str, Any]) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 import yaml
 
 from topogate.admission.assignments import pod_set_assignments
-from topogate.admission.cycle import admission_cycle
+from topogate.admission.cycle import Admitted, SnapshotPlacer, admission_cycle
 from topogate.admission.gpusets import bottleneck
 from topogate.admission.partial import can_shrink, largest_fit
 from topogate.admission.placement import place
@@ -30,7 +30,7 @@ from topogate.admission.podsets import (
     translate,
     wanted_by,
 )
-from topogate.admission.quota import QueueSpec, usage_of
+from topogate.admission.quota import QueueSpec, Usage, usage_of
 from topogate.admission.request import (
     Mode,
     PlacementDecision,
@@ -98,6 +98,7 @@ class PlanResult:
     requests: tuple[PodSetRequest, ...] = ()  # what each PodSet asked, as the core read it
     # Partial admission (job-min-parallelism): PodSet -> (pods placed, pods asked for).
     partial: dict[str, tuple[int, int]] = field(default_factory=dict)
+    borrowing: str = ""  # with queues: the quota borrowed from the cohort, in words
 
     @property
     def fits(self) -> bool:
@@ -114,6 +115,42 @@ def _input_warnings(cluster: ClusterInput, forest: HyperNodeForest | None) -> li
     return hypernode_warnings(forest)
 
 
+def domain_hint(cluster: ClusterInput, choice: FlavorChoice) -> str | None:
+    """Why a flavor's topology has no domains, naming the label its nodes lack: Kueue's
+    "no topology domains at level" says which level, not which label was missing."""
+    selected = [
+        n for n in cluster.nodes if all(n.labels.get(k) == v for k, v in choice.node_labels.items())
+    ]
+    flavor = f"ResourceFlavor {choice.name}"
+    if not selected:
+        if not cluster.nodes:
+            return "--cluster holds no Nodes"
+        for key, value in choice.node_labels.items():
+            if not any(n.labels.get(key) == value for n in cluster.nodes):
+                return (
+                    f"no node of --cluster has the label {key}={value} that {flavor} selects "
+                    "(spec.nodeLabels)"
+                )
+        labels = ", ".join(f"{k}={v}" for k, v in choice.node_labels.items())
+        return f"no node of --cluster has all the labels {flavor} selects: {labels}"
+    if choice.source.paths is not None:  # HyperNodes: the forest names its own members
+        return None
+    for key in choice.source.level_keys:
+        if not any(key in n.labels for n in selected):
+            return (
+                f"none of the {len(selected)} node(s) of {flavor} has the label {key}, a level "
+                f"of topology {choice.source.name}"
+            )
+    return None
+
+
+def _hints(cluster: ClusterInput, choice: FlavorChoice, message: str) -> list[str]:
+    if "no topology domains at level" not in message:
+        return []
+    hint = domain_hint(cluster, choice)
+    return [hint] if hint else []
+
+
 def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = None) -> PlanResult:
     forest = cluster.build_forest()
     warnings = _input_warnings(cluster, forest)
@@ -121,7 +158,7 @@ def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = Non
     wanted = wanted_by(source)
     choice = choose_flavor(cluster, flavor, wanted, forest)
     requests = podset_requests(source, choice.source)
-    snapshot = ClusterSnapshot.build(cluster.nodes, cluster.pods)
+    snapshot = cluster.snapshot()
     tree = choice.source.tree(snapshot, choice.node_labels)
     request = PlacementRequest(workload.metadata.name, requests, wanted.named)
 
@@ -136,6 +173,7 @@ def plan(cluster: ClusterInput, source: WorkloadSource, flavor: str | None = Non
         )
 
     decision = placed(request)
+    warnings += _hints(cluster, choice, decision.message)
     if not decision.fits and can_shrink(request):  # as the admitter: fewer pods, same rules
         found = largest_fit(request, lambda r: d if (d := placed(r)).fits else None)
         if found is not None:
@@ -249,12 +287,16 @@ def plan_on_queue(
     if translation.pending is None:
         return QueueVerdict(source, queue, False, translation.problem, warnings)
     pending = translation.pending
-    snapshot = ClusterSnapshot.build(cluster.nodes, cluster.pods)
+    snapshot = cluster.snapshot()
     named = [pending.request.topology] if pending.request.topology else []
     placer = build_placer(snapshot, catalog, named, exact_budget())
-    cycle = admission_cycle(catalog.queues, [pending], usage_of(cluster.admissions), placer)
+    in_use = usage_of(cluster.admissions)
+    before = {slot: dict(amounts) for slot, amounts in in_use.items()}  # the cycle adds to it
+    cycle = admission_cycle(catalog.queues, [pending], in_use, placer)
     if not cycle.admitted:
-        return QueueVerdict(source, queue, False, cycle.pending.get(key, ""), warnings)
+        message = cycle.pending.get(key, "")
+        hints = _queue_hints(cluster, catalog, placer, pending.request.topology, message)
+        return QueueVerdict(source, queue, False, message, [*warnings, *hints])
     admitted = cycle.admitted[0]
     if admitted.decision is None:
         return QueueVerdict(
@@ -290,7 +332,51 @@ def plan_on_queue(
     )
     if workload.status is not None and workload.status.admission is not None:
         workload.status.admission.cluster_queue = admitted.cluster_queue
-    return result
+    borrowing = borrowing_text(catalog.queues[admitted.cluster_queue], admitted, before)
+    if borrowing and workload.status is not None:
+        workload.status.conditions[0].message += f", {borrowing}"
+    return replace(result, borrowing=borrowing)
+
+
+def borrowing_text(queue: QueueSpec, admitted: Admitted, before: Usage) -> str:
+    """What the admission takes beyond the queue's nominal quota (from its cohort), in words,
+    or "" when it stays within: a fit that lasts only while the cohort lends."""
+    quota = next((f for f in queue.flavors if f.flavor == admitted.flavor), None)
+    if quota is None:
+        return ""
+    used = before.get((queue.name, admitted.flavor), {})
+    borrowed = {
+        resource: min(amount, used.get(resource, 0) + amount - quota.nominal[resource])
+        for resource, amount in sorted(admitted.usage.items())
+        if resource in quota.nominal and used.get(resource, 0) + amount > quota.nominal[resource]
+    }
+    if not borrowed:
+        return ""
+    amounts = ", ".join(f"{r}={format_units(r, n)}" for r, n in borrowed.items())
+    return (
+        f"borrowing {amounts} beyond ClusterQueue {queue.name}'s nominal quota in flavor "
+        f"{admitted.flavor} from cohort {queue.cohort}"
+    )
+
+
+def _queue_hints(
+    cluster: ClusterInput,
+    catalog: Catalog,
+    placer: SnapshotPlacer,
+    named: str | None,
+    message: str,
+) -> list[str]:
+    """:func:`domain_hint` for each flavor of the queue whose topology had no domains."""
+    hints = []
+    for reason in message.split("; "):  # one per flavor: "flavor gpu: main: no topo..."
+        flavor_name = reason.removeprefix("flavor ").split(":", 1)[0]
+        topology = placer.named.get((flavor_name, named)) if named else None
+        topology = topology or placer.flavors.get(flavor_name)
+        if topology is not None and flavor_name in catalog.flavors:
+            labels = dict(catalog.flavors[flavor_name].spec.node_labels)
+            choice = FlavorChoice(flavor_name, catalog.sources[topology.topology_name], labels, ())
+            hints += _hints(cluster, choice, reason)
+    return hints
 
 
 def render_verdict(verdict: QueueVerdict) -> str:
@@ -444,6 +530,8 @@ def render_table(result: PlanResult) -> str:
         f"{result.choice.name!r} (topology {result.choice.source.name!r}: "
         f"{' > '.join(result.choice.source.level_keys)})"
     ]
+    if result.borrowing:
+        lines.append(f"quota: {result.borrowing}")
     asked = {request.name: describe_request(request) for request in result.requests}
     if not result.fits:
         lines.append(f"DOES NOT FIT: {result.decision.podset}: {result.decision.message}")
@@ -458,6 +546,9 @@ def render_table(result: PlanResult) -> str:
                 f"podset {placement.name}: {placed} of {wanted} pod(s), {described} (partial "
                 f"admission: all {wanted} do not fit, minCount {podset.min_count})"
             )
+        elif podset.count == 0:  # parallelism 0: an empty table would look like a failure
+            lines.append(f"podset {placement.name}: 0 pods, nothing to place")
+            continue
         else:
             lines.append(f"podset {placement.name}: {podset.count} pod(s), {described}")
         rows = result.usage.get(placement.name, [])

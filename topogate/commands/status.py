@@ -404,6 +404,10 @@ class StatusError(Exception):
     """Reported as one line on stderr, exit status 1."""
 
 
+class ArgumentError(StatusError):
+    """A kubeconfig that cannot be used: invalid arguments, exit status 2."""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "name",
@@ -438,7 +442,7 @@ def _kubeconfig_paths(explicit: str | None) -> str | None:
     """The kubeconfig to load (``:``-joined like $KUBECONFIG), or None for in-cluster."""
     if explicit:
         if not Path(explicit).expanduser().is_file():
-            raise StatusError(f"kubeconfig {explicit} does not exist")
+            raise ArgumentError(f"kubeconfig {explicit} does not exist")
         return str(Path(explicit).expanduser())
     candidates = (os.environ.get("KUBECONFIG") or "~/.kube/config").split(os.pathsep)
     present = [str(Path(p).expanduser()) for p in candidates if p]
@@ -493,6 +497,8 @@ async def connect(kubeconfig: str | None) -> Connection:
         return Connection(kube, kube.server, namespace or "default")
     except StatusError:
         raise
+    except InputError as error:  # the kubeconfig file itself (Kube.connect, context_namespace)
+        raise ArgumentError(f"kubeconfig {error.describe()}") from None
     except (KubeconfigError, OSError, yaml.YAMLError, ValueError, KeyError) as error:
         where = paths or "the in-cluster configuration"
         raise StatusError(f"cannot load {where}: {_one_line(str(error))}") from None
@@ -657,7 +663,7 @@ async def _connected(args: argparse.Namespace) -> int:
         connection = await connect(args.kubeconfig)
     except StatusError as error:
         print(f"topogate status: error: {error}", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_USAGE if isinstance(error, ArgumentError) else EXIT_ERROR
     try:
         return await report(connection, args)
     finally:

@@ -25,6 +25,8 @@ from kubernetes.aio import config as aio_config
 from kubernetes.aio.client.configuration import Configuration
 from kubernetes.aio.client.rest import RESTClientObject
 
+from topogate.api.errors import InputError
+
 from .errors import KubeError
 from .ratelimit import TokenBucket
 from .resources import JSON_PATCH, MERGE_PATCH, Obj, Resource
@@ -84,9 +86,13 @@ class Kube:
         """From ``kubeconfig``, or the in-cluster service account when None."""
         configuration = Configuration()
         if kubeconfig:
-            await aio_config.load_kube_config(  # type: ignore[no-untyped-call]
-                kubeconfig, client_configuration=configuration, persist_config=False
-            )
+            _check_files(kubeconfig)
+            try:
+                await aio_config.load_kube_config(  # type: ignore[no-untyped-call]
+                    kubeconfig, client_configuration=configuration, persist_config=False
+                )
+            except (KubeconfigError, OSError, yaml.YAMLError, ValueError, KeyError) as error:
+                raise InputError(_one_line(f"cannot load: {error}"), where=kubeconfig) from None
         else:
             aio_config.load_incluster_config(  # type: ignore[no-untyped-call]
                 client_configuration=configuration
@@ -221,14 +227,39 @@ class Kube:
                 yield event
 
 
+def _check_files(kubeconfig: str) -> None:
+    """Each file of ``kubeconfig`` (``:``-joined, as in $KUBECONFIG) exists and holds a YAML
+    mapping: the loaders fail on an empty one with a TypeError, and take a missing one as
+    no configuration at all. An InputError (invalid arguments) naming the file otherwise."""
+    for path in kubeconfig.split(os.pathsep):
+        if not path:
+            continue
+        try:
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as error:
+            raise InputError(f"cannot read: {error}", where=path) from None
+        except yaml.YAMLError as error:
+            raise InputError(_one_line(f"is not YAML: {error}"), where=path) from None
+        if loaded is None:
+            raise InputError(
+                "is empty; a kubeconfig names a cluster, a user and a context", where=path
+            )
+        if not isinstance(loaded, Mapping):
+            raise InputError("must be a mapping (a kubeconfig)", where=path)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
 def context_namespace(kubeconfig: str) -> str | None:
     """The namespace of ``kubeconfig``'s current context (``:``-joined paths are merged, as
     in $KUBECONFIG), or None when it names none."""
-    for path in kubeconfig.split(os.pathsep):
-        # The async loader stumbles over an empty file (a TypeError); say it as the sync does.
-        if path and os.path.isfile(path) and yaml.safe_load(Path(path).read_text()) is None:
-            raise KubeconfigError(f"Invalid kube-config. {path} file is empty")
-    _, current = aio_config.list_kube_config_contexts(kubeconfig)  # type: ignore[no-untyped-call]
+    _check_files(kubeconfig)
+    try:
+        _, current = aio_config.list_kube_config_contexts(kubeconfig)  # type: ignore[no-untyped-call]
+    except (KubeconfigError, ValueError, KeyError, TypeError) as error:
+        raise InputError(_one_line(f"cannot load: {error}"), where=kubeconfig) from None
     context = current.get("context") if isinstance(current, Mapping) else None
     namespace = context.get("namespace") if isinstance(context, Mapping) else None
     return str(namespace) if namespace else None

@@ -17,7 +17,6 @@ from pathlib import Path
 import yaml
 
 from topogate.api.errors import InputError
-from topogate.cache.snapshot import ClusterSnapshot
 
 from ..choose import choose_source
 from ..loader import add_cluster_argument, hypernode_warnings, load_cluster_reporting, write_output
@@ -85,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"topogate topology: warning: {warning}", file=sys.stderr)
     shown = choose_source(cluster, args.topology, args.flavor, forest)
     output = args.output or "table"
-    snapshot = ClusterSnapshot.build(cluster.nodes, cluster.pods)
+    snapshot = cluster.snapshot()
     tree = shown.source.tree(snapshot, shown.node_labels)
     view = build_view(shown.source.name, tree, snapshot, shown.flavor, shown.tolerations)
     write_output(RENDERERS[output](view), args.out)
