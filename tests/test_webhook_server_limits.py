@@ -168,3 +168,21 @@ def test_refusals_are_logged_once_per_interval(caplog: pytest.LogCaptureFixture)
     assert [(r.getMessage(), r.exc_info) for r in caplog.records] == [
         ("cannot accept connections: Too many open files (1 time(s) in the last 60 s)", None)
     ]
+
+
+async def test_headers_over_8_kb_are_refused_with_one_line_per_interval_and_no_traceback(
+    server: Running, caplog: pytest.LogCaptureFixture
+) -> None:
+    big = b"POST /validate HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n"
+    with caplog.at_level(logging.INFO):
+        for _ in range(30):
+            reader, writer = await _connect(server)
+            writer.write(big)
+            await writer.drain()
+            answer = await asyncio.wait_for(reader.read(4096), 5)
+            assert answer.startswith(b"HTTP/1.0 400"), answer
+            await _close(writer)
+    lines = [(r.levelname, r.getMessage()[:60], r.exc_info) for r in caplog.records]
+    assert lines == [
+        ("WARNING", "refused malformed HTTP: LineTooLong: 400, message: Got more ", None)
+    ]

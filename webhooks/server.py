@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from .certs import issue, make_ca
 from .options import Limits
@@ -214,18 +215,57 @@ class Throttled:
     """Warnings logged at most once per ``interval`` per key, with how often they happened: a
     flood of refused connections must not become a flood of log lines."""
 
-    def __init__(self, interval: float) -> None:
+    def __init__(self, interval: float, logger: logging.Logger = log) -> None:
         self.interval = interval
+        self.logger = logger
         self._last: dict[str, float] = {}
         self._counts: dict[str, int] = {}
 
     def warn(self, key: str, message: str) -> None:
+        self.emit(key, logging.WARNING, message)
+
+    def emit(self, key: str, level: int, message: str, exc_info: Any = None) -> None:
         self._counts[key] = self._counts.get(key, 0) + 1
         now = time.monotonic()
         if now - self._last.get(key, -math.inf) >= self.interval:
             count = self._counts.pop(key)
             self._last[key] = now
-            log.warning("%s (%d time(s) in the last %.0f s)", message, count, self.interval)
+            self.logger.log(
+                level,
+                "%s (%d time(s) in the last %.0f s)",
+                message,
+                count,
+                self.interval,
+                exc_info=exc_info,
+            )
+
+
+class HttpLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """aiohttp's server logger, throttled per cause: it logs each malformed request (a header
+    over 8 KB, a bad request line) as an ERROR with a traceback, so 500 such requests made
+    4,502 lines. A client's malformed HTTP is one WARNING line per cause and interval, without
+    a traceback; anything else keeps its traceback, once per cause and interval."""
+
+    def __init__(self, interval: float) -> None:
+        super().__init__(logging.getLogger("topogate.webhooks.http"), {})
+        self.throttled = Throttled(interval, self.logger)
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        if level < logging.WARNING:
+            if self.isEnabledFor(level):
+                self.logger.log(level, msg, *args, **kwargs)
+            return
+        text = str(msg) % args if args else str(msg)
+        error = kwargs.get("exc_info")
+        if isinstance(error, HttpProcessingError):
+            detail = " ".join(str(error).split())[:200]
+            cause = type(error).__name__
+            message = f"refused malformed HTTP: {cause}: {detail}"
+            self.throttled.emit(cause, logging.WARNING, message)
+        elif isinstance(error, BaseException):
+            self.throttled.emit(type(error).__name__, level, text, exc_info=error)
+        else:
+            self.throttled.emit(str(msg), level, text, exc_info=error)
 
 
 class ConnectionGuard:
@@ -387,7 +427,11 @@ async def running(
     app = make_app(view, blocking=blocking, limits=limits, guard=guard)
     # lingering_time=0: after a 408 the unread rest of a slow body is not waited for.
     runner = web.AppRunner(
-        app, access_log=None, keepalive_timeout=limits.idle_timeout, lingering_time=0
+        app,
+        access_log=None,
+        keepalive_timeout=limits.idle_timeout,
+        lingering_time=0,
+        logger=HttpLog(limits.log_interval),
     )
     await runner.setup()
     site = GuardedSite(
