@@ -31,6 +31,7 @@ from topogate.testing.controlplane import free_port
 from topogate.testing.fakekube import FakeKube
 from topogate.webhooks.catalog import ApiView
 from topogate.webhooks.configuration import configurations
+from topogate.webhooks.options import ClientAuth
 from topogate.webhooks.serving import SecretStore, inject_ca, register, serving
 from topogate.webhooks.sharedca import CA_CERT, CA_KEY, ensure_ca
 
@@ -301,7 +302,17 @@ async def test_the_standalone_webhook_validates_against_the_queues_it_reads(tmp_
         },
     }
     review = review_for(job, "Job", "batch", namespace="ml")
-    async with serving("127.0.0.1", port, tmp_path, dns_names=[], ips=["127.0.0.1"], kube=kube):
+    # Told to anyone here: this test reads the message, not who may (test_webhook_auth.py).
+    everyone = ClientAuth(anonymous_details=True)
+    async with serving(
+        "127.0.0.1",
+        port,
+        tmp_path,
+        dns_names=[],
+        ips=["127.0.0.1"],
+        kube=kube,
+        client_auth=everyone,
+    ):
         context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
         async with aiohttp.ClientSession() as session:
 

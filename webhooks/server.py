@@ -32,9 +32,11 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from topogate.api.errors import InputError
+
 from .certs import issue, make_ca
-from .options import Limits
-from .review import ClusterView, NoView, Review, mutate, response, validate
+from .options import ClientAuth, Limits
+from .review import ClusterView, NoView, Review, allow_or_deny, mutate, response, validate
 
 log = logging.getLogger("topogate.webhooks")
 
@@ -47,6 +49,7 @@ BLOCKING_KEY = web.AppKey("blocking", bool)
 
 
 LIMITS_KEY = web.AppKey("limits", Limits)
+AUTH_KEY = web.AppKey("client_auth", ClientAuth)
 REFUSALS_KEY: web.AppKey[Throttled] = web.AppKey("refusals")
 # Errors of accept(2) that mean "out of resources": the connection waits in the backlog.
 _EXHAUSTED = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
@@ -65,9 +68,14 @@ def fixed_view(view: ClusterView | None) -> ViewFor:
 
 @dataclass
 class ServingCertificate:
-    """tls.crt/tls.key (and ca.crt) in ``directory``, reloaded into one SSLContext on change."""
+    """tls.crt/tls.key (and ca.crt) in ``directory``, reloaded into one SSLContext on change.
+
+    With ``client_auth.ca`` the context asks clients for a certificate and verifies one
+    against that CA alone (no system CAs: a public CA's certificate must not authenticate);
+    ``client_auth.required`` refuses a client without one at the handshake."""
 
     directory: Path
+    client_auth: ClientAuth = field(default_factory=ClientAuth)
     context: ssl.SSLContext = field(init=False)
     _stamp: tuple[float, float] = (0.0, 0.0)
 
@@ -84,13 +92,28 @@ class ServingCertificate:
         return self.directory / "ca.crt"
 
     def __post_init__(self) -> None:
+        # Purpose.CLIENT_AUTH without a cafile loads no default CAs (verify_mode is CERT_NONE).
         self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        if self.client_auth.ca is not None:
+            try:
+                self.context.load_verify_locations(cafile=self.client_auth.ca)
+            except (OSError, ssl.SSLError) as error:
+                raise InputError(
+                    f"cannot read the client CA {self.client_auth.ca}: {error}",
+                    where="webhook client-ca",
+                ) from None
+            required = self.client_auth.required
+            self.context.verify_mode = ssl.CERT_REQUIRED if required else ssl.CERT_OPTIONAL
         if not self.reload():
             raise FileNotFoundError(f"no tls.crt/tls.key in {self.directory}")
 
     @classmethod
     def prepare(
-        cls, directory: Path, dns_names: Sequence[str], ip_addresses: Sequence[str]
+        cls,
+        directory: Path,
+        dns_names: Sequence[str],
+        ip_addresses: Sequence[str],
+        client_auth: ClientAuth | None = None,
     ) -> ServingCertificate:
         """Use the pair in ``directory``, or first make a CA and a serving certificate there."""
         if not ((directory / "tls.crt").exists() and (directory / "tls.key").exists()):
@@ -99,7 +122,7 @@ class ServingCertificate:
             (directory / "ca.crt").write_bytes(ca.cert_pem)
             serving = issue(ca, "topogate-webhook", dns_names=dns_names, ip_addresses=ip_addresses)
             serving.write(directory / "tls.crt", directory / "tls.key")
-        return cls(directory)
+        return cls(directory, client_auth or ClientAuth())
 
     def reload(self) -> bool:
         """Load the files if they changed since last time; True when a new pair was loaded."""
@@ -153,11 +176,26 @@ async def _review(request: web.Request) -> Review | web.Response:
         return web.json_response({"error": f"malformed AdmissionReview: {error}"}, status=400)
 
 
+def authenticated(request: web.Request) -> bool:
+    """Whether the client presented a certificate the client CA signed (the TLS layer verified
+    it; without a client CA no certificate is asked for, and nobody is)."""
+    transport = request.transport
+    return transport is not None and bool(transport.get_extra_info("peercert"))
+
+
+def _reply(request: web.Request, answer: dict[str, Any]) -> web.Response:
+    """The answer, cut to allow/deny (and the mutation's patch) for an unauthenticated client:
+    a refusal's message and the warnings name queues' topologies and levels."""
+    if not (request.app[AUTH_KEY].anonymous_details or authenticated(request)):
+        answer = allow_or_deny(answer)
+    return web.json_response(answer)
+
+
 async def _mutate(request: web.Request) -> web.Response:
     review = await _review(request)
     if isinstance(review, web.Response):
         return review
-    return web.json_response(_answer(mutate, review))
+    return _reply(request, _answer(mutate, review))
 
 
 async def _validate(request: web.Request) -> web.Response:
@@ -170,7 +208,7 @@ async def _validate(request: web.Request) -> web.Response:
         answer = await loop.run_in_executor(None, _answer, validate, review, view)
     else:  # the controller's own state: read on the loop that owns it
         answer = _answer(validate, review, view)
-    return web.json_response(answer)
+    return _reply(request, answer)
 
 
 def _answer(handler: Callable[..., dict[str, Any]], review: Review, *args: Any) -> dict[str, Any]:
@@ -198,12 +236,14 @@ def make_app(
     blocking: bool = False,
     limits: Limits | None = None,
     guard: ConnectionGuard | None = None,
+    client_auth: ClientAuth | None = None,
 ) -> web.Application:
     middlewares = [guard.middleware] if guard is not None else []
     app = web.Application(client_max_size=MAX_BODY + 1024, middlewares=middlewares)
     app[VIEW_KEY] = view if callable(view) else fixed_view(view)
     app[BLOCKING_KEY] = blocking
     app[LIMITS_KEY] = limits or Limits()
+    app[AUTH_KEY] = client_auth or ClientAuth()
     app[REFUSALS_KEY] = Throttled(app[LIMITS_KEY].log_interval)
     app.router.add_post("/mutate", _mutate)
     app.router.add_post("/validate", _validate)
@@ -268,43 +308,110 @@ class HttpLog(logging.LoggerAdapter):  # type: ignore[type-arg]
             self.throttled.emit(str(msg), level, text, exc_info=error)
 
 
+@dataclass(slots=True, eq=False)
+class _Connection:
+    """What the cap needs to know of one connection to choose which to close."""
+
+    since: float  # accept, then the end of its last request: idle since
+    authenticated: bool = False
+    busy: int = 0  # requests being handled (headers read, the answer not yet sent)
+    sock: socket.socket | None = None
+    transport: asyncio.BaseTransport | None = None  # None while the TLS handshake runs
+    deadline: asyncio.TimerHandle | None = None  # for its first request's headers
+    closed: bool = False
+
+    def closing(self) -> bool:
+        return self.closed or (self.transport is not None and self.transport.is_closing())
+
+    def close(self) -> None:
+        self.closed = True
+        if self.deadline is not None:
+            self.deadline.cancel()
+        if isinstance(self.transport, asyncio.Transport):
+            self.transport.abort()  # not close(): a TLS goodbye would wait for this peer
+        elif self.sock is not None:
+            # The handshake then fails on EOF and cleans up after itself; cancelling it
+            # instead can land just after it succeeded and strand a half-closed transport.
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)
+
+
 class ConnectionGuard:
-    """The first-request deadline of each connection. A middleware sees a request only once
-    its headers were read, which is exactly the moment the deadline is met; aiohttp has no
-    header-read timeout of its own (its keep-alive timer is the only bound, and is long)."""
+    """Every connection's state: its first-request deadline, whether a request is being handled
+    on it, whether its client authenticated. A middleware sees a request only once its headers
+    were read, which is exactly the moment the deadline is met; aiohttp has no header-read
+    timeout of its own (its keep-alive timer is the only bound, and is long)."""
 
     def __init__(self) -> None:
-        self._deadlines: dict[asyncio.BaseProtocol, asyncio.TimerHandle] = {}
+        self.connections: dict[asyncio.BaseProtocol, _Connection] = {}
+        self.handshaking: set[_Connection] = set()
 
-    def watch(
-        self, protocol: asyncio.BaseProtocol, transport: asyncio.BaseTransport, at: float
-    ) -> None:
+    def watch(self, protocol: asyncio.BaseProtocol, connection: _Connection, at: float) -> None:
         loop = asyncio.get_running_loop()
-        self._deadlines[protocol] = loop.call_at(at, self._expire, protocol, transport)
+        self.connections[protocol] = connection
+        connection.deadline = loop.call_at(at, self._expire, connection)
 
-    def _expire(self, protocol: asyncio.BaseProtocol, transport: asyncio.BaseTransport) -> None:
-        if self._deadlines.pop(protocol, None) is not None and isinstance(
-            transport, asyncio.Transport
-        ):
-            transport.abort()  # not close(): a TLS goodbye would wait for this slow peer
+    def purge(self) -> None:
+        """Forget the closed connections (aiohttp's handlers offer no hook for it)."""
+        closed = [p for p, c in self.connections.items() if c.closing()]
+        for protocol in closed:
+            connection = self.connections.pop(protocol)
+            if connection.deadline is not None:
+                connection.deadline.cancel()
+
+    def _expire(self, connection: _Connection) -> None:
+        connection.deadline = None
+        connection.close()
+
+    def open(self) -> list[_Connection]:
+        """Those not closed yet, handshakes included."""
+        self.purge()
+        return [c for c in (*self.handshaking, *self.connections.values()) if not c.closed]
+
+    def victim(self, *, anonymous_only: bool = False) -> _Connection | None:
+        """The connection to close for a newcomer: never one handling a request; first the
+        unauthenticated ones that are idle or slow (no request yet), then handshakes, then
+        authenticated idle ones; the longest idle first in each. ``anonymous_only``: the
+        first kind alone."""
+        ranked: list[tuple[int, float, _Connection]] = []
+        if not anonymous_only:
+            ranked += [(1, c.since, c) for c in self.handshaking if not c.closed]
+        for connection in self.connections.values():
+            if connection.busy or connection.closing():
+                continue
+            if connection.authenticated and anonymous_only:
+                continue
+            ranked.append((2 if connection.authenticated else 0, connection.since, connection))
+        return min(ranked, key=lambda item: item[:2])[2] if ranked else None
 
     @web.middleware
     async def middleware(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
-        deadline = self._deadlines.pop(request.protocol, None)
-        if deadline is not None:
-            deadline.cancel()
-        return await handler(request)
+        connection = self.connections.get(request.protocol)
+        if connection is None:
+            return await handler(request)
+        if connection.deadline is not None:
+            connection.deadline.cancel()
+            connection.deadline = None
+        connection.busy += 1
+        try:
+            return await handler(request)
+        finally:
+            connection.busy -= 1
+            connection.since = asyncio.get_running_loop().time()
 
 
 class GuardedSite(web.BaseSite):
     """A TLS site that owns its accept loop, in place of aiohttp's TCPSite over asyncio's server:
     that server cannot refuse a connection before its TLS handshake, has no cap, and logs
-    "Too many open files" in accept with a traceback every second. Here, beyond the cap a
-    socket is closed as accepted (no TLS work, no queue), each connection gets one deadline from
-    accept to its first request's headers (the handshake included), and refusals and accept
-    errors go through :class:`Throttled`."""
+    "Too many open files" in accept with a traceback every second. Here each connection gets
+    one deadline from accept to its first request's headers (the handshake included), and at
+    the cap a newcomer takes the place of the connection idle the longest, slow ones and those
+    of unauthenticated clients first (:meth:`ConnectionGuard.victim`): closing newcomers
+    instead let 128 idle connections, re-opened as each closed, lock every review out. With a
+    client CA, unauthenticated clients hold at most three quarters of the cap, so the API
+    server always finds room. Refusals and accept errors go through :class:`Throttled`."""
 
     def __init__(
         self,
@@ -316,15 +423,16 @@ class GuardedSite(web.BaseSite):
         limits: Limits,
         guard: ConnectionGuard,
         backlog: int = 128,
+        client_auth: ClientAuth | None = None,
     ) -> None:
         super().__init__(runner, ssl_context=ssl_context, backlog=backlog)
         self.host, self.limits, self.guard = host, limits, guard
+        self.client_auth = client_auth or ClientAuth()
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.listener = socket.create_server((host, port), family=family, backlog=backlog)
         self.listener.setblocking(False)
         self.port: int = self.listener.getsockname()[1]
         self._throttled = Throttled(limits.log_interval)
-        self._handshaking = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._transports: weakref.WeakSet[asyncio.BaseTransport] = weakref.WeakSet()
 
@@ -332,13 +440,25 @@ class GuardedSite(web.BaseSite):
     def name(self) -> str:
         return f"https://{self.host}:{self.port}"
 
+    @property
+    def anonymous_cap(self) -> int:
+        """How many connections unauthenticated clients may hold once their handshake is done."""
+        if self.client_auth.ca is None:
+            return self.limits.max_connections  # nobody can authenticate: no room to keep
+        return max(1, self.limits.max_connections - max(1, self.limits.max_connections // 4))
+
     async def start(self) -> None:
         await super().start()
-        self._spawn(self._accept())
+        self._accepting = self._spawn(self._accept())
 
     async def stop(self) -> None:
+        for connection in list(self.guard.handshaking):
+            connection.close()  # a TLS handshake in progress fails, its socket closed
+        self._accepting.cancel()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=1.0)
         for task in list(self._tasks):
-            task.cancel()  # a TLS handshake in progress is aborted, its socket closed
+            task.cancel()  # a handshake that ignored its closed socket
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.listener.close()
         await asyncio.sleep(0)
@@ -353,14 +473,14 @@ class GuardedSite(web.BaseSite):
         for _ in range(3):  # connection_lost, then the socket's close, run from the loop
             await asyncio.sleep(0)
 
-    def _spawn(self, work: Awaitable[None]) -> None:
+    def _spawn(self, work: Awaitable[None]) -> asyncio.Task[None]:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     def open_connections(self) -> int:
-        server = self._runner.server
-        return self._handshaking + (len(server.connections) if server is not None else 0)
+        return len(self.guard.open())
 
     async def _accept(self) -> None:
         loop = asyncio.get_running_loop()
@@ -373,15 +493,27 @@ class GuardedSite(web.BaseSite):
                     await asyncio.sleep(0.1)  # the peer waits in the backlog; do not spin
                 continue  # ECONNABORTED and the like: that peer is gone
             if self.open_connections() >= self.limits.max_connections:
-                sock.close()
+                victim = self.guard.victim()
+                if victim is None:  # every connection is handling a request
+                    sock.close()
+                    self._throttled.warn(
+                        "cap",
+                        f"closed new connections: {self.limits.max_connections} already open, "
+                        "all handling requests",
+                    )
+                    continue
+                victim.close()
                 self._throttled.warn(
-                    "cap", f"closed new connections: {self.limits.max_connections} already open"
+                    "evict",
+                    f"closed idle or slow connections to make room: "
+                    f"{self.limits.max_connections} already open",
                 )
-                continue
-            self._handshaking += 1
-            self._spawn(self._connect(sock, loop.time() + self.limits.header_timeout))
+            connection = _Connection(since=loop.time(), sock=sock)
+            self.guard.handshaking.add(connection)
+            deadline = loop.time() + self.limits.header_timeout
+            self._spawn(self._connect(sock, connection, deadline))
 
-    async def _connect(self, sock: socket.socket, deadline: float) -> None:
+    async def _connect(self, sock: socket.socket, connection: _Connection, deadline: float) -> None:
         loop = asyncio.get_running_loop()
         assert self._runner.server is not None
         try:
@@ -392,14 +524,33 @@ class GuardedSite(web.BaseSite):
                 ssl_handshake_timeout=self.limits.header_timeout,
                 ssl_shutdown_timeout=_TLS_SHUTDOWN_TIMEOUT,
             )
-        except Exception as error:  # a client's failed or slow handshake: not our bug
+        except Exception as error:  # a failed or slow handshake, or closed to make room
             log.debug("TLS handshake failed: %r", error)
             sock.close()
             return
         finally:
-            self._handshaking -= 1
+            self.guard.handshaking.discard(connection)
+        connection.transport, connection.sock = transport, None
+        if connection.closed:  # closed to make room just as its handshake ended
+            transport.abort()
+            return
+        connection.authenticated = bool(transport.get_extra_info("peercert"))
         self._transports.add(transport)
-        self.guard.watch(protocol, transport, deadline)
+        self.guard.watch(protocol, connection, deadline)
+        if not connection.authenticated and self._anonymous() > self.anonymous_cap:
+            # Room kept for authenticated clients: an unauthenticated one takes the place of
+            # the unauthenticated connection idle the longest, or is closed.
+            victim = self.guard.victim(anonymous_only=True) or connection
+            victim.close()
+            self._throttled.warn(
+                "anonymous",
+                f"closed unauthenticated connections: {self.anonymous_cap} already open",
+            )
+
+    def _anonymous(self) -> int:
+        return sum(
+            1 for c in self.guard.connections.values() if not c.authenticated and not c.closing()
+        )
 
 
 @dataclass
@@ -424,7 +575,8 @@ async def running(
     """Serve until the context exits; the certificate is re-read every ``reload_interval``."""
     limits = limits or Limits()
     guard = ConnectionGuard()
-    app = make_app(view, blocking=blocking, limits=limits, guard=guard)
+    client_auth = certificate.client_auth
+    app = make_app(view, blocking=blocking, limits=limits, guard=guard, client_auth=client_auth)
     # lingering_time=0: after a 408 the unread rest of a slow body is not waited for.
     runner = web.AppRunner(
         app,
@@ -435,7 +587,13 @@ async def running(
     )
     await runner.setup()
     site = GuardedSite(
-        runner, host, port, ssl_context=certificate.context, limits=limits, guard=guard
+        runner,
+        host,
+        port,
+        ssl_context=certificate.context,
+        limits=limits,
+        guard=guard,
+        client_auth=certificate.client_auth,
     )
     await site.start()
     watcher = asyncio.create_task(_watch(certificate, reload_interval))

@@ -29,7 +29,7 @@ from topogate.kube.protocol import KubeApi
 from topogate.kube.resources import JSON_PATCH, MUTATING_WEBHOOKS, SECRETS, VALIDATING_WEBHOOKS
 
 from .certs import issue, issued_by
-from .options import Limits
+from .options import ClientAuth, Limits
 from .review import ClusterView
 from .server import ServingCertificate, ViewFor
 from .sharedca import (
@@ -294,6 +294,7 @@ async def serving(
     limits: Limits | None = None,
     ca_secret: tuple[str, str] | None = None,
     renew_interval: float = 3600.0,
+    client_auth: ClientAuth | None = None,
 ) -> AsyncIterator[None]:
     """The webhook server, its certificate (see the module's docstring; reloaded on change,
     renewed every ``renew_interval`` when due) and, with an API client (``kube``; the caller
@@ -310,7 +311,13 @@ async def serving(
         bundle, _ = await loop.run_in_executor(None, keeper.check)
     elif (cert_dir / "ca.crt").exists():
         bundle = (cert_dir / "ca.crt").read_bytes()
-    certificate = ServingCertificate(cert_dir)
+    client_auth = client_auth or ClientAuth()
+    certificate = ServingCertificate(cert_dir, client_auth)
+    if client_auth.ca is None and not client_auth.anonymous_details:
+        log.warning(
+            "no client CA: every review is answered allow/deny only, without messages or "
+            "warnings (give the CA of the API server's client certificate, see docs/serve.md)"
+        )
     blocking = False
     if view is None and kube is not None:
         view, blocking = ApiView(kube, OnLoop(loop)), True
