@@ -254,6 +254,17 @@ def test_level_outside_the_queues_topology_is_refused(webhook: client.ApiClient)
         queue="training",
         annotations={"kueue.x-k8s.io/podset-required-topology": "cloud.com/zone"},
     )
+
+    def refused_by_the_queues_topology() -> bool:
+        # The standalone webhook reads the queues as a snapshot at most 5 s old (no API call
+        # per review): the queue made a moment ago is known within that time.
+        try:
+            batch.create_namespaced_job(NS, job, dry_run="All")
+        except client.ApiException as error:
+            return "not a level of topology" in str(error.body)
+        return False
+
+    eventually(refused_by_the_queues_topology, timeout=15)
     with pytest.raises(client.ApiException) as error:
         batch.create_namespaced_job(NS, job)
     assert (

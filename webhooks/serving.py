@@ -300,7 +300,8 @@ async def serving(
     renewed every ``renew_interval`` when due) and, with an API client (``kube``; the caller
     owns it), the webhook configurations' registration or CA injection. ``view`` answers the
     validating webhook's questions (`serve` passes its state); without one, and with an API
-    client, the API server is asked (:class:`ApiView`)."""
+    client, a snapshot of the API server's queues answers (:class:`ApiView`, re-read at most
+    every few seconds, never per review)."""
     from .catalog import ApiView
     from .server import running
 
@@ -318,13 +319,10 @@ async def serving(
             "no client CA: every review is answered allow/deny only, without messages or "
             "warnings (give the CA of the API server's client certificate, see docs/serve.md)"
         )
-    blocking = False
     if view is None and kube is not None:
-        view, blocking = ApiView(kube, OnLoop(loop)), True
+        view = ApiView(kube)
     publish = _publisher(kube, register_url, inject_ca_into)
-    async with running(
-        host, port, certificate, view, reload_interval, blocking=blocking, limits=limits
-    ):
+    async with running(host, port, certificate, view, reload_interval, limits=limits):
         if bundle is not None:
             await publish(bundle)
         renewing = None
