@@ -163,6 +163,11 @@ async def _review(request: web.Request) -> Review | web.Response:
         # The rest of the body is not drained (lingering_time=0): the connection closes.
         return web.json_response({"error": "review body not received in time"}, status=408)
     body = b"".join(chunks)
+    if body.lstrip()[:1] != b"{":  # not an object: refused before parsing (e.g. "[" * 3000)
+        request.app[REFUSALS_KEY].warn("malformed", "refused malformed AdmissionReviews")
+        return web.json_response(
+            {"error": "malformed AdmissionReview: body is not an AdmissionReview"}, status=400
+        )
     try:
         return Review.parse(json.loads(body))
     except RecursionError:
