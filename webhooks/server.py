@@ -41,11 +41,10 @@ from .review import ClusterView, NoView, Review, allow_or_deny, mutate, response
 log = logging.getLogger("topogate.webhooks")
 
 MAX_BODY = 3 * 1024 * 1024  # the API server sends at most ~3 MiB objects
-# The view a review is validated against, chosen (and prepared) per review.
+# The view a review is validated against, chosen (and prepared) per review; it answers from
+# memory (the controller's state, or the standalone webhook's snapshot), on the loop.
 ViewFor = Callable[[Review], Awaitable[ClusterView]]
 VIEW_KEY: web.AppKey[ViewFor] = web.AppKey("view")
-# True when the view makes blocking API calls (the standalone webhook): run it in a thread.
-BLOCKING_KEY = web.AppKey("blocking", bool)
 
 
 LIMITS_KEY = web.AppKey("limits", Limits)
@@ -208,12 +207,7 @@ async def _validate(request: web.Request) -> web.Response:
     if isinstance(review, web.Response):
         return review
     view = await request.app[VIEW_KEY](review)
-    if request.app[BLOCKING_KEY]:  # it asks the API server: keep that off the event loop
-        loop = asyncio.get_running_loop()
-        answer = await loop.run_in_executor(None, _answer, validate, review, view)
-    else:  # the controller's own state: read on the loop that owns it
-        answer = _answer(validate, review, view)
-    return _reply(request, answer)
+    return _reply(request, _answer(validate, review, view))
 
 
 def _answer(handler: Callable[..., dict[str, Any]], review: Review, *args: Any) -> dict[str, Any]:
@@ -238,7 +232,6 @@ async def _healthz(request: web.Request) -> web.Response:
 def make_app(
     view: ClusterView | ViewFor | None = None,
     *,
-    blocking: bool = False,
     limits: Limits | None = None,
     guard: ConnectionGuard | None = None,
     client_auth: ClientAuth | None = None,
@@ -246,7 +239,6 @@ def make_app(
     middlewares = [guard.middleware] if guard is not None else []
     app = web.Application(client_max_size=MAX_BODY + 1024, middlewares=middlewares)
     app[VIEW_KEY] = view if callable(view) else fixed_view(view)
-    app[BLOCKING_KEY] = blocking
     app[LIMITS_KEY] = limits or Limits()
     app[AUTH_KEY] = client_auth or ClientAuth()
     app[REFUSALS_KEY] = Throttled(app[LIMITS_KEY].log_interval)
@@ -574,14 +566,13 @@ async def running(
     view: ClusterView | ViewFor | None = None,
     reload_interval: float = 5.0,
     *,
-    blocking: bool = False,
     limits: Limits | None = None,
 ) -> AsyncIterator[Running]:
     """Serve until the context exits; the certificate is re-read every ``reload_interval``."""
     limits = limits or Limits()
     guard = ConnectionGuard()
     client_auth = certificate.client_auth
-    app = make_app(view, blocking=blocking, limits=limits, guard=guard, client_auth=client_auth)
+    app = make_app(view, limits=limits, guard=guard, client_auth=client_auth)
     # lingering_time=0: after a 408 the unread rest of a slow body is not waited for.
     runner = web.AppRunner(
         app,
