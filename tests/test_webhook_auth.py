@@ -128,6 +128,9 @@ async def test_only_an_authenticated_client_learns_the_queue_s_topology(
     async with _server(pki["serving"], ClientAuth(ca=str(pki["ca"]))) as served:
         known = await _validate(served.site.port, _context(pki, "api"))
         anonymous = await _validate(served.site.port, _context(pki, None))
+        # A certificate is verified when presented, required or not: another CA's is refused.
+        with pytest.raises((aiohttp.ClientError, ssl.SSLError, ConnectionError)):
+            await _validate(served.site.port, _context(pki, "other"))
     assert known["allowed"] is False
     assert "topology 'secret-dc'" in known["status"]["message"]
     assert "secret.example.com/rack" in known["status"]["message"]
