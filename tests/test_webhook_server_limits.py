@@ -257,3 +257,41 @@ async def test_headers_over_8_kb_are_refused_with_one_line_per_interval_and_no_t
     assert lines == [
         ("WARNING", "refused malformed HTTP: LineTooLong: 400, message: Got more ", None)
     ]
+
+
+async def test_a_handler_bug_is_logged_with_its_trace_once_per_interval(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A review that trips a bug gets a 400 each time; its traceback is logged once."""
+    from collections.abc import Mapping
+
+    from tests.test_webhook_auth import REVIEW as JOB_REVIEW
+    from topogate.admission.podsets import Catalog
+
+    class Broken:
+        def catalog_for(self, namespace: str, queue: str) -> Catalog | None:
+            raise RuntimeError("a bug")
+
+        def hypernodes(self) -> list[Mapping[str, Any]] | None:
+            return None
+
+    certificate = ServingCertificate.prepare(tmp_path, ["localhost"], ["127.0.0.1"])
+    context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    with caplog.at_level(logging.INFO):
+        async with (
+            running("127.0.0.1", 0, certificate, Broken(), limits=LIMITS) as served,
+            aiohttp.ClientSession() as session,
+        ):
+            for _ in range(30):
+                url = f"https://127.0.0.1:{served.site.port}/validate"
+                async with session.post(url, data=JOB_REVIEW, ssl=context) as response:
+                    assert (await response.json())["response"]["allowed"] is False
+    bugs = [r for r in caplog.records if "could not process" in r.getMessage()]
+    assert [(r.levelname, r.getMessage(), bool(r.exc_info)) for r in bugs] == [
+        (
+            "ERROR",
+            "could not process Job 00000000-0000-0000-0000-000000000000 "
+            "(1 time(s) in the last 60 s)",
+            True,
+        )
+    ]

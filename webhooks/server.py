@@ -199,7 +199,7 @@ async def _mutate(request: web.Request) -> web.Response:
     review = await _review(request)
     if isinstance(review, web.Response):
         return review
-    return _reply(request, _answer(mutate, review))
+    return _reply(request, _answer(request, mutate, review))
 
 
 async def _validate(request: web.Request) -> web.Response:
@@ -207,12 +207,15 @@ async def _validate(request: web.Request) -> web.Response:
     if isinstance(review, web.Response):
         return review
     view = await request.app[VIEW_KEY](review)
-    return _reply(request, _answer(validate, review, view))
+    return _reply(request, _answer(request, validate, review, view))
 
 
-def _answer(handler: Callable[..., dict[str, Any]], review: Review, *args: Any) -> dict[str, Any]:
+def _answer(
+    request: web.Request, handler: Callable[..., dict[str, Any]], review: Review, *args: Any
+) -> dict[str, Any]:
     """The handler's answer; an object it cannot process is refused (400), never a 500: the
-    handlers are total over well-formed reviews, so this is a bug, logged with its trace."""
+    handlers are total over well-formed reviews, so this is a bug, logged with its trace once
+    per cause and interval (a review that trips it could be sent in a flood)."""
     try:
         return handler(review, *args)
     except RecursionError:
@@ -220,7 +223,12 @@ def _answer(handler: Callable[..., dict[str, Any]], review: Review, *args: Any) 
             review.uid, allowed=False, message="the object is nested too deeply", code=400
         )
     except Exception as error:
-        log.exception("could not process %s %s", review.kind, review.uid)
+        request.app[REFUSALS_KEY].emit(
+            f"bug {type(error).__name__}",
+            logging.ERROR,
+            f"could not process {review.kind} {review.uid}",
+            exc_info=error,
+        )
         message = f"topogate could not process this {review.kind}: {type(error).__name__}"
         return response(review.uid, allowed=False, message=message, code=400)
 
