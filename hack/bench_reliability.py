@@ -3,6 +3,10 @@
 1. Webhook latency: valid AdmissionReviews at --rate per second (default 200) for --seconds,
    while a concurrent flood sends malformed ones as fast as one connection allows; prints
    p50/p99 of the valid ones and the status codes seen.
+   Then the throughput ceiling: valid reviews as fast as two client processes of eight
+   keep-alive connections each get them answered, for --seconds; and the lock-out: 100
+   reviews on new connections while another process holds 128 idle connections (the cap),
+   re-opening each as the server closes it.
 2. Fuzz: --fuzz random hostile reviews (default 10,000); prints how many got a 500.
 3. Recovery (--cluster): on the local control plane, `serve` admits a queued Job; kube-apiserver
    is restarted; prints the seconds from "API server ready again" to "the next Job admitted".
@@ -15,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing
+import os
 import random
 import ssl
 import statistics
@@ -187,6 +193,119 @@ async def latency(url: str, cafile: str, rate: int, seconds: float) -> None:
     print(f"  valid p50 {p50:.1f} ms, p99 {p99:.1f} ms; status codes {dict(sorted(codes.items()))}")
 
 
+async def _closed_loop(url: str, cafile: str, seconds: float, connections: int) -> int:
+    """Valid reviews back to back on ``connections`` keep-alive connections; how many were
+    answered 200 within ``seconds``."""
+    context = ssl.create_default_context(cafile=cafile)
+    body = json.dumps(valid_job()).encode()
+    done = 0
+    connector = aiohttp.TCPConnector(ssl=context, limit=connections)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        stop = time.monotonic() + seconds
+
+        async def worker() -> None:
+            nonlocal done
+            while time.monotonic() < stop:
+                async with session.post(f"{url}/validate", data=body) as reply:
+                    await reply.read()
+                    done += reply.status == 200
+
+        await asyncio.gather(*(worker() for _ in range(connections)))
+    return done
+
+
+def _closed_loop_process(url: str, cafile: str, seconds: float, connections: int, out: Any) -> None:
+    out.put(asyncio.run(_closed_loop(url, cafile, seconds, connections)))
+
+
+def ceiling(url: str, cafile: str, seconds: float, clients: int = 2, connections: int = 8) -> None:
+    """The throughput ceiling: valid reviews as fast as ``clients`` processes of
+    ``connections`` connections each get them answered (the server's one event loop and the
+    clients share this machine's cores)."""
+    results: multiprocessing.Queue[int] = multiprocessing.Queue()
+    workers = [
+        multiprocessing.Process(
+            target=_closed_loop_process, args=(url, cafile, seconds, connections, results)
+        )
+        for _ in range(clients)
+    ]
+    for worker in workers:
+        worker.start()
+    answered = sum(results.get(timeout=seconds + 30) for _ in workers)
+    for worker in workers:
+        worker.join(10)
+    print(
+        f"ceiling: {answered / seconds:.0f} valid reviews/s answered "
+        f"({clients} client processes x {connections} connections, {seconds:.0f} s)"
+    )
+
+
+async def _hold(port: int, cafile: str, seconds: float, count: int) -> int:
+    """``count`` idle TLS connections, each re-opened as soon as the server closes it, for
+    ``seconds``; how many times one was re-opened."""
+    context = ssl.create_default_context(cafile=cafile)
+    stop = time.monotonic() + seconds
+    reopened = 0
+
+    async def one() -> None:
+        nonlocal reopened
+        while time.monotonic() < stop:
+            try:
+                reader, writer = await asyncio.open_connection(
+                    "127.0.0.1", port, ssl=context, server_hostname="127.0.0.1"
+                )
+            except (OSError, ssl.SSLError):
+                await asyncio.sleep(0.01)
+                continue
+            with contextlib.suppress(TimeoutError, OSError, ssl.SSLError):
+                await asyncio.wait_for(reader.read(1), max(0.01, stop - time.monotonic()))
+            writer.transport.abort()
+            reopened += time.monotonic() < stop  # closed by the server, not by the end
+
+    await asyncio.gather(*(one() for _ in range(count)))
+    return reopened
+
+
+def _hold_process(port: int, cafile: str, seconds: float, count: int, out: Any) -> None:
+    out.put(asyncio.run(_hold(port, cafile, seconds, count)))
+
+
+async def lockout(url: str, cafile: str, reviews: int = 100, held: int = 128) -> None:
+    """Reviews on new connections while another process holds ``held`` idle connections
+    (the server's cap), re-opening each as it is closed."""
+    port = int(url.rsplit(":", 1)[1])
+    seconds = 30.0
+    results: multiprocessing.Queue[int] = multiprocessing.Queue()
+    holder = multiprocessing.Process(
+        target=_hold_process, args=(port, cafile, seconds, held, results)
+    )
+    holder.start()
+    await asyncio.sleep(3)  # all of them open
+    context = ssl.create_default_context(cafile=cafile)
+    body = json.dumps(valid_job()).encode()
+    answered = 0
+    started = time.monotonic()
+    for _ in range(reviews):
+        connector = aiohttp.TCPConnector(ssl=context, force_close=True)
+        try:
+            async with (
+                aiohttp.ClientSession(connector=connector) as session,
+                session.post(
+                    f"{url}/validate", data=body, timeout=aiohttp.ClientTimeout(2)
+                ) as reply,
+            ):
+                answered += reply.status == 200
+        except (aiohttp.ClientError, TimeoutError):
+            pass
+    took = time.monotonic() - started
+    reopened = results.get(timeout=seconds + 30)
+    holder.join(10)
+    print(
+        f"lock-out: {answered} of {reviews} reviews on new connections answered in {took:.1f} s "
+        f"while {held} idle connections were held ({reopened} re-opened after being closed)"
+    )
+
+
 async def fuzz(url: str, context: ssl.SSLContext, count: int) -> None:
     rng = random.Random(20261123)
     codes: Counter[int] = Counter()
@@ -292,10 +411,14 @@ def main() -> None:
         "--cluster", action="store_true", help="also measure recovery on the local control plane"
     )
     args = parser.parse_args()
+    cores, load = os.cpu_count(), os.getloadavg()[0]
+    print(f"machine: {cores} cores, load average {load:.1f} before the run")
     with tempfile.TemporaryDirectory() as tmp:
         process, url, context = webhook_server(Path(tmp))
         try:
             asyncio.run(latency(url, str(Path(tmp) / "ca.crt"), args.rate, args.seconds))
+            ceiling(url, str(Path(tmp) / "ca.crt"), args.seconds)
+            asyncio.run(lockout(url, str(Path(tmp) / "ca.crt")))
             asyncio.run(fuzz(url, context, args.fuzz))
         finally:
             process.terminate()

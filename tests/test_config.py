@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import subprocess
 from pathlib import Path
@@ -21,10 +22,10 @@ pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _render() -> list[dict[str, Any]]:
+def _render(folder: str = "default") -> list[dict[str, Any]]:
     kustomize = Path(os.environ.get(BIN_ENV) or binaries()) / "kustomize"
     done = subprocess.run(
-        [str(kustomize), "build", str(ROOT / "config" / "default")],
+        [str(kustomize), "build", str(ROOT / "config" / folder)],
         capture_output=True,
         text=True,
         check=True,
@@ -83,3 +84,41 @@ def test_the_server_injects_its_ca_into_the_configurations(
     finally:
         admission.delete_mutating_webhook_configuration("inject-test")
         admission.delete_validating_webhook_configuration("inject-test")
+
+
+def test_the_client_auth_overlay_requires_the_api_servers_certificate(
+    crds: client.ApiClient,
+) -> None:
+    """config/client-auth: the manager trusts the CA in the ConfigMap it mounts and refuses
+    other clients; its args are serve's own (parsed here), and the API server accepts it."""
+    import argparse
+
+    from topogate.runtime import serve
+    from topogate.webhooks.options import ClientAuth, options
+
+    docs = _render("client-auth")
+    manager = next(d for d in docs if d["kind"] == "Deployment")
+    pod = manager["spec"]["template"]["spec"]
+    parser = argparse.ArgumentParser()
+    serve.add_arguments(parser)
+    args = parser.parse_args(pod["containers"][0]["args"][1:])
+    assert options(args)["client_auth"] == ClientAuth(
+        ca="/var/run/topogate/client-ca/ca.crt", required=True
+    )
+    mounted = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert mounted["client-ca"] == "/var/run/topogate/client-ca"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["client-ca"]["configMap"]["name"] == "topogate-webhook-client-ca"
+    apps = client.AppsV1Api(crds)
+    with contextlib.suppress(client.ApiException):  # the base test may have made it
+        client.CoreV1Api(crds).create_namespace({"metadata": {"name": "topogate-system"}})
+    applied = apps.create_namespaced_deployment("topogate-system", manager, dry_run="All")
+    assert applied.metadata.name == "topogate-manager"
+    # The API server's side, as the local control plane runs it (controlplane.py).
+    admission = yaml.safe_load(
+        (ROOT / "config/client-auth/apiserver/admission-config.yaml").read_text()
+    )
+    assert {p["name"] for p in admission["plugins"]} == {
+        "ValidatingAdmissionWebhook",
+        "MutatingAdmissionWebhook",
+    }

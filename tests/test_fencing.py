@@ -67,3 +67,42 @@ async def test_a_standby_or_lapsed_replica_s_admitter_writes_nothing_and_keeps_n
     assert h.state.ledger.reserved("ml/w") is None
     assert h.held_gpus() == 0
     assert fenced.refused >= 1
+
+
+async def test_the_lease_is_checked_after_the_rate_limiter_wait_not_before() -> None:
+    """A write that waits for a rate-limiter token while the Lease lapses never leaves: the
+    check is made as the request is sent, by the real client, against a real HTTP server."""
+    from aiohttp import web
+    from kubernetes.aio.client.configuration import Configuration
+
+    from topogate.kube.client import Kube
+
+    received: list[str] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        received.append(request.method)
+        return web.json_response({"metadata": {"name": "p"}})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    kube = Kube(Configuration(host=f"http://127.0.0.1:{port}"), qps=2, burst=1)
+    leading = [True]
+    fenced = FencedKube(kube, lambda: leading[0])
+    try:
+        await fenced.patch(PODS, "p", {"metadata": {}}, "ns")  # the one token of the burst
+        # The next write waits 0.5 s for its token; the Lease lapses 0.1 s into that wait.
+        asyncio.get_running_loop().call_later(0.1, leading.__setitem__, 0, False)
+        with pytest.raises(NotLeading):
+            await fenced.patch(PODS, "p", {"metadata": {}}, "ns")
+        assert received == ["PATCH"]
+        assert fenced.refused == 1
+        await kube.get(PODS, "p", "ns")  # reads are not fenced
+        assert received == ["PATCH", "GET"]
+    finally:
+        await kube.close()
+        await runner.cleanup()

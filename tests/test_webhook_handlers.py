@@ -209,6 +209,8 @@ async def test_server_answers_reviews_and_refuses_bad_bodies(aiohttp_client: Any
             "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
         ),
         (b'{"kind": "Pod"}', "body is not an AdmissionReview"),
+        (b"[" * 3000, "body is not an AdmissionReview"),  # refused before parsing
+        (b"  42", "body is not an AdmissionReview"),
         (
             b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}',
             "request.uid is missing",

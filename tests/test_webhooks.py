@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 
 from tests.cluster import drop_webhooks, eventually
-from topogate.testing.controlplane import ControlPlane, free_port
+from topogate.testing.controlplane import WEBHOOK_CLIENT_CA, ControlPlane, free_port
 from topogate.testing.localcluster import JOBSET_CRD
 
 pytestmark = pytest.mark.cluster
@@ -45,11 +45,14 @@ class WebhookServer:
         self.process: subprocess.Popen[str] | None = None
 
     def start(self) -> None:
+        plane = self.plane
         argv = [
             sys.executable, "-m", "topogate", "webhook", "--host", "127.0.0.1", "--port", str(self.port),
             "--cert-dir", str(self.directory / "certs"), "--ip", "127.0.0.1",
             "--kubeconfig", str(self.plane.kubeconfig), "--register-url", f"https://127.0.0.1:{self.port}",
             "--reload-interval", "1",
+            # The API server presents the control plane's webhook client certificate.
+            "--client-ca", str(plane.directory / WEBHOOK_CLIENT_CA), "--require-client-cert",
         ]  # fmt: skip
         with open(self.directory / "webhook.log", "w") as log:
             self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True)
@@ -297,6 +300,17 @@ def test_level_outside_the_queues_topology_is_refused(webhook: client.ApiClient)
         queue="training",
         annotations={"kueue.x-k8s.io/podset-required-topology": "cloud.com/zone"},
     )
+
+    def refused_by_the_queues_topology() -> bool:
+        # The standalone webhook reads the queues as a snapshot at most 5 s old (no API call
+        # per review): the queue made a moment ago is known within that time.
+        try:
+            batch.create_namespaced_job(NS, job, dry_run="All")
+        except client.ApiException as error:
+            return "not a level of topology" in str(error.body)
+        return False
+
+    eventually(refused_by_the_queues_topology, timeout=15)
     with pytest.raises(client.ApiException) as error:
         batch.create_namespaced_job(NS, job)
     assert (
@@ -361,3 +375,27 @@ def test_kube_system_stays_writable_while_the_webhook_is_down(webhook: client.Ap
         batch.create_namespaced_job(NS, _job("while-down"))
     assert error.value.status == 500 and "failed calling webhook" in str(error.value.body)
     assert not batch.create_namespaced_job(NS, _job("unqueued", queue=None)).spec.suspend
+
+
+def test_only_the_api_server_gets_past_the_webhooks_handshake(
+    webhook: client.ApiClient, control_plane: ControlPlane
+) -> None:
+    """The refusals and warnings above reached the API server, which presented its webhook
+    client certificate (its admission configuration); anyone else, even with a certificate
+    the API server itself trusts (the admin's), is refused at the TLS handshake."""
+    import socket
+    import ssl
+
+    server = webhook.webhook_server  # type: ignore[attr-defined]
+    d = control_plane.directory
+    for chain in (None, (d / "admin.crt", d / "admin.key")):
+        context = ssl.create_default_context(cafile=str(server.directory / "certs" / "ca.crt"))
+        if chain is not None:
+            context.load_cert_chain(*map(str, chain))
+        with (
+            pytest.raises((ssl.SSLError, ConnectionError)),
+            socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw,
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+        ):
+            tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            tls.recv(100)  # TLS 1.3: the refusal arrives with the first read

@@ -1,25 +1,28 @@
 """The standalone webhook's view of the cluster, read from the API server.
 
 `topogate serve` does not use this: there the controller's watched state answers. Alone, the
-webhook reads the LocalQueue, its ClusterQueue, that queue's flavors and the topologies they
-name, and builds the same :class:`Catalog` the admitter uses, so both decide a job's topology
-the same way. Answers are cached for a few seconds; anything missing means "unknown", and the
-job is then checked by the annotation rules alone (the admitter reports the rest).
+webhook lists LocalQueues, ClusterQueues, ResourceFlavors and Topologies and builds from them
+the same :class:`Catalog` the admitter uses, so both decide a job's topology the same way.
 
-The view is blocking (validation runs in a worker thread); its GETs go through the async
-client on the client's loop (:class:`~topogate.kube.blocking.OnLoop`).
+No API call per review: the lists are one snapshot, re-read at most every ``ttl`` seconds by
+one refresh at a time, and reviews meanwhile are answered from the snapshot they find (only
+the first review waits for the first snapshot). Before, each review asked for its LocalQueue,
+ClusterQueue, flavors and topologies, and a review naming a queue not seen in the last few
+seconds (an attacker can name a new one each time) cost four GETs. A queue created less
+than ``ttl`` ago may be unknown: the job is then checked by the annotation rules alone, and the
+admitter reports the rest, as when the API server cannot be asked. HyperNode reviews, rare,
+share one LIST started after they arrived, as in `serve` (``stateview.FreshList``).
 """
 
 from __future__ import annotations
 
-import threading
+import asyncio
+import logging
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable
 
 from topogate.admission.podsets import Catalog, build_catalog
-from topogate.kube.blocking import OnLoop
-from topogate.kube.errors import KubeError
+from topogate.kube.errors import API_ERRORS
 from topogate.kube.protocol import KubeApi
 from topogate.kube.resources import (
     CLUSTER_QUEUES,
@@ -27,67 +30,70 @@ from topogate.kube.resources import (
     LOCAL_QUEUES,
     RESOURCE_FLAVORS,
     TOPOLOGIES,
-    Resource,
 )
+
+from .review import ClusterView, NoView, Review
+from .stateview import HYPERNODE_GROUP, FreshList, WithHyperNodes
+
+log = logging.getLogger("topogate.webhooks")
+
+
+class _Known(NoView):
+    """Every queue of the snapshot: the review looks its own up in the catalog."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self._catalog = catalog
+
+    def catalog_for(self, namespace: str, queue: str) -> Catalog | None:
+        return self._catalog
 
 
 class ApiView:
-    """A :class:`~topogate.webhooks.review.ClusterView` over the API server."""
+    """A per-review view provider (``server.ViewFor``) over the API server, cached."""
 
-    def __init__(self, kube: KubeApi, on_loop: OnLoop, ttl: float = 5.0) -> None:
-        self._kube, self._on_loop = kube, on_loop
-        self._ttl = ttl
-        self._cache: dict[tuple[str, str], tuple[float, Catalog | None]] = {}
-        self._lock = threading.Lock()
+    def __init__(
+        self, kube: KubeApi, ttl: float = 5.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._kube, self._ttl, self._clock = kube, ttl, clock
+        self._catalog: Catalog | None = None
+        self._at = -float("inf")
+        self._refreshing: asyncio.Task[None] | None = None
+        self._hypernodes = FreshList(kube, HYPERNODES)
+        self.refreshes = 0  # snapshots read, for tests
 
-    def _get(self, resource: Resource, name: str, namespace: str | None = None) -> Any:
+    async def __call__(self, review: Review) -> ClusterView:
+        catalog = await self.catalog()
+        view: ClusterView = _Known(catalog) if catalog is not None else NoView()
+        if review.group != HYPERNODE_GROUP:
+            return view
+        return WithHyperNodes(view, await self._hypernodes.get())
+
+    async def catalog(self) -> Catalog | None:
+        """The snapshot; refreshed in the background once ``ttl`` has passed."""
+        if self._clock() - self._at >= self._ttl and self._refreshing is None:
+            self._refreshing = asyncio.create_task(self._refresh())
+        if self._at == -float("inf") and self._refreshing is not None:
+            await asyncio.shield(self._refreshing)  # the first snapshot: nothing to answer from
+        return self._catalog
+
+    async def _refresh(self) -> None:
         try:
-            return self._on_loop(self._kube.get(resource, name, namespace))
-        except KubeError as error:
-            if error.not_found:
-                return None
-            raise
-
-    def _lookup(self, namespace: str, queue: str) -> Catalog | None:
-        local = self._get(LOCAL_QUEUES, queue, namespace)
-        target = ((local or {}).get("spec") or {}).get("clusterQueue")
-        cluster_queue = self._get(CLUSTER_QUEUES, str(target)) if target else None
-        if local is None or cluster_queue is None:
-            return None
-        flavors: list[Mapping[str, Any]] = []
-        topologies: list[Mapping[str, Any]] = []
-        for group in (cluster_queue.get("spec") or {}).get("resourceGroups") or []:
-            for ref in group.get("flavors") or []:
-                flavor = self._get(RESOURCE_FLAVORS, str(ref.get("name")))
-                if flavor is None:
-                    continue
-                flavors.append(flavor)
-                name = (flavor.get("spec") or {}).get("topologyName")
-                topology = self._get(TOPOLOGIES, str(name)) if name else None
-                if topology is not None:
-                    topologies.append(topology)
-        catalog, _ = build_catalog([cluster_queue], [local], flavors, topologies, None)
-        return catalog
-
-    def catalog_for(self, namespace: str, queue: str) -> Catalog | None:
-        key = (namespace, queue)
-        now = time.monotonic()
-        with self._lock:
-            cached = self._cache.get(key)
-            if cached is not None and now - cached[0] < self._ttl:
-                return cached[1]
-        try:
-            answer = self._lookup(namespace, queue)
-        except KubeError:
-            answer = None  # the API server is unhappy: validate by the annotation rules alone
-        with self._lock:
-            self._cache[key] = (now, answer)
-        return answer
-
-    def hypernodes(self) -> list[Mapping[str, Any]] | None:
-        """Listed fresh on every call: a stale list could let a cycle through."""
-        try:
-            listed = self._on_loop(self._kube.list(HYPERNODES))
-        except KubeError:
-            return None  # no HyperNode CRD, or the API server is unhappy
-        return [dict(item) for item in listed.get("items") or []]
+            self.refreshes += 1
+            cluster_queues, local_queues, flavors, topologies = [
+                list((await self._kube.list(resource)).get("items") or [])
+                for resource in (CLUSTER_QUEUES, LOCAL_QUEUES, RESOURCE_FLAVORS, TOPOLOGIES)
+            ]
+            self._catalog, _ = build_catalog(
+                cluster_queues, local_queues, flavors, topologies, None
+            )
+        except API_ERRORS as error:
+            # Kept as it was (nothing known at first): the next try waits out the TTL, so an
+            # unhappy API server is not asked once per review.
+            log.warning(
+                "could not read the queues for the webhook (next try in %.0f s): %s",
+                self._ttl,
+                error,
+            )
+        finally:
+            self._at = self._clock()
+            self._refreshing = None

@@ -8,6 +8,8 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
+from topogate.api.errors import InputError
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:
@@ -21,6 +23,26 @@ class Limits:
     idle_timeout: float = 60.0
     max_connections: int = 128  # open and handshaking; more are closed at once
     log_interval: float = 60.0  # refusals are logged once per interval, with their count
+
+
+@dataclass(frozen=True, slots=True)
+class ClientAuth:
+    """Who may learn more than allow/deny. A review's message and warnings name the queue's
+    topology and its levels, so they go only to a client that presented a certificate signed
+    by ``ca`` (the API server, through its admission configuration). Without a CA no client
+    can be told apart, so every client gets the whole answer (as on an install that has not set
+    one up, a managed control plane above all: allow/deny alone would hide every refusal's
+    reason from the people submitting jobs); serve warns that the port tells anyone."""
+
+    ca: str | None = None  # a PEM file of the CA that signs the API server's client cert
+    required: bool = False  # refuse at the TLS handshake a client without such a cert
+    # Messages and warnings for everyone: for an API server that cannot present a client
+    # certificate (a managed control plane), with the port closed to others by the network.
+    anonymous_details: bool = False
+
+    def tells(self, authenticated: bool) -> bool:
+        """Whether a client gets messages and warnings, not allow/deny alone."""
+        return authenticated or self.anonymous_details or self.ca is None
 
 
 def _secret_name(value: str) -> tuple[str, str]:
@@ -50,6 +72,28 @@ def add_arguments(group: Any, prefix: str = "--webhook-") -> None:
         metavar="SECONDS",
         help="how often the CA and the serving certificate are checked for renewal",
     )
+    group.add_argument(
+        f"{prefix}client-ca",
+        dest="webhook_client_ca",
+        metavar="FILE",
+        help="CA (PEM) of the API server's client certificate (its admission configuration); "
+        "only clients presenting a certificate it signed get refusal messages and warnings",
+    )
+    group.add_argument(
+        f"{prefix}require-client-cert",
+        dest="webhook_require_client_cert",
+        action="store_true",
+        help=f"refuse at the TLS handshake any client without such a certificate "
+        f"(needs {prefix}client-ca)",
+    )
+    group.add_argument(
+        f"{prefix}anonymous-details",
+        dest="webhook_anonymous_details",
+        action="store_true",
+        help=f"with {prefix}client-ca, give refusal messages and warnings to unauthenticated "
+        "clients too: they name queues' topologies and levels (without a client CA everyone "
+        "gets them)",
+    )
     for name, kind, default, text in (
         ("header-timeout", float, defaults.header_timeout, "accept to first request's headers"),
         ("body-timeout", float, defaults.body_timeout, "headers to the whole body (then 408)"),
@@ -73,8 +117,16 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
         idle_timeout=args.webhook_idle_timeout,
         max_connections=args.webhook_max_connections,
     )
+    if args.webhook_require_client_cert and not args.webhook_client_ca:
+        raise InputError("a client certificate can only be required with its CA (client-ca)")
+    client_auth = ClientAuth(
+        ca=args.webhook_client_ca,
+        required=args.webhook_require_client_cert,
+        anonymous_details=args.webhook_anonymous_details,
+    )
     return {
         "limits": limits,
+        "client_auth": client_auth,
         "ca_secret": args.webhook_ca_secret,
         "renew_interval": args.webhook_renew_interval,
     }

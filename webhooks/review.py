@@ -150,6 +150,15 @@ def response(
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": answer}
 
 
+def allow_or_deny(answer: dict[str, Any]) -> dict[str, Any]:
+    """``answer`` with nothing beyond the verdict (and a mutation's patch, which only restates
+    the request): no message, reason or warnings, which could name queues' topologies and
+    levels to a client that has not authenticated."""
+    given = answer["response"]
+    kept = {k: given[k] for k in ("uid", "allowed", "patchType", "patch") if k in given}
+    return {**answer, "response": kept}
+
+
 # The API server truncates a warning beyond 256 characters and drops those past 4096 in all.
 WARNING_LIMIT, WARNINGS_TOTAL = 256, 4096
 

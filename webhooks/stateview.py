@@ -30,8 +30,10 @@ HYPERNODE_GROUP = HYPERNODES.api_version.split("/")[0]
 log = logging.getLogger("topogate.webhooks")
 
 
-class _WithHyperNodes:
-    def __init__(self, catalogs: Catalogs, hypernodes: Sequence[Mapping[str, Any]] | None) -> None:
+class WithHyperNodes:
+    def __init__(
+        self, catalogs: Catalogs | ClusterView, hypernodes: Sequence[Mapping[str, Any]] | None
+    ) -> None:
         self._catalogs, self._hypernodes = catalogs, hypernodes
 
     def catalog_for(self, namespace: str, queue: str) -> Catalog | None:
@@ -97,6 +99,6 @@ def state_view(state: ControllerState, kube: KubeApi) -> ViewFor:
         if review.group != HYPERNODE_GROUP:
             return state.catalogs
         # None (unknown): the object alone is checked.
-        return _WithHyperNodes(state.catalogs, await fresh.get())
+        return WithHyperNodes(state.catalogs, await fresh.get())
 
     return view_for

@@ -28,7 +28,7 @@ from kubernetes.aio.client.rest import RESTClientObject
 from topogate.api.errors import InputError
 
 from .errors import KubeError
-from .ratelimit import TokenBucket
+from .ratelimit import TokenBucket, check_before_send
 from .resources import JSON_PATCH, MERGE_PATCH, Obj, Resource
 
 __all__ = ["JSON_PATCH", "MERGE_PATCH", "Kube", "KubeconfigError", "context_namespace"]
@@ -137,11 +137,13 @@ class Kube:
     ) -> Obj:
         if self._limit is not None:
             await self._limit.take()
+        headers = await self._headers(content_type)
+        check_before_send()  # after every wait: a fenced write leaves only while leading
         async with self._session.request(
             method,
             self._url(path, params),
             data=None if body is None else json.dumps(body),
-            headers=await self._headers(content_type),
+            headers=headers,
             timeout=self._timeout or aiohttp.ClientTimeout(total=seconds),
         ) as response:
             text = await response.text()

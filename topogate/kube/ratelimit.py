@@ -8,8 +8,10 @@ them instead of meeting the API server's priority-and-fairness 429s.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 
 
 class TokenBucket:
@@ -42,3 +44,27 @@ class TokenBucket:
                 await asyncio.sleep(wait)  # exactly until the next token (one per 1/qps)
                 self._refill()
                 self._tokens -= 1
+
+
+# The check a write must pass at the moment it leaves, after the bucket's wait: a check made
+# before the wait could pass, the wait outlast the Lease, and the write leave anyway. The
+# fence (``topogate.runtime.fencing``) sets it around each write; the transports
+# (``client.Kube``, ``FakeKube``) call :func:`check_before_send` right before sending. A
+# context variable, so the Lease's own writes and the webhooks, outside that scope, pass.
+_BEFORE_SEND: ContextVar[Callable[[], None] | None] = ContextVar("before_send", default=None)
+
+
+@contextlib.contextmanager
+def checked_before_send(check: Callable[[], None]) -> Iterator[None]:
+    """Run ``check`` (it raises to refuse) right before each request sent inside this block."""
+    token = _BEFORE_SEND.set(check)
+    try:
+        yield
+    finally:
+        _BEFORE_SEND.reset(token)
+
+
+def check_before_send() -> None:
+    check = _BEFORE_SEND.get()
+    if check is not None:
+        check()

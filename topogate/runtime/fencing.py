@@ -2,7 +2,9 @@
 
 The leader's writes go through :class:`FencedKube`, which refuses a create, replace, patch or
 delete unless the leader elector says the Lease is still ours (:meth:`LeaderElector.holds_lease`:
-renewed within the renew deadline, by this process's monotonic clock). A leader paused past
+renewed within the renew deadline, by this process's monotonic clock), checked at the moment
+the request is sent: after the client's rate-limiter wait (``ratelimit.checked_before_send``),
+which can outlast the Lease under a burst of writes. A leader paused past
 its Lease (SIGSTOP, a starved event loop, a VM freeze) would otherwise write once on waking,
 over the new leader's decisions, before its renew loop noticed. The refusal is a
 :class:`KubeError` (503), which every shell already treats as a failed write: the admitter gives
@@ -12,11 +14,13 @@ down. Reads and watches pass through; the Lease itself and the webhooks do not u
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from topogate.kube.errors import KubeError
 from topogate.kube.protocol import KubeApi
+from topogate.kube.ratelimit import checked_before_send
 from topogate.kube.resources import MERGE_PATCH, Obj, Resource
 
 
@@ -40,6 +44,14 @@ class FencedKube:
             self.refused += 1
             raise NotLeading(method, resource)
 
+    @contextlib.contextmanager
+    def _fenced(self, method: str, resource: Resource) -> Iterator[None]:
+        """Checked now (no token spent on a write already refused) and again by the
+        transport right before sending, after its rate-limiter wait."""
+        self._check(method, resource)
+        with checked_before_send(lambda: self._check(method, resource)):
+            yield
+
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Obj:
         return await self._kube.get(resource, name, namespace)
 
@@ -47,12 +59,12 @@ class FencedKube:
         return await self._kube.list(resource, namespace, **params)
 
     async def create(self, resource: Resource, body: Obj, namespace: str | None = None) -> Obj:
-        self._check("create", resource)
-        return await self._kube.create(resource, body, namespace)
+        with self._fenced("create", resource):
+            return await self._kube.create(resource, body, namespace)
 
     async def replace(self, resource: Resource, body: Obj, subresource: str = "") -> Obj:
-        self._check("replace", resource)
-        return await self._kube.replace(resource, body, subresource)
+        with self._fenced("replace", resource):
+            return await self._kube.replace(resource, body, subresource)
 
     async def patch(
         self,
@@ -63,12 +75,14 @@ class FencedKube:
         subresource: str = "",
         content_type: str = MERGE_PATCH,
     ) -> Obj:
-        self._check("patch", resource)
-        return await self._kube.patch(resource, name, body, namespace, subresource, content_type)
+        with self._fenced("patch", resource):
+            return await self._kube.patch(
+                resource, name, body, namespace, subresource, content_type
+            )
 
     async def delete(self, resource: Resource, name: str, namespace: str | None = None) -> None:
-        self._check("delete", resource)
-        await self._kube.delete(resource, name, namespace)
+        with self._fenced("delete", resource):
+            await self._kube.delete(resource, name, namespace)
 
     def watch(
         self,

@@ -7,7 +7,8 @@ certificates for authentication, RBAC authorization, and the ServiceAccount and
 TaintNodesByCondition admission plugins off (no service-account controller runs, no kubelet
 lifts the not-ready taint). The Job controller creates a Job's pods as in a cluster, and the
 garbage collector deletes what an owner reference ties to a deleted object. The webhook
-admission plugins stay on, so the API server calls topogate's webhooks exactly as in a cluster.
+admission plugins stay on, so the API server calls topogate's webhooks exactly as in a cluster,
+presenting a client certificate (its admission configuration) that they can require.
 
     python -m topogate.testing.controlplane start --dir DIR [--jobset]  # prints the kubeconfig
     python -m topogate.testing.controlplane stop --dir DIR
@@ -66,6 +67,41 @@ def binaries() -> Path:
     if done.returncode != 0:
         raise ControlPlaneError(f"{script} failed:\n{done.stderr[-2000:]}")
     return Path(done.stdout.strip().splitlines()[-1])
+
+
+# The certificate kube-apiserver presents to every webhook ("*": the tests' webhooks listen on
+# 127.0.0.1 at ports chosen later; kube-apiserver picks a kubeconfig user by the webhook's
+# host:port, then "*"). topogate's webhooks trust it with --webhook-client-ca.
+WEBHOOK_CLIENT_CA = "webhook-client-ca.crt"
+ADMISSION_CONFIG = """apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+  - name: ValidatingAdmissionWebhook
+    configuration:
+      apiVersion: apiserver.config.k8s.io/v1
+      kind: WebhookAdmissionConfiguration
+      kubeConfigFile: {kubeconfig}
+  - name: MutatingAdmissionWebhook
+    configuration:
+      apiVersion: apiserver.config.k8s.io/v1
+      kind: WebhookAdmissionConfiguration
+      kubeConfigFile: {kubeconfig}
+"""
+WEBHOOK_KUBECONFIG = """apiVersion: v1
+kind: Config
+users:
+  - name: "*"
+    user:
+      client-certificate: {cert}
+      client-key: {key}
+"""
+
+
+def webhook_client_ca(kubeconfig: Path) -> Path | None:
+    """The CA of the certificate the control plane whose admin kubeconfig this is presents to
+    webhooks, or None (a cluster not started here)."""
+    path = kubeconfig.parent / WEBHOOK_CLIENT_CA
+    return path if path.exists() else None
 
 
 # ServiceAccounts' requests only, metadata level (no bodies): small, and all an RBAC test needs.
@@ -169,6 +205,19 @@ class ControlPlane:
         admin = issue(client_ca, "admin", organizations=["system:masters"], client=True)
         admin.write(d / "admin.crt", d / "admin.key")
         issue(serving_ca, "service-accounts").write(d / "sa.crt", d / "sa.key")
+        # Its own CA: a webhook trusting it trusts kube-apiserver alone, not every client the
+        # API server itself accepts.
+        webhook_ca = make_ca("topogate-test-webhook-clients")
+        webhook_ca.write(d / WEBHOOK_CLIENT_CA, d / "webhook-client-ca.key")
+        issue(webhook_ca, "kube-apiserver", client=True).write(
+            d / "webhook-client.crt", d / "webhook-client.key"
+        )
+        kubeconfig = WEBHOOK_KUBECONFIG.format(
+            cert=d / "webhook-client.crt", key=d / "webhook-client.key"
+        )
+        (d / "webhook-client.kubeconfig").write_text(kubeconfig)
+        admission = ADMISSION_CONFIG.format(kubeconfig=d / "webhook-client.kubeconfig")
+        (d / "admission-config.yaml").write_text(admission)
 
     def _start_etcd(self, bin_dir: Path) -> int:
         """Start etcd and wait until it is healthy; returns its client port."""
@@ -220,6 +269,7 @@ class ControlPlane:
                 "--service-cluster-ip-range=10.0.0.0/24",
                 "--allow-privileged=true",
                 "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+                f"--admission-control-config-file={d / 'admission-config.yaml'}",
                 "--endpoint-reconciler-type=none",
                 f"--audit-policy-file={d / 'audit-policy.yaml'}",
                 f"--audit-log-path={self.audit_log}",

@@ -56,6 +56,7 @@ from urllib.parse import unquote
 
 from topogate.api.kinds import JOB_KINDS
 from topogate.kube.errors import KubeError
+from topogate.kube.ratelimit import check_before_send
 from topogate.kube.resources import JSON_PATCH, MERGE_PATCH, Obj, Resource
 
 __all__ = [
@@ -68,6 +69,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+_WRITES = frozenset({"create", "replace", "patch", "delete"})
 
 # Plurals served with a status subresource: the built-in kinds the controller writes, every
 # registered job kind, and the CRDs under config/crd whose schema declares
@@ -490,6 +492,8 @@ class FakeKube:
     ) -> T:
         # A real request yields to the event loop; so does this one, before it takes effect.
         await asyncio.sleep(0)
+        if method in _WRITES:
+            check_before_send()  # as the real client: the fence is checked as it is sent
         self.calls.append(Call(method, plural, namespace, name, body))
         fault = self._take_fault(method, plural)
         if fault is not None and not fault.after_write:

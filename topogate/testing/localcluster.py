@@ -25,6 +25,7 @@ from topogate.api.models import Topology
 from topogate.kube.client import Kube
 from topogate.kube.errors import KubeError
 from topogate.kube.resources import Resource
+from topogate.testing.controlplane import webhook_client_ca
 
 Obj = dict[str, Any]
 
@@ -296,6 +297,9 @@ def serving(
             "--webhook-host=127.0.0.1",
             f"--webhook-port={webhook_port}",
         ]
+        client_ca = webhook_client_ca(kubeconfig)
+        if client_ca is not None:  # the API server presents its certificate: require it
+            argv += [f"--webhook-client-ca={client_ca}", "--webhook-require-client-cert"]
         if inject_ca is not None:
             argv.append(f"--webhook-inject-ca={inject_ca}")
         else:
