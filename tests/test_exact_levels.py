@@ -406,3 +406,15 @@ def test_fewest_racks_may_be_in_another_block() -> None:
         assert counts_of(tiny, decision) == [(1, 2)]
         assert {h.split("-")[0] for h in decision.placements[0].node_counts} == {"b1"}
         assert decision.produced_by == "exact" and decision.exact is ExactOutcome.FOUND
+
+
+def test_a_podset_alone_leaves_the_tightest_rack_for_fewer_hosts() -> None:
+    # 8 one-GPU pods preferring a host; no host holds 8. Kueue takes the tightest rack that
+    # does, r0 (eight 1-GPU hosts): 8 hosts. Rack r1's two 6-GPU hosts hold them on 2.
+    nodes = hosts(*(("b0", "r0", 1),) * 8, ("b0", "r1", 6), ("b0", "r1", 6))
+    ps = podset(8, "main", gpu=1, preferred=HOST)
+    tiny = Tiny(tuple(nodes), (ps,))
+    assert counts_of(tiny, run(nodes, L3, ps, exact_budget=0)) == [(1, 1, 8)]
+    decision = run(nodes, L3, ps, exact_budget=GENEROUS)
+    assert counts_of(tiny, decision) == [(1, 1, 2)]
+    assert set(decision.placements[0].node_counts) == {"b0-r1-h8", "b0-r1-h9"}
