@@ -6,13 +6,16 @@ racks, then fewest hosts, each PodSet counting the levels down to its own, summe
 PodSets; and when the greedy pass (Kueue's) fits, no PodSet gets more domains than greedily at
 a level above its own. A brute force over every plan computes that optimum; the second pass
 must reach it, at the production budget as well as at a generous one, on a corpus rich in the
-shapes where the greedy pass misses the fit or spreads over more domains than needed.
+shapes where the greedy pass misses the fit or spreads over more domains than needed. After a
+miss of a gang with required PodSets, the preferred ones must have the fewest domains around
+where the joint fit put the required ones, and the fit must hold.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import cache
 
 import pytest
@@ -20,9 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.kit import BLOCK, HOST, L3, RACK, node, podset, run
-from tests.test_exact import POOL, Tiny, check_plan
+from tests.test_exact import POOL, Tiny, brute_force_fits, check_plan, tiny_gangs
 from topogate.admission.exact import EXACT_BUDGET
-from topogate.admission.request import ExactOutcome, PlacementDecision, PodSetRequest
+from topogate.admission.request import ExactOutcome, Mode, PlacementDecision, PodSetRequest
 from topogate.cache.nodes import NodeInfo
 
 GENEROUS = 5.0
@@ -418,3 +421,78 @@ def test_a_podset_alone_leaves_the_tightest_rack_for_fewer_hosts() -> None:
     decision = run(nodes, L3, ps, exact_budget=GENEROUS)
     assert counts_of(tiny, decision) == [(1, 1, 2)]
     assert set(decision.placements[0].node_counts) == {"b0-r1-h8", "b0-r1-h9"}
+
+
+@st.composite
+def mixed_gangs(draw: st.DrawFn) -> Tiny:
+    """test_exact's tiny gangs (each PodSet required in a rack or block), one PodSet turned
+    preferred: after a miss, those are moved to their fewest domains around the
+    required ones, which must keep the fit."""
+    tiny = draw(tiny_gangs())
+    free = [i for i, ps in enumerate(tiny.podsets) if ps.group is None]
+    moved = draw(st.sampled_from(free)) if free else None
+    podsets = tuple(
+        replace(ps, mode=Mode.PREFERRED, level=draw(st.sampled_from(L3))) if i == moved else ps
+        for i, ps in enumerate(tiny.podsets)
+    )
+    return Tiny(tiny.nodes, podsets)
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+)
+@given(mixed_gangs())
+def test_mixed_gangs_keep_their_fit_when_preferred_podsets_move(tiny: Tiny) -> None:
+    decision = run(tiny.nodes, L3, *tiny.podsets, exact_budget=GENEROUS)
+    assert decision.fits == brute_force_fits(tiny), decision.message
+    if decision.fits:
+        check_plan(tiny.nodes, tiny.podsets, decision)
+
+
+def around(tiny: Tiny, fixed: PlacementDecision, names: set[str]) -> Tiny:
+    """The preferred PodSets alone, on nodes whose room the PodSets ``names`` of ``fixed``
+    already take (as the pods they placed)."""
+    used: dict[str, dict[str, int]] = {n.name: {} for n in tiny.nodes}
+    requests = {ps.name: {**ps.requests, "pods": 1} for ps in tiny.podsets}
+    for placement in fixed.placements:
+        if placement.name in names:
+            for host, k in placement.node_counts.items():
+                for resource, amount in requests[placement.name].items():
+                    used[host][resource] = used[host].get(resource, 0) + k * amount
+    nodes = tuple(
+        replace(
+            n,
+            allocatable={r: v - used[n.name].get(r, 0) for r, v in n.allocatable.items()},
+        )
+        for n in tiny.nodes
+    )
+    return Tiny(nodes, tuple(ps for ps in tiny.podsets if ps.name not in names))
+
+
+def test_after_a_miss_preferred_podsets_take_the_fewest_domains_around_the_fit() -> None:
+    # A PodSet required in a rack first (so the greedy pass can block the others), then a
+    # preferred gang; where the greedy pass misses and the joint fit finds room, the
+    # preferred PodSets' counts are the brute force's fewest on what the required one left.
+    rng = random.Random(7)
+    checked = 0
+    for _ in range(600):
+        shape = gang(rng)
+        required = podset(
+            rng.randint(1, 3),
+            "req",
+            cpu=rng.choice([500, 1000, 2000]),
+            gpu=rng.choice([0, 1, 2]) or None,
+            required=RACK,
+        )
+        tiny = Tiny(shape.nodes, (required, *shape.podsets))
+        if run(tiny.nodes, L3, *tiny.podsets, exact_budget=0).fits:
+            continue
+        decision = run(tiny.nodes, L3, *tiny.podsets, exact_budget=GENEROUS)
+        if not decision.fits:
+            continue
+        check_plan(tiny.nodes, tiny.podsets, decision)
+        rest = around(tiny, decision, {"req"})
+        got = summed(counts_of(rest, decision))
+        assert got == fewest(rest, None), (got, fewest(rest, None))
+        checked += 1
+    assert checked >= 10, checked
