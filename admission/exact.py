@@ -10,7 +10,8 @@ the few domains that matter, exactly, as a small integer program solved by HiGHS
   pod slots, which are a resource column of the snapshot);
 - each part's count, its slice layers (a multiple of the layer size per domain of the
   layer's level; at most one slice per domain for exclusive slices);
-- optionally, fewest domains of each part's counted level (the objective).
+- optionally (preferred parts, ``fewest_domains``), fewest domains lexicographically from the
+  top level down to each part's counted level (the objective), within caps per level.
 
 Per-node upper bounds reuse the greedy pass's eligibility masks and its per-node count, so
 taints, selectors and missing resources are judged exactly as there.
@@ -59,6 +60,10 @@ TIE_COST = 1e-3  # the most a part's tie-breaking costs add up to (domain choice
 MAX_COLUMNS = 5_000
 
 WHOLE_TREE = -1  # a region's level meaning "every node of the tree"
+# Up to this many node columns over the preferred parts, their fewest domains are searched
+# for over the whole tree; beyond it, inside the domains the greedy pass settled in (a big
+# tree's whole ILP takes longer to build and solve than the budget allows).
+WHOLE_TREE_COLUMNS = 1_000
 
 Region = tuple[int, int]  # (level, domain); (WHOLE_TREE, 0) is the whole tree
 
@@ -134,7 +139,10 @@ class Part:
     # (level, unit): every domain of ``level`` holds a multiple of ``unit`` workers.
     units: tuple[tuple[int, int], ...] = ()
     exclusive_level: int | None = None  # at most one slice per domain of this level
-    count_level: int | None = None  # domains of this level are minimised (preferred)
+    # Preferred: the domains of every level from the top down to this one are counted (the
+    # objective of ``fewest_domains``).
+    count_level: int | None = None
+    limit_level: int | None = None  # a climb limit: one domain of this level at most
 
     @property
     def leaders(self) -> int:
@@ -204,6 +212,8 @@ class _Model:
     row_hi: list[float] = field(default_factory=list)
     # node position -> [(column, per-pod vector)], for the shared-capacity rows
     on_node: dict[int, list[tuple[int, IntArray]]] = field(default_factory=dict)
+    # level -> the 0/1 "domain holds a pod" columns of every counting part at that level
+    counted: dict[int, list[IntArray]] = field(default_factory=dict)
 
     def columns(self, upper: npt.NDArray[Any], cost: float = 0.0) -> IntArray:
         start = len(self.upper)
@@ -217,6 +227,14 @@ class _Model:
         self.row_coefs.append(coefs)
         self.row_lo.append(lo)
         self.row_hi.append(hi)
+
+    def pairs(self, cols: IntArray, gates: IntArray, scale: IntArray) -> None:
+        """Rows cols[i] <= scale[i] * gates[i], all at once (thousands on a big tree)."""
+        self.row_cols.extend(np.stack((cols, gates), axis=1).astype(np.int64))
+        ones = np.ones(len(cols), np.int64)
+        self.row_coefs.extend(np.stack((ones, -np.asarray(scale, np.int64)), axis=1))
+        self.row_lo.extend([-np.inf] * len(cols))
+        self.row_hi.extend([0.0] * len(cols))
 
 
 def _group_rows(
@@ -260,8 +278,10 @@ def _add_part(
     part: Part,
     nodes: IntArray,
     gate: Gate | None = None,
+    caps: Sequence[int] = (),
 ) -> tuple[IntArray, IntArray, IntArray, IntArray]:
-    """The part's columns (workers, then leader) and the node each stands for."""
+    """The part's columns (workers, then leader) and the node each stands for; ``caps``: the
+    most domains the part may use at levels 0, 1, ... (a counting part only)."""
     cap = np.where(part.worker_mask[nodes], per_node_count(free[nodes], part.worker_vec), 0)
     w_nodes = nodes[cap > 0]
     w_upper = np.minimum(cap[cap > 0], part.count)
@@ -293,7 +313,15 @@ def _add_part(
         for node, col in zip(l_nodes.tolist(), l_cols.tolist(), strict=True):
             model.on_node.setdefault(node, []).append((col, part.leader_vec))
     if part.count_level is not None:
-        _domain_indicators(model, tree, part, w_nodes, w_cols, l_nodes, l_cols)
+        _domain_indicators(
+            model,
+            tree,
+            part,
+            np.concatenate((w_nodes, l_nodes)),
+            np.concatenate((w_cols, l_cols)),
+            np.concatenate((w_upper, np.ones(len(l_nodes), np.int64))),
+            caps,
+        )
     return w_nodes, w_cols, l_nodes, l_cols
 
 
@@ -301,27 +329,35 @@ def _domain_indicators(
     model: _Model,
     tree: DomainTree,
     part: Part,
-    w_nodes: IntArray,
-    w_cols: IntArray,
-    l_nodes: IntArray,
-    l_cols: IntArray,
+    nodes: IntArray,
+    cols: IntArray,
+    upper: IntArray,
+    caps: Sequence[int],
 ) -> None:
-    """One 0/1 column per domain of the counted level, at cost 1, on whenever it holds a pod."""
+    """Per level from the top down to the counted one, a 0/1 column per domain, on whenever
+    the domain holds a pod of the part; at most ``caps[level]`` of them on, and one at the
+    climb limit. They cost nothing here: ``fewest_domains`` prices them.
+
+    Each pod column is bounded by its own domain column (pods <= upper * on), and a domain
+    is on only when its parent is: a tighter LP relaxation than one sum per domain, and the
+    solver's bounds come from it.
+    """
     assert part.count_level is not None
-    member = tree.member_domain[part.count_level]
-    nodes = np.concatenate((w_nodes, l_nodes))
-    cols = np.concatenate((w_cols, l_cols))
-    domains, inverse = np.unique(member[nodes], return_inverse=True)
-    used = model.columns(np.ones(len(domains), np.int64), cost=1.0)
-    big = part.count + part.leaders
-    for i in range(len(domains)):
-        mine = cols[inverse == i]
-        model.row(
-            np.concatenate((mine, used[i : i + 1])),
-            np.concatenate((np.ones(len(mine), np.int64), np.array([-big]))),
-            -np.inf,
-            0.0,
-        )
+    above: tuple[npt.NDArray[Any], IntArray] | None = None  # the level above: domains, columns
+    for level in range(part.count_level + 1):
+        domains, inverse = np.unique(tree.member_domain[level][nodes], return_inverse=True)
+        used = model.columns(np.ones(len(domains), np.int64))
+        model.counted.setdefault(level, []).append(used)
+        model.pairs(cols, used[inverse], upper)
+        if above is not None:
+            parents = np.searchsorted(above[0], tree.parent[level][domains])
+            model.pairs(used, above[1][parents], np.ones(len(used), np.int64))
+        above = (domains, used)
+        ones = np.ones(len(used), np.int64)
+        if level < len(caps):
+            model.row(used, ones, -np.inf, float(caps[level]))
+        if level == part.limit_level:
+            model.row(used, ones, -np.inf, 1.0)
 
 
 def _capacity_rows(model: _Model, free: IntArray) -> None:
@@ -341,10 +377,7 @@ def solve(
     items: Sequence[tuple[Part, IntArray]],
     budget: Budget,
 ) -> Plan | None:
-    """Pods per node for every (part, nodes it may use), jointly; None: provably none.
-
-    With parts that count domains, the plan uses the fewest such domains in total.
-    """
+    """Pods per node for every (part, nodes it may use), jointly; None: provably none."""
     budget.check()
     if sum(int(part.worker_mask[nodes].sum()) for part, nodes in items) > MAX_COLUMNS:
         raise TooLarge  # before building: the model alone would eat the budget
@@ -411,7 +444,9 @@ def _import_solver() -> None:
     from scipy.optimize import milp  # noqa: F401  (cached by Python after the first call)
 
 
-def _milp(model: _Model, budget: Budget) -> IntArray | None:
+def _milp(model: _Model, budget: Budget, gap: float | None = None) -> IntArray | None:
+    """``gap``: HiGHS's relative MIP gap (its default, 0.01%, can stop one domain short of
+    the optimum once the objective passes 5,000)."""
     # Imported here: scipy costs most of a second to import, and only this pass needs it.
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_array
@@ -432,7 +467,11 @@ def _milp(model: _Model, budget: Budget) -> IntArray | None:
         constraints=[LinearConstraint(matrix, np.array(model.row_lo), np.array(model.row_hi))],
         integrality=np.ones(n),
         bounds=Bounds(np.array(model.lower), np.array(model.upper)),
-        options={"time_limit": max(budget.remaining(), 0.001), "presolve": True},
+        options={
+            "time_limit": max(budget.remaining(), 0.001),
+            "presolve": True,
+            **({"mip_rel_gap": gap} if gap is not None else {}),
+        },
     )
     if result.status == 0:
         solution: IntArray = np.rint(result.x).astype(np.int64)
@@ -652,23 +691,140 @@ def _choose_all(
     return JointFit(picked, {tuple(range(len(parts))): _plan(tree, parts, added, x)})
 
 
+Counts = tuple[int, ...]  # domains used per level, summed over the counting parts
+
+
+def domain_counts(tree: DomainTree, parts: Sequence[Part], plan: Plan) -> Counts:
+    """Per level from the top down, the domains each counting part uses, summed over parts
+    (a part counts the levels down to its own ``count_level``)."""
+    depth = 1 + max(p.count_level for p in parts if p.count_level is not None)
+    totals = [0] * depth
+    for part, (workers, leader) in zip(parts, plan, strict=True):
+        if part.count_level is None:
+            continue
+        held = np.flatnonzero(workers if leader is None else workers + leader)
+        for level in range(part.count_level + 1):
+            totals[level] += len(np.unique(tree.member_domain[level][held]))
+    return tuple(totals)
+
+
 def fewest_domains(
     tree: DomainTree,
     free: IntArray,
     items: Sequence[tuple[Part, IntArray]],
     budget: Budget,
-    used: int,
+    *,
+    reference: Counts | None = None,
+    lower: Counts | None = None,
+    caps: Sequence[Sequence[int]] | None = None,
 ) -> Plan | None:
-    """A joint plan using fewer counted domains than ``used``, or None when none does."""
-    plan = solve(tree, free, items, budget)
-    if plan is None:
+    """A joint plan whose domain counts (``domain_counts``) are lexicographically fewest from
+    the top level down, each part within its ``caps`` (most domains per level); None when
+    there is none, or it is no fewer than ``reference`` (the plan in hand, whose counts).
+
+    When the counts can only vary a little (small trees), one ILP: each level's domains
+    weigh more than every possible difference below it together, so the weighted sum orders
+    plans as the lexicographic order does. Otherwise one level at a time, top first: price
+    only that level, solve, hold the level to its optimum for the levels below; a level is
+    not solved when the plan in hand already meets ``lower`` (a lower bound per level).
+    """
+    budget.check()
+    if sum(int(part.worker_mask[nodes].sum()) for part, nodes in items) > MAX_COLUMNS:
+        raise TooLarge
+    model = _Model()
+    parts = [part for part, _ in items]
+    added = []
+    for k, (part, nodes) in enumerate(items):
+        added.append(
+            _add_part(model, tree, free, part, nodes, caps=() if caps is None else caps[k])
+        )
+        budget.check()  # building a big model takes time of its own
+    _capacity_rows(model, free)
+    levels = sorted(model.counted)
+    if lower is not None:  # handed to the solver: its bound starts there, not at the LP's
+        for level in levels:
+            cols = np.concatenate(model.counted[level])
+            model.row(cols, np.ones(len(cols), np.int64), float(lower[level]), np.inf)
+    most = _most(model, parts, levels, caps)
+    weights = _weights(most, lower)
+    if weights is not None:
+        for level, weight in zip(levels, weights, strict=True):
+            for col in np.concatenate(model.counted[level]).tolist():
+                model.cost[col] = weight
+        x = _milp(model, budget, _gap(sum(w * m for w, m in zip(weights, most, strict=True))))
+        if x is None:
+            return None
+        plan = _plan(tree, parts, added, x)
+        better = reference is None or domain_counts(tree, parts, plan) < reference
+        return plan if better else None
+    current = reference
+    staged: Plan | None = None
+    for level in levels:
+        cols = np.concatenate(model.counted[level])
+        if current is None or lower is None or current[level] > lower[level]:
+            for priced in levels:
+                for col in np.concatenate(model.counted[priced]).tolist():
+                    model.cost[col] = 1.0 if priced == level else 0.0
+            x = _milp(model, budget, _gap(most[level]))
+            if x is None:
+                return None
+            staged = _plan(tree, parts, added, x)
+            current = domain_counts(tree, parts, staged)
+        assert current is not None
+        model.row(cols, np.ones(len(cols), np.int64), -np.inf, float(current[level]))
+    if staged is None or (reference is not None and current is not None and current >= reference):
         return None
-    total = 0
-    for (part, _), (workers, leader) in zip(items, plan, strict=True):
-        assert part.count_level is not None
-        held = workers if leader is None else workers + leader
-        total += len(np.unique(tree.member_domain[part.count_level][np.flatnonzero(held)]))
-    return plan if total < used else None
+    return staged
+
+
+# Past this weighted objective the counts' weights would drown the tie-breaking costs and
+# strain the solver's tolerances: the levels are solved one at a time instead.
+MAX_WEIGHTED = 1e5
+
+
+def _most(
+    model: _Model,
+    parts: Sequence[Part],
+    levels: Sequence[int],
+    caps: Sequence[Sequence[int]] | None,
+) -> list[int]:
+    """Per level, the most domains the counting parts can use together (bounded by the
+    domains they can reach, their pods, and their caps)."""
+    most = [0] * len(levels)
+    for level in levels:
+        k = 0
+        for index, part in enumerate(parts):
+            if part.count_level is None or level > part.count_level:
+                continue
+            columns = model.counted[level][k]
+            k += 1
+            bound = min(len(columns), part.count + part.leaders)
+            if caps is not None and level < len(caps[index]):
+                bound = min(bound, caps[index][level])
+            most[level] += bound
+    return most
+
+
+def _weights(most: Sequence[int], lower: Counts | None) -> list[float] | None:
+    """Per level, a cost per domain above every difference the levels below can make
+    (their most domains minus their fewest); None when that grows past ``MAX_WEIGHTED``."""
+    fewest = [0] * len(most) if lower is None else list(lower)
+    weights = [1.0] * len(most)
+    below = 0.0
+    for level in reversed(range(len(most))):
+        weights[level] = 1.0 + below
+        below += weights[level] * (most[level] - fewest[level])
+    if sum(w * m for w, m in zip(weights, most, strict=True)) > MAX_WEIGHTED:
+        return None
+    return weights
+
+
+def _gap(largest: float) -> float:
+    """A relative gap at which an objective of at most ``largest`` (whole domain costs plus
+    tie-breaking costs under 0.5 in all) is optimal in its whole part: HiGHS then stops as
+    soon as the counts are proved, without proving the tie-breaking optimal too (which can
+    take it a hundred times longer; a tie broken slightly off is still a tie)."""
+    return 0.4 / max(largest + 1.0, 1.0)
 
 
 def lower_bound(capacity: IntArray, need: int) -> int:

@@ -24,7 +24,7 @@ Where we differ from Kueue, on purpose:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,8 +39,10 @@ from topogate.cache.topology import DomainTree
 from .balanced import DomainCounts, Shape, balanced_choice
 from .exact import (
     WHOLE_TREE,
+    WHOLE_TREE_COLUMNS,
     Budget,
     Candidates,
+    Counts,
     ExactBudget,
     OutOfTime,
     Part,
@@ -820,6 +822,14 @@ class _SecondPass:
         self.flavor_tolerations = flavor_tolerations
         self.regions = Regions(tree)
         self._fresh: dict[str, _GroupPlacer] = {}
+        # Set by _more_domains for _fewer: per preferred group, the nodes searched and its
+        # greedy counts at the levels above its own (caps); the summed greedy counts and
+        # lower bounds per level.
+        self._regions: dict[int, IntArray] = {}
+        self._caps: dict[int, Counts] = {}
+        self._greedy: Counts = ()
+        self._bound: Counts = ()
+        self._cut_short = False  # the budget ran out after a joint fit was found
 
     def run(self, exact: ExactBudget, joint: bool = False) -> PlacementDecision:
         """``joint``: search the joint fit even when the greedy answer fits (benchmarks)."""
@@ -903,15 +913,22 @@ class _SecondPass:
             else:
                 for k, i in enumerate(members):
                     results[i] = _from_plan(groups[i], plan[k])
+        results = self._tighten(groups, placers, results, budget)
         return list(zip(placers, results, strict=True))
 
     # --- a preferred request over more domains than needed -------------------------------
+    #
+    # The objective is lexicographic from the top of the topology down: fewest domains of
+    # the top level, then of the next, down to each group's requested level (summed over the
+    # preferred groups), and never more domains of a level above a group's requested one
+    # than the greedy pass gave that group. Fewer hosts bought with more racks is worse:
+    # cross-rack traffic is what the request asked to avoid.
 
-    def _used(self, group: _Group) -> int:
-        assert group.placer is not None and group.result is not None
-        held = sum((per_node for _, per_node in group.result), np.zeros(len(self.tree.nodes)))
-        member = self.tree.member_domain[group.placer.level]
-        return len(np.unique(member[np.flatnonzero(held)]))
+    def _levels_used(self, placer: _GroupPlacer, result: GroupResult) -> Counts:
+        """Domains the group's pods use at each level from the top down to its own."""
+        held = np.flatnonzero(sum((per_node for _, per_node in result), np.zeros(1, np.int64)))
+        member = self.tree.member_domain
+        return tuple(len(np.unique(member[lv][held])) for lv in range(placer.level + 1))
 
     def _area(self, group: _Group) -> IntArray:
         """The nodes of the domains the greedy pass settled the group in (find_level)."""
@@ -919,12 +936,25 @@ class _SecondPass:
         level, domains = group.placer.found
         return self.regions.union([(level, d) for d in domains])
 
+    def _whole_tree(self, placers: Sequence[_GroupPlacer]) -> bool:
+        """Whether the preferred groups may be searched for over the whole tree (beyond the
+        block the greedy pass chose): when the ILP over every eligible node stays small."""
+        return sum(int(p.worker_eligible.sum()) for p in placers) <= WHOLE_TREE_COLUMNS
+
+    def _lower(self, placer: _GroupPlacer, nodes: IntArray) -> Counts:
+        """Per level, the fewest domains among ``nodes`` whose capacities (before the gang)
+        could hold the group: largest first, a bound no plan can beat."""
+        need = placer.count // placer.slice_size
+        bounds = []
+        for level in range(placer.level + 1):
+            inside = np.unique(self.tree.member_domain[level][nodes])
+            bounds.append(max(lower_bound(placer.slc[level][inside], need), 1))
+        return tuple(bounds)
+
     def _more_domains(self) -> list[int]:
-        """The preferred groups, when together they span more domains than a lower bound
-        says they need; else []. The bound: per group, its level's domains inside the area
-        the greedy pass settled in, largest first, counted on the capacity before the gang
-        (the second pass searches that area only, so a bound over the whole tree would
-        send it after savings it cannot find)."""
+        """The preferred groups, when at some level their greedy domain counts exceed what
+        a lower bound allows; else [] (the greedy answer is then lexicographically fewest,
+        and stands). Kept for ``_fewer``: the region searched, the counts, the bounds."""
         groups = self.first.groups
         preferred = [
             i
@@ -934,25 +964,31 @@ class _SecondPass:
             and g.placer is not None
             and g.placer.found is not None
         ]
-        used = {i: self._used(groups[i]) for i in preferred}
-        if all(n <= 1 for n in used.values()):
-            return []
-        bound = 0
+        greedy: dict[int, Counts] = {}
         for i in preferred:
-            if used[i] <= 1:
-                bound += used[i]
-                continue
-            placer = groups[i].placer if i == 0 else None
-            if placer is None:
-                try:
-                    placer = self.fresh(groups[i])
-                except (_NoFit, _Unsupported):
-                    return []
-            level = placer.level
-            inside = np.unique(self.tree.member_domain[level][self._area(groups[i])])
-            need = placer.count // placer.slice_size
-            bound += max(lower_bound(placer.slc[level][inside], need), 1)
-        return preferred if sum(used.values()) > bound else []
+            placer, result = groups[i].placer, groups[i].result
+            assert placer is not None and result is not None
+            greedy[i] = self._levels_used(placer, result)
+        if all(counts[-1] <= 1 for counts in greedy.values()):
+            return []  # one domain at the requested level: one at every level above too
+        try:
+            # The first group's greedy counts are its counts before the gang; the others'
+            # are recounted so.
+            placers = [groups[i].placer if i == 0 else self.fresh(groups[i]) for i in preferred]
+        except (_NoFit, _Unsupported):
+            return []
+        whole = self._whole_tree([p for p in placers if p is not None])
+        lower: dict[int, Counts] = {}
+        for i, placer in zip(preferred, placers, strict=True):
+            assert placer is not None
+            self._regions[i] = (
+                self.regions.nodes((WHOLE_TREE, 0)) if whole else self._area(groups[i])
+            )
+            lower[i] = self._lower(placer, self._regions[i])
+        self._greedy = _summed(greedy.values())
+        self._bound = _summed(lower.values())
+        self._caps = {i: greedy[i][:-1] for i in preferred}
+        return preferred if self._greedy != self._bound else []
 
     def _fewer(
         self, preferred: list[int], budget: Budget
@@ -971,9 +1007,16 @@ class _SecondPass:
         for i in preferred:
             placer = groups[i].placer
             assert placer is not None
-            items.append((_part(placer, groups[i].shape, placer.level), self._area(groups[i])))
-        used = sum(self._used(groups[i]) for i in preferred)
-        plan = fewest_domains(self.tree, free, items, budget, used)
+            items.append((_part(placer, groups[i].shape, placer.level), self._regions[i]))
+        plan = fewest_domains(
+            self.tree,
+            free,
+            items,
+            budget,
+            reference=self._greedy,
+            lower=self._bound,
+            caps=[self._caps[i] for i in preferred],
+        )
         if plan is None:
             return None
         results: list[tuple[_GroupPlacer, GroupResult]] = []
@@ -984,6 +1027,48 @@ class _SecondPass:
             else:  # kept as the greedy pass placed it
                 results.append((group.placer, group.result))
         return results
+
+    def _tighten(
+        self,
+        groups: Sequence[_Group],
+        placers: Sequence[_GroupPlacer],
+        results: list[GroupResult],
+        budget: Budget,
+    ) -> list[GroupResult]:
+        """After a joint fit of a gang the greedy pass missed: its preferred groups moved to
+        the lexicographically fewest domains, the other groups kept where the fit put them
+        (their domains are not counted). Unchanged when the ILP would be too large."""
+        preferred = [
+            i
+            for i, g in enumerate(groups)
+            if g.workers.mode is Mode.PREFERRED and not g.workers.balanced
+        ]
+        if not preferred or not self._whole_tree([placers[i] for i in preferred]):
+            return results
+        free = self.first.free.copy()
+        for i, result in enumerate(results):
+            if i not in preferred:
+                for podset, per_node in result:
+                    vec, _ = self.snapshot.pod_vector(podset.requests)
+                    free -= per_node[:, None] * vec
+        whole = self.regions.nodes((WHOLE_TREE, 0))
+        items = [(_part(placers[i], groups[i].shape, placers[i].level), whole) for i in preferred]
+        reference = _summed(self._levels_used(placers[i], results[i]) for i in preferred)
+        lower = _summed(self._lower(placers[i], whole) for i in preferred)
+        try:
+            plan = fewest_domains(self.tree, free, items, budget, reference=reference, lower=lower)
+        except OutOfTime:
+            # A fit found beats none: it stands, said to be cut short.
+            self._cut_short = True
+            return results
+        except TooLarge:
+            return results
+        if plan is None:
+            return results
+        tightened = list(results)
+        for k, i in enumerate(preferred):
+            tightened[i] = _from_plan(groups[i], plan[k])
+        return tightened
 
     # --- the answer ----------------------------------------------------------------------
 
@@ -1011,9 +1096,18 @@ class _SecondPass:
             if podset.name not in placements:
                 placements[podset.name] = _empty(podset, self.tree)
         ordered = with_visible([placements[p.name] for p in self.request.podsets])
-        return PlacementDecision(
-            fits=True, placements=ordered, produced_by="exact", exact=ExactOutcome.FOUND
-        )
+        outcome = ExactOutcome.BUDGET if self._cut_short else ExactOutcome.FOUND
+        return PlacementDecision(fits=True, placements=ordered, produced_by="exact", exact=outcome)
+
+
+def _summed(vectors: Iterable[Counts]) -> Counts:
+    """Per-level counts of several groups added level by level (shorter ones end higher)."""
+    totals: list[int] = []
+    for vector in vectors:
+        totals.extend([0] * (len(vector) - len(totals)))
+        for level, count in enumerate(vector):
+            totals[level] += count
+    return tuple(totals)
 
 
 def _needs_greedy(placer: _GroupPlacer) -> bool:
@@ -1043,6 +1137,7 @@ def _part(placer: _GroupPlacer, shape: str, count_level: int | None = None) -> P
         units=tuple(units),
         exclusive_level=placer.slice_level if placer.workers.exclusive_slices else None,
         count_level=count_level,
+        limit_level=placer.limit_level if placer.workers.limit is not None else None,
     )
 
 

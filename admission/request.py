@@ -27,7 +27,9 @@ class ExactOutcome(StrEnum):
     NOT_RUN = "not-run"  # the greedy answer fit and was already minimal, or budget 0
     FOUND = "found"  # it found a fit the greedy pass missed, or fewer domains
     NO_BETTER = "no-better"  # it proved the greedy answer right (no fit / fewest domains)
-    BUDGET = "budget"  # its time budget ran out: the greedy answer stands
+    # Its time budget ran out: the greedy answer stands (after a miss of the greedy pass,
+    # the joint fit found stands, its preferred groups not moved to the fewest domains).
+    BUDGET = "budget"
     UNSUPPORTED = "unsupported"  # GPU sets, balanced, or too large: the greedy answer stands
 
 

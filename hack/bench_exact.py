@@ -3,11 +3,16 @@
 1. Its time on the 20,000-node cluster of bench_placement.py (10 blocks x 50 racks x 40
    hosts), filled to about 70% of its GPUs, for a JobSet of 8 replicated jobs x 64 pods that
    each require a rack: the greedy pass, then the second pass's joint fit forced
-   (``joint_fit``), which it would run only when the greedy pass missed.
+   (``joint_fit``), which it would run only when the greedy pass missed; and the same
+   JobSet preferring racks, greedy alone and with the second pass.
 2. On random small clusters (2-12 nodes, gangs of 2-4 PodSets each required in a rack or a
    block): how often a gang fits but the greedy pass says it does not (the miss rate), before
    and after the second pass with its default 50 ms budget. Whether a gang fits is decided
    by the second pass with a 10 s budget (tests/test_exact.py checks it against brute force).
+3. Random preferred gangs (PodSets preferring a host, a rack or a block): blocks, racks
+   and hosts used, greedy against the second pass, and how many answers use more domains
+   than greedy at a level above the requested one (tests/test_exact_levels.py checks the
+   second pass's lexicographic optimum against brute force).
 
     python hack/bench_exact.py
     python hack/bench_exact.py --cases 500 --repeats 5
@@ -196,44 +201,109 @@ def bench_small(cases: int, seed: int = 11) -> None:
         )
 
 
-def domains_used(
+LEVELS = (BLOCK, RACK, HOST)
+
+
+def per_level(
     nodes: list[NodeInfo], request: PlacementRequest, decision: PlacementDecision
-) -> int:
-    """Domains of each PodSet's own level (rack or block) it uses, summed."""
-    level = {p.name: p.level for p in request.podsets}
-    path = {n.name: n.labels for n in nodes}
+) -> list[tuple[int, ...]]:
+    """Per PodSet, the blocks, racks and hosts (down to its own level) its pods use."""
+    path = {n.name: tuple(n.labels[key] for key in LEVELS) for n in nodes}
+    placed = {p.name: p.node_counts for p in decision.placements}
+    out = []
+    for podset in request.podsets:
+        depth = LEVELS.index(podset.level or HOST) + 1
+        hosts = placed[podset.name]
+        out.append(tuple(len({path[h][: lv + 1] for h in hosts}) for lv in range(depth)))
+    return out
 
-    def domain(host: str, key: str | None) -> tuple[str, ...]:
-        labels = path[host]
-        return (labels[BLOCK],) if key == BLOCK else (labels[BLOCK], labels[RACK])
 
-    return sum(len({domain(h, level[p.name]) for h in p.node_counts}) for p in decision.placements)
+def preferred_case(rng: random.Random) -> tuple[list[NodeInfo], PlacementRequest]:
+    """1-3 blocks of 1-3 racks; each rack either several 1-GPU hosts or one or two hosts of
+    2-4 GPUs (so the roomiest rack or block is not always the one needing the fewest domains
+    below it); 1-3 PodSets of 2-6 one-GPU pods preferring a host, a rack or a block."""
+    nodes = []
+    for b in range(rng.randint(1, 3)):
+        for r in range(rng.randint(1, 3)):
+            small = rng.random() < 0.5
+            for h in range(rng.randint(2, 4) if small else rng.randint(1, 2)):
+                name = f"b{b}-r{r}-h{h}"
+                labels = {BLOCK: f"b{b}", RACK: f"b{b}-r{r}", HOST: name}
+                gpus = 1 if small else rng.choice([2, 3, 4])
+                nodes.append(NodeInfo(name, labels, {"cpu": 8000, "pods": 10, GPU: gpus}))
+    podsets = tuple(
+        PodSetRequest(
+            f"p{i}",
+            rng.randint(2, 6),
+            {GPU: 1, "cpu": rng.choice([100, 1000])},
+            mode=Mode.PREFERRED,
+            level=rng.choice([HOST, HOST, RACK, RACK, BLOCK]),
+        )
+        for i in range(rng.choice([1, 2, 2, 3]))
+    )
+    return nodes, PlacementRequest("gang", podsets)
 
 
 def bench_preferred(cases: int, seed: int = 13) -> None:
-    """The same small gangs, every PodSet preferred in a rack: racks used before/after."""
+    """Preferred gangs (``preferred_case``): the domains used per level, greedy against the
+    second pass (50 ms)."""
     rng = random.Random(seed)
-    fit = fewer = saved = budget_outs = 0
+    fit = changed = worse_above = budget_outs = 0
+    totals = {"greedy": [0, 0, 0], "second": [0, 0, 0]}
     for _ in range(cases):
-        nodes, request = small_case(rng)
-        podsets = tuple(dataclasses.replace(p, mode=Mode.PREFERRED) for p in request.podsets)
-        request = PlacementRequest("gang", podsets)
+        nodes, request = preferred_case(rng)
         snapshot = ClusterSnapshot.build(nodes)
         tree = DomainTree.from_labels(snapshot, [BLOCK, RACK, HOST])
         greedy = place(tree, snapshot, request, topology_name="s", exact=exact_budget(0))
         exact = place(tree, snapshot, request, topology_name="s", exact=exact_budget())
         budget_outs += exact.exact is ExactOutcome.BUDGET
-        if greedy.fits and exact.fits:
-            fit += 1
-            if exact.produced_by == "exact":
-                fewer += 1
-                saved += domains_used(nodes, request, greedy) - domains_used(nodes, request, exact)
-    print(f"{cases} of the same shapes, every PodSet preferred (in its rack or block)")
+        if not (greedy.fits and exact.fits):
+            continue
+        fit += 1
+        changed += exact.produced_by == "exact"
+        before, after = per_level(nodes, request, greedy), per_level(nodes, request, exact)
+        for name, vectors in (("greedy", before), ("second", after)):
+            for vector in vectors:
+                for lv, count in enumerate(vector):
+                    totals[name][lv] += count
+        # More domains than greedily at a level above the one a PodSet asked for.
+        worse_above += any(
+            any(a > b for a, b in zip(mine[:-1], theirs[:-1], strict=True))
+            for mine, theirs in zip(after, before, strict=True)
+        )
     print(
-        f"  fit greedily: {fit}; the second pass used fewer domains in {fewer} "
-        f"({100 * fewer / max(fit, 1):.1f}%), {saved} domain(s) fewer in all; "
-        f"budget ran out {budget_outs} time(s)"
+        f"{cases} random preferred gangs (1-3 blocks x 1-3 racks, 1-3 PodSets at host/rack/block)"
     )
+    print(
+        f"  fit greedily: {fit}; the second pass changed {changed} "
+        f"({100 * changed / max(fit, 1):.1f}%); budget ran out {budget_outs} time(s)"
+    )
+    for name, label in (("greedy", "greedy pass"), ("second", "second pass")):
+        blocks, racks, hosts = totals[name]
+        print(f"  {label}: {blocks} blocks, {racks} racks, {hosts} hosts (summed over PodSets)")
+    print(f"  answers with more domains than greedy above the requested level: {worse_above}")
+
+
+def bench_preferred_big(repeats: int) -> None:
+    """Preferred gangs on the 20,000-node cluster: 8 PodSets x 64 pods, each preferring a
+    rack, of 1 GPU (each fits a rack) and of 4 GPUs (each spreads over racks)."""
+    nodes, pods = big_cluster()
+    snapshot = ClusterSnapshot.build(nodes, pods)
+    tree = DomainTree.from_labels(snapshot, [BLOCK, RACK, HOST])
+    for gpus in (1, 4):
+        podsets = jobset(gpus=gpus).podsets
+        request = PlacementRequest(
+            "jobset", tuple(dataclasses.replace(p, mode=Mode.PREFERRED) for p in podsets)
+        )
+        print(f"JobSet: 8 replicated jobs x 64 pods ({gpus} GPU each), each preferring a rack")
+        for label, seconds in (("greedy pass", 0.0), ("greedy + second (50 ms)", EXACT_BUDGET)):
+            budget = exact_budget(seconds)
+            call = partial(place, tree, snapshot, request, topology_name="b", exact=budget)
+            median, low, decision = timed(call, repeats)
+            print(
+                f"  {label:<27} median {median:7.1f} ms (min {low:6.1f})  "
+                f"fits={decision.fits} exact={decision.exact.value}"
+            )
 
 
 def main() -> None:
@@ -244,6 +314,7 @@ def main() -> None:
     import scipy.optimize  # noqa: F401  (its import, ~0.7 s once per process, is not timed)
 
     bench_big(args.repeats)
+    bench_preferred_big(args.repeats)
     bench_small(args.cases)
     bench_preferred(args.cases)
 

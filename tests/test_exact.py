@@ -221,7 +221,7 @@ def test_preferred_gang_gets_the_fewest_racks() -> None:
 
 
 def racks(nodes: Sequence[NodeInfo], decision: PlacementDecision) -> int:
-    """Racks used, summed over the PodSets (the objective of the preferred second pass)."""
+    """Racks used, summed over the PodSets."""
     rack_of = {n.name: n.labels[RACK] for n in nodes}
     return sum(len({rack_of[h] for h in p.node_counts}) for p in decision.placements)
 
@@ -436,16 +436,28 @@ def preferred_gangs(draw: st.DrawFn) -> Tiny:
     return Tiny(tiny.nodes, podsets)
 
 
+def blocks_then_racks(nodes: Sequence[NodeInfo], decision: PlacementDecision) -> tuple[int, int]:
+    """(blocks, racks) used, each summed over the PodSets: the preferred second pass's
+    objective, lexicographic from the top (tests/test_exact_levels.py checks every level)."""
+    block_of = {n.name: n.labels[BLOCK] for n in nodes}
+    blocks = sum(len({block_of[h] for h in p.node_counts}) for p in decision.placements)
+    return blocks, racks(nodes, decision)
+
+
 @TINY
 @given(preferred_gangs())
-def test_preferred_second_pass_is_valid_and_never_uses_more_racks(tiny: Tiny) -> None:
+def test_preferred_second_pass_is_valid_and_never_spreads_more(tiny: Tiny) -> None:
     greedy = run(tiny.nodes, L3, *tiny.podsets, exact_budget=0)
     decision = run(tiny.nodes, L3, *tiny.podsets, exact_budget=EXACT)
     assert decision.fits == brute_force_fits(tiny), decision.message
     if greedy.fits:
         check_plan(tiny.nodes, tiny.podsets, decision)
-        assert racks(tiny.nodes, decision) <= racks(tiny.nodes, greedy)
+        before, after = (
+            blocks_then_racks(tiny.nodes, greedy),
+            blocks_then_racks(tiny.nodes, decision),
+        )
+        assert after[0] <= before[0]  # never more blocks, the level above the racks asked for
         if decision.produced_by == "exact":
-            assert racks(tiny.nodes, decision) < racks(tiny.nodes, greedy)
+            assert after < before
         else:
             assert node_counts(decision) == node_counts(greedy)
