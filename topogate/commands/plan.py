@@ -30,7 +30,7 @@ from topogate.admission.podsets import (
     translate,
     wanted_by,
 )
-from topogate.admission.quota import QueueSpec, usage_of
+from topogate.admission.quota import CohortSpec, QueueSpec, usage_of
 from topogate.admission.request import (
     Mode,
     PlacementDecision,
@@ -203,8 +203,14 @@ def _catalog(cluster: ClusterInput, forest: HyperNodeForest | None) -> Catalog:
             queues[name] = QueueSpec.from_model(model)
         except ValueError as error:  # a quota the cache cannot count
             raise InputError(str(error), where=f"ClusterQueue {name}") from None
+    cohorts: dict[str, CohortSpec] = {}
+    for name, cohort in cluster.cohorts.items():
+        try:
+            cohorts[name] = CohortSpec.from_model(cohort)
+        except ValueError as error:
+            raise InputError(str(error), where=f"Cohort {name}") from None
     sources = topology_sources(cluster.topologies, forest)
-    return Catalog(queues, dict(cluster.local_queues), cluster.flavors, sources)
+    return Catalog(queues, dict(cluster.local_queues), cluster.flavors, sources, cohorts)
 
 
 def _only_flavor(catalog: Catalog, cluster_queue: str, flavor: str) -> Catalog | str:
@@ -252,7 +258,8 @@ def plan_on_queue(
     snapshot = ClusterSnapshot.build(cluster.nodes, cluster.pods)
     named = [pending.request.topology] if pending.request.topology else []
     placer = build_placer(snapshot, catalog, named, exact_budget())
-    cycle = admission_cycle(catalog.queues, [pending], usage_of(cluster.admissions), placer)
+    usage = usage_of(cluster.admissions)
+    cycle = admission_cycle(catalog.queues, [pending], usage, placer, cohorts=catalog.cohorts)
     if not cycle.admitted:
         return QueueVerdict(source, queue, False, cycle.pending.get(key, ""), warnings)
     admitted = cycle.admitted[0]
