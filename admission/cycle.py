@@ -28,7 +28,7 @@ from .lanes import PendingWorkload, QueueLanes, Shape
 from .partial import can_shrink, largest_fit, with_counts
 from .placement import place
 from .preemption import Preemption
-from .quota import STRICT_FIFO, FlavorQuota, QueueSpec, QuotaBook, Usage
+from .quota import STRICT_FIFO, CohortSpec, CohortTree, FlavorQuota, QueueSpec, QuotaBook, Usage
 from .request import ExactOutcome, PlacementDecision, PlacementRequest
 
 Held = list[tuple[PlacementRequest, PlacementDecision]]
@@ -181,8 +181,8 @@ class _Heads:
         self.heads: dict[str, PendingWorkload] = {}
         self._walks: dict[str, Iterator[PendingWorkload]] = {}
         # The lanes' heads by rank (a heap, built again when the quota in use changed).
-        self._ranked: list[tuple[tuple[bool, int, str, str, str], str]] = []
-        self._borrows: dict[tuple[str, tuple[tuple[str, int], ...]], bool] = {}
+        self._ranked: list[tuple[tuple[int, int, str, str, str], str]] = []
+        self._borrows: dict[tuple[str, tuple[tuple[str, int], ...]], int] = {}
         self._booked = -1
         self._popped: str | None = None  # the lane to move on before the next pop
         self._blocked: dict[str, str] = {}
@@ -194,6 +194,10 @@ class _Heads:
             if name not in self.queues:
                 missing = _same_words(f"ClusterQueue {name} does not exist")
                 self.result.deferred.append((list(lane), missing))
+                continue
+            inactive = self.book.tree.inactive.get(name)
+            if inactive is not None:  # its cohort is in a cycle: nothing is admitted from it
+                self.result.deferred.append((list(lane), _same_words(inactive)))
                 continue
             walk = iter(lane)
             self._walks[name] = walk
@@ -214,7 +218,7 @@ class _Heads:
     def _rest(self, name: str) -> Sequence[PendingWorkload]:
         return self.lanes.lane(name)[self._taken[name] :]
 
-    def _rank(self, name: str) -> tuple[bool, int, str, str, str]:
+    def _rank(self, name: str) -> tuple[int, int, str, str, str]:
         head = self.heads[name]
         borrows = self._borrows.get((name, head.shape))
         if borrows is None:
@@ -260,6 +264,7 @@ def admission_cycle(
     usage: Usage,
     placer: Placer,
     preempt: Preempt | None = None,
+    cohorts: Mapping[str, CohortSpec] | None = None,
 ) -> CycleResult:
     """Admit what fits; ``usage`` is updated with the admissions. ``pending`` is a list, or
     the lanes a caller keeps in order across cycles (it is not changed).
@@ -268,16 +273,19 @@ def admission_cycle(
     next workload tried is the best of the queues' heads, by Kueue's rule: one that fits
     within its queue's nominal quota before one that would borrow, then higher priority, then
     older (then queue and key, for determinism). So a lender's job goes before a borrower's
-    requeued one, and reclaiming never ping-pongs. Queues share physical capacity: every
-    admission's placement is passed to later placements of the same cycle as held capacity,
-    and quota is the queue's own or its cohort's (:class:`.quota.QuotaBook`).
+    requeued one, and reclaiming never ping-pongs; in a cohort tree, one that borrows from a
+    lower subtree before one that borrows from higher up (Kueue's borrowing level). Queues
+    share physical capacity: every admission's placement is passed to later placements of the
+    same cycle as held capacity, and quota is the queue's own or its cohort tree's
+    (:class:`.quota.QuotaBook`; ``cohorts`` are the Cohort objects, none for flat cohorts).
+    A queue whose cohort is in a cycle of the tree admits nothing.
 
     A workload refused for quota alone is told the quota the cycle leaves (not what was left
     when its turn came), so a lane found hopeless can be passed whole (:func:`_hopeless`) and
     the cycle costs what it admits and tries, not what waits.
     """
     result = CycleResult()
-    book = QuotaBook(queues, usage)
+    book = QuotaBook(queues, usage, CohortTree(queues, cohorts))
     held: Held = []
     lanes = pending if isinstance(pending, QueueLanes) else QueueLanes(pending)
     heads = _Heads(queues, book, lanes, result)

@@ -16,7 +16,7 @@ and the validating webhook.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from topogate.api import constants as c
@@ -26,6 +26,7 @@ from topogate.api.gpus import min_bandwidth
 from topogate.api.jobs import WorkloadSource, workload_from_object
 from topogate.api.models import (
     ClusterQueue,
+    Cohort,
     PodSet,
     PodSetTopologyRequest,
     ResourceFlavor,
@@ -56,10 +57,10 @@ from topogate.cache.sources import (
 from .cycle import FlavorTopology, SnapshotPlacer
 from .exact import ExactBudget
 from .lanes import PendingWorkload
-from .quota import QueueSpec
+from .quota import CohortSpec, QueueSpec
 from .request import Mode, PlacementRequest, PodSetRequest, SliceLayer
 
-_M = TypeVar("_M", ClusterQueue, ResourceFlavor, Topology)
+_M = TypeVar("_M", ClusterQueue, Cohort, ResourceFlavor, Topology)
 
 # Where a queue has no topology flavor: capacity only, per node (named so it is recognised).
 NO_TOPOLOGY = TopologySource("none", "labels", (c.HOSTNAME_LABEL,), (0,))
@@ -345,6 +346,7 @@ class Catalog:
     local_queues: Mapping[str, str | None]  # "namespace/name" -> its ClusterQueue, if named
     flavors: Mapping[str, ResourceFlavor]
     sources: Mapping[str, TopologySource]
+    cohorts: Mapping[str, CohortSpec] = field(default_factory=dict)  # Cohort objects
 
     def cluster_queue(self, namespace: str, local: str | None) -> tuple[str | None, str]:
         """(ClusterQueue, "") for a LocalQueue, or (None, why not)."""
@@ -482,6 +484,7 @@ def build_catalog(
     topologies: Sequence[Mapping[str, Any]],
     forest: HyperNodeForest | None,
     kai_topologies: Sequence[Mapping[str, Any]] = (),
+    cohorts: Sequence[Mapping[str, Any]] = (),
 ) -> tuple[Catalog, list[str]]:
     """The catalog from watched objects, and one warning per object that does not parse (it
     is left out: the webhook refuses such objects; one that predates it must not stop the rest)
@@ -509,6 +512,12 @@ def build_catalog(
             queues[name] = QueueSpec.from_model(model)
         except ValueError as error:
             warnings.append(f"ignoring ClusterQueue {name}: {error}")
+    tree: dict[str, CohortSpec] = {}
+    for name, cohort in parsed(Cohort, cohorts).items():
+        try:  # as for queues: a quota the cache cannot count leaves the Cohort out
+            tree[name] = CohortSpec.from_model(cohort)
+        except ValueError as error:
+            warnings.append(f"ignoring Cohort {name}: {error}")
     local: dict[str, str | None] = {}
     for obj in local_queues:
         m = meta(obj)
@@ -521,7 +530,8 @@ def build_catalog(
     merged, clashes = merge_kai_topologies(parsed(Topology, topologies), kai)
     warnings.extend(f"ignoring {clash.describe()}" for clash in clashes.values())
     sources = topology_sources(merged, forest)
-    return Catalog(queues, local, parsed(ResourceFlavor, flavors), sources), warnings
+    catalog = Catalog(queues, local, parsed(ResourceFlavor, flavors), sources, tree)
+    return catalog, warnings
 
 
 def build_placer(

@@ -37,6 +37,7 @@ from .quota import (
     LOWER_OR_NEWER_EQUAL,
     LOWER_PRIORITY,
     NEVER,
+    CohortTree,
     FlavorQuota,
     PreemptionPolicy,
     QueueSpec,
@@ -104,6 +105,7 @@ class _Search:
     queues: Mapping[str, QueueSpec]
     usage: Usage
     simulate: Simulate
+    tree: CohortTree
     placements: int = 0
     decisions: dict[frozenset[str], PlacementDecision | None] = field(default_factory=dict)
 
@@ -113,7 +115,7 @@ class _Search:
             slot = usage.setdefault((victim.cluster_queue, victim.flavor), {})
             for resource, amount in victim.usage.items():
                 slot[resource] = slot.get(resource, 0) - amount
-        return QuotaBook(self.queues, usage)
+        return QuotaBook(self.queues, usage, self.tree)
 
     def quota_fits(self, quota: FlavorQuota, removed: Sequence[Running], borrow: bool) -> bool:
         return self._quota_fits_in(quota, self.book_without(removed), borrow)
@@ -343,10 +345,14 @@ def plan_preemption(
     usage: Usage,
     running: Sequence[Running],
     simulate: Simulate,
+    tree: CohortTree | None = None,
 ) -> Preemption | None:
     """The victims whose eviction lets ``preemptor`` fit quota and topology on the first
-    flavor where that is possible, or None (nothing is preempted when nothing would fit)."""
-    search = _Search(preemptor, queue, policy, queues, usage, simulate)
+    flavor where that is possible, or None (nothing is preempted when nothing would fit).
+    Quota is counted over ``tree`` (flat cohorts without one); candidates of other queues
+    still come from the preemptor's own cohort only."""
+    tree = tree if tree is not None else CohortTree(queues)
+    search = _Search(preemptor, queue, policy, queues, usage, simulate, tree)
     for quota in queue.flavors:
         if set(preemptor.demand()) - set(quota.nominal):
             continue

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from topogate.api.errors import InputError
-from topogate.api.models import ClusterQueue
-from topogate.api.quantity import QuantityError, to_units
+from topogate.api.models import ClusterQueue, Cohort, ResourceGroup
+from topogate.api.quantity import QuantityError, parse_quantity, to_units
 
 STRICT_FIFO = "StrictFIFO"
 
@@ -48,6 +48,27 @@ class FlavorQuota:
     lending: Mapping[str, int] = field(default_factory=dict)
 
 
+def _flavor_quotas(groups: Iterable[ResourceGroup]) -> tuple[FlavorQuota, ...]:
+    return tuple(
+        FlavorQuota(
+            flavor.name,
+            {r.name: to_units(r.name, r.nominal_quota) for r in flavor.resources},
+            {
+                r.name: to_units(r.name, r.borrowing_limit)
+                for r in flavor.resources
+                if r.borrowing_limit is not None
+            },
+            {
+                r.name: to_units(r.name, r.lending_limit)
+                for r in flavor.resources
+                if r.lending_limit is not None
+            },
+        )
+        for group in groups
+        for flavor in group.flavors
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class QueueSpec:
     name: str
@@ -58,24 +79,7 @@ class QueueSpec:
 
     @classmethod
     def from_model(cls, queue: ClusterQueue) -> QueueSpec:
-        flavors = tuple(
-            FlavorQuota(
-                flavor.name,
-                {r.name: to_units(r.name, r.nominal_quota) for r in flavor.resources},
-                {
-                    r.name: to_units(r.name, r.borrowing_limit)
-                    for r in flavor.resources
-                    if r.borrowing_limit is not None
-                },
-                {
-                    r.name: to_units(r.name, r.lending_limit)
-                    for r in flavor.resources
-                    if r.lending_limit is not None
-                },
-            )
-            for group in queue.spec.resource_groups
-            for flavor in group.flavors
-        )
+        flavors = _flavor_quotas(queue.spec.resource_groups)
         spec = queue.spec
         policy = PreemptionPolicy()
         if spec.preemption is not None:
@@ -89,74 +93,299 @@ class QueueSpec:
         return cls(queue.metadata.name, spec.queueing_strategy, flavors, spec.cohort_of, policy)
 
 
-class QuotaBook:
-    """Quota in use and available per (ClusterQueue, flavor, resource), cohorts included, by
-    Kueue's rules (its pkg/cache/scheduler resource nodes, for cohorts without a parent):
+@dataclass(frozen=True, slots=True)
+class CohortSpec:
+    """A Cohort object (Kueue's ``kueue.x-k8s.io/v1beta2`` or topogate's twin): its parent in
+    the tree and the quota it holds itself. A cohort only named by ClusterQueues or as a
+    parent has no object: no quota, no parent."""
 
-    - a queue keeps ``nominal - lendingLimit`` to itself (its local quota; none without a
-      lending limit) and puts the rest into its cohort's pool;
-    - the pool is the sum of what the members put in; it is used by each member's usage
-      beyond its local quota;
-    - a queue may use its unused local quota plus what the pool has left, but no more than its
-      nominal quota plus its borrowing limit;
-    - usage above nominal quota is borrowed.
+    name: str
+    parent: str | None = None
+    flavors: tuple[FlavorQuota, ...] = ()
+    weight: float | None = None  # spec.fairSharing.weight: read and kept for fair sharing
+
+    @classmethod
+    def from_model(cls, cohort: Cohort) -> CohortSpec:
+        spec = cohort.spec
+        weight = spec.fair_sharing.weight if spec.fair_sharing is not None else None
+        return cls(
+            cohort.metadata.name,
+            spec.parent_name,
+            _flavor_quotas(spec.resource_groups),
+            None if weight is None else float(parse_quantity(weight)),
+        )
+
+
+class CohortTree:
+    """The cohort forest over a set of ClusterQueues: parents, children, heights, the quota
+    each node holds for its subtree (static: it depends on quotas only), and the queues a
+    cycle in the tree makes inactive. Built once per cycle; a :class:`QuotaBook` reads it."""
+
+    def __init__(
+        self, queues: Mapping[str, QueueSpec], cohorts: Mapping[str, CohortSpec] | None = None
+    ) -> None:
+        self.cohorts: dict[str, CohortSpec] = dict(cohorts or {})
+        for queue in queues.values():  # cohorts named only by queues, or only as parents
+            if queue.cohort and queue.cohort not in self.cohorts:
+                self.cohorts[queue.cohort] = CohortSpec(queue.cohort)
+        for cohort in list(self.cohorts.values()):
+            if cohort.parent and cohort.parent not in self.cohorts:
+                self.cohorts[cohort.parent] = CohortSpec(cohort.parent)
+        self.queues = queues
+        # cohort -> the cycle it leads into (Kueue's HasCycle: the walk up meets a name twice).
+        self.cycles: dict[str, tuple[str, ...]] = {}
+        for name in self.cohorts:
+            cycle = self._cycle_from(name)
+            if cycle:
+                self.cycles[name] = cycle
+        # Arithmetic runs on the tree with the cycles cut (their queues are inactive, but
+        # `status` and preemption may still ask about them and must not loop).
+        self.parent: dict[str, str | None] = {
+            c.name: None if c.name in self.cycles else c.parent for c in self.cohorts.values()
+        }
+        self.child_cohorts: dict[str, list[str]] = {name: [] for name in self.cohorts}
+        self.child_queues: dict[str, list[QueueSpec]] = {name: [] for name in self.cohorts}
+        for name, parent in self.parent.items():
+            if parent is not None:
+                self.child_cohorts[parent].append(name)
+        for queue in queues.values():
+            if queue.cohort:
+                self.child_queues[queue.cohort].append(queue)
+        self.inactive: dict[str, str] = {
+            q.name: (
+                f"ClusterQueue {q.name} is inactive: its Cohort {q.cohort} is in a cycle "
+                f"({' -> '.join(self.cycles[q.cohort])})"
+            )
+            for q in queues.values()
+            if q.cohort in self.cycles
+        }
+        self._subtree: dict[tuple[str, str, str], int] = {}
+        self._heights: dict[str, int] = {}
+
+    def _cycle_from(self, name: str) -> tuple[str, ...]:
+        seen: list[str] = []
+        current: str | None = name
+        while current is not None and current not in seen:
+            seen.append(current)
+            current = self.cohorts[current].parent
+        if current is None:
+            return ()
+        return (*seen[seen.index(current) :], current)
+
+    @property
+    def flat(self) -> bool:
+        """No cohort has a parent or quota of its own: today's flat cohorts."""
+        return all(c.parent is None and not c.flavors for c in self.cohorts.values())
+
+    def cohort_quota(self, cohort: str, flavor: str) -> FlavorQuota | None:
+        return next((f for f in self.cohorts[cohort].flavors if f.flavor == flavor), None)
+
+    def subtree(self, cohort: str, flavor: str, resource: str) -> int:
+        """Kueue's SubtreeQuota of a cohort: its own nominal quota plus what each child
+        lends up (the child's subtree quota less what its lending limit keeps local)."""
+        key = (cohort, flavor, resource)
+        found = self._subtree.get(key)
+        if found is not None:
+            return found
+        own = self.cohort_quota(cohort, flavor)
+        total = own.nominal.get(resource, 0) if own is not None else 0
+        for child in self.child_cohorts[cohort]:
+            total += self.subtree(child, flavor, resource) - self.cohort_local(
+                child, flavor, resource
+            )
+        for queue in self.child_queues[cohort]:
+            quota = queue_quota(queue, flavor)
+            if quota is not None and resource in quota.nominal:
+                total += quota.nominal[resource] - queue_local(quota, resource)
+        self._subtree[key] = total
+        return total
+
+    def cohort_local(self, cohort: str, flavor: str, resource: str) -> int:
+        """What a cohort's lending limit keeps inside its subtree."""
+        own = self.cohort_quota(cohort, flavor)
+        if own is None or resource not in own.lending:
+            return 0
+        return max(0, self.subtree(cohort, flavor, resource) - own.lending[resource])
+
+    def height(self, cohort: str) -> int:
+        """Distance to the furthest leaf (Kueue's getNodeHeight): a cohort of queues is 1."""
+        found = self._heights.get(cohort)
+        if found is None:
+            children = len(self.child_cohorts[cohort]) + len(self.child_queues[cohort])
+            found = min(children, 1)
+            for child in self.child_cohorts[cohort]:
+                found = max(found, self.height(child) + 1)
+            self._heights[cohort] = found
+        return found
+
+    def root(self, cohort: str) -> str:
+        while (parent := self.parent[cohort]) is not None:
+            cohort = parent
+        return cohort
+
+
+def queue_quota(queue: QueueSpec, flavor: str) -> FlavorQuota | None:
+    return next((f for f in queue.flavors if f.flavor == flavor), None)
+
+
+def queue_local(quota: FlavorQuota, resource: str) -> int:
+    """What a queue's lending limit keeps to itself (none without one)."""
+    if resource not in quota.lending:
+        return 0
+    return max(0, quota.nominal.get(resource, 0) - quota.lending[resource])
+
+
+class QuotaBook:
+    """Quota in use and available per (ClusterQueue, flavor, resource), over the cohort tree,
+    by Kueue's resource-node arithmetic (its pkg/cache/scheduler/resource_node.go):
+
+    - every node (queue or cohort) has a subtree quota: a queue's is its nominal quota; a
+      cohort's is its own nominal quota plus what each child lends up, which is the child's
+      subtree quota less its local quota (``subtree - lendingLimit`` when it has a lending
+      limit, else nothing);
+    - a node's usage: a queue's own; a cohort's is the sum of its children's usage beyond
+      their local quota;
+    - a node may use its unused local quota plus what its parent has available, the latter
+      capped by its borrowing limit (``subtree - local - usage beyond local + limit``), up to
+      the root, where what is available is ``subtree - usage``;
+    - usage above a queue's nominal quota is borrowed.
+
+    A cohort without parent or quota of its own (one only ClusterQueues name) is the flat
+    cohort of before: its pool is what the members lend.
     """
 
-    def __init__(self, queues: Mapping[str, QueueSpec], usage: Usage) -> None:
+    def __init__(
+        self, queues: Mapping[str, QueueSpec], usage: Usage, tree: CohortTree | None = None
+    ) -> None:
         self.queues = queues
         self.usage = usage  # updated in place by :meth:`add`
         self.changes = 0  # bumped by every :meth:`add`
-        self._members: dict[str, list[QueueSpec]] = {}
-        for queue in queues.values():
-            if queue.cohort:
-                self._members.setdefault(queue.cohort, []).append(queue)
-
-    def _quota(self, queue: QueueSpec, flavor: str) -> FlavorQuota | None:
-        return next((f for f in queue.flavors if f.flavor == flavor), None)
-
-    def _local(self, quota: FlavorQuota, resource: str) -> int:
-        if resource not in quota.lending:
-            return 0
-        return max(0, quota.nominal.get(resource, 0) - quota.lending[resource])
+        self.tree = tree if tree is not None else CohortTree(queues)
+        self._cohort_usage: dict[tuple[str, str, str], int] = {}  # while ``changes`` holds
+        self._counted_at = 0
 
     def used(self, queue: str, flavor: str, resource: str) -> int:
         return self.usage.get((queue, flavor), {}).get(resource, 0)
 
-    def _pool_left(self, cohort: str, flavor: str, resource: str) -> int:
-        size = used = 0
-        for member in self._members.get(cohort, ()):
-            quota = self._quota(member, flavor)
+    def cohort_used(self, cohort: str, flavor: str, resource: str) -> int:
+        """A cohort's usage: its children's usage beyond their local quota. A queue's usage
+        in a flavor or resource it has no quota for is not counted (as before trees)."""
+        if self._counted_at != self.changes:
+            self._cohort_usage.clear()
+            self._counted_at = self.changes
+        key = (cohort, flavor, resource)
+        found = self._cohort_usage.get(key)
+        if found is not None:
+            return found
+        tree = self.tree
+        total = 0
+        for child in tree.child_cohorts[cohort]:
+            local = tree.cohort_local(child, flavor, resource)
+            total += max(0, self.cohort_used(child, flavor, resource) - local)
+        for queue in tree.child_queues[cohort]:
+            quota = queue_quota(queue, flavor)
             if quota is None or resource not in quota.nominal:
                 continue
-            local = self._local(quota, resource)
-            size += quota.nominal[resource] - local
-            used += max(0, self.used(member.name, flavor, resource) - local)
-        return size - used
+            local = queue_local(quota, resource)
+            total += max(0, self.used(queue.name, flavor, resource) - local)
+        self._cohort_usage[key] = total
+        return total
+
+    def _cohort_available(self, cohort: str, flavor: str, resource: str) -> int:
+        tree = self.tree
+        subtree = tree.subtree(cohort, flavor, resource)
+        used = self.cohort_used(cohort, flavor, resource)
+        parent = tree.parent[cohort]
+        if parent is None:
+            return subtree - used
+        local = tree.cohort_local(cohort, flavor, resource)
+        from_parent = self._cohort_available(parent, flavor, resource)
+        own = tree.cohort_quota(cohort, flavor)
+        if own is not None and resource in own.borrowing:
+            in_parent = subtree - local
+            used_in_parent = max(0, used - local)
+            limit = own.borrowing[resource]
+            from_parent = min(from_parent, in_parent - used_in_parent + limit)
+        return max(0, local - used) + from_parent
 
     def available(self, queue: QueueSpec, quota: FlavorQuota, resource: str) -> int:
-        """How much more of ``resource`` the queue may use in this flavor now."""
+        """How much more of ``resource`` the queue may use in this flavor now (negative when
+        the tree is over-admitted: quota taken away, or a queue moved)."""
         nominal = quota.nominal.get(resource, 0)
         used = self.used(queue.name, quota.flavor, resource)
         if not queue.cohort:
             return nominal - used
-        local = self._local(quota, resource)
-        from_pool = self._pool_left(queue.cohort, quota.flavor, resource)
+        local = queue_local(quota, resource)
+        from_parent = self._cohort_available(queue.cohort, quota.flavor, resource)
         if resource in quota.borrowing:
-            in_pool = nominal - local
-            used_in_pool = max(0, used - local)
-            from_pool = min(from_pool, in_pool - used_in_pool + quota.borrowing[resource])
-        return max(0, local - used) + from_pool
+            in_parent = nominal - local
+            used_in_parent = max(0, used - local)
+            from_parent = min(from_parent, in_parent - used_in_parent + quota.borrowing[resource])
+        return max(0, local - used) + from_parent
 
-    def borrows(self, queue: QueueSpec, demand: Mapping[str, int]) -> bool:
-        """Whether ``demand`` goes beyond the queue's nominal quota in the first flavor that
-        covers it (Kueue orders such workloads after those that do not borrow)."""
+    def _cohort_potential(self, cohort: str, flavor: str, resource: str) -> int:
+        tree = self.tree
+        subtree = tree.subtree(cohort, flavor, resource)
+        parent = tree.parent[cohort]
+        if parent is None:
+            return subtree
+        found = tree.cohort_local(cohort, flavor, resource) + self._cohort_potential(
+            parent, flavor, resource
+        )
+        own = tree.cohort_quota(cohort, flavor)
+        if own is not None and resource in own.borrowing:
+            found = min(found, subtree + own.borrowing[resource])
+        return found
+
+    def potential(self, queue: QueueSpec, quota: FlavorQuota, resource: str) -> int:
+        """The most the queue could use with nothing else in use (Kueue's
+        potentialAvailable): the largest workload it could ever admit."""
+        nominal = quota.nominal.get(resource, 0)
+        if not queue.cohort:
+            return nominal
+        found = queue_local(quota, resource) + self._cohort_potential(
+            queue.cohort, quota.flavor, resource
+        )
+        if resource in quota.borrowing:
+            found = min(found, nominal + quota.borrowing[resource])
+        return found
+
+    def _borrowing_level(
+        self, queue: QueueSpec, quota: FlavorQuota, resource: str, amount: int
+    ) -> int:
+        """Kueue's borrowing level (FindHeightOfLowestSubtreeThatFits): 0 within nominal
+        quota, else the height of the lowest cohort whose subtree holds the rest."""
+        used = self.used(queue.name, quota.flavor, resource)
+        if used + amount <= quota.nominal.get(resource, 0):
+            return 0
+        if not queue.cohort:
+            # Kueue says 0 (nothing to borrow from); 1 keeps the order topogate had before
+            # trees, where such a head (it can only preempt) ranks after those that fit.
+            return 1
+        tree, flavor = self.tree, quota.flavor
+        remaining = amount - max(0, queue_local(quota, resource) - used)
+        cohort: str | None = queue.cohort
+        while cohort is not None:
+            subtree = tree.subtree(cohort, flavor, resource)
+            node_used = self.cohort_used(cohort, flavor, resource)
+            if node_used + remaining <= subtree:
+                return tree.height(cohort)
+            local = tree.cohort_local(cohort, flavor, resource)
+            remaining -= max(0, local - node_used)
+            cohort = tree.parent[cohort]
+        return tree.height(tree.root(queue.cohort))
+
+    def borrows(self, queue: QueueSpec, demand: Mapping[str, int]) -> int:
+        """How far up the tree ``demand`` must borrow in the first flavor that covers it: 0
+        within the queue's nominal quota, else the height of the lowest cohort whose subtree
+        holds it (Kueue orders workloads by this level; in a flat cohort it is 0 or 1)."""
         for quota in queue.flavors:
             if set(demand) <= set(quota.nominal):
-                return any(
-                    self.used(queue.name, quota.flavor, r) + a > quota.nominal[r]
-                    for r, a in demand.items()
+                return max(
+                    (self._borrowing_level(queue, quota, r, a) for r, a in demand.items()),
+                    default=0,
                 )
-        return False
+        return 0
 
     def borrowed(self, queue: QueueSpec, quota: FlavorQuota, resource: str) -> int:
         return max(
@@ -223,9 +452,12 @@ class QuotaRow:
 
 
 def quota_rows(
-    queues: Mapping[str, QueueSpec], usage: Usage, pending: Mapping[str, int]
+    queues: Mapping[str, QueueSpec],
+    usage: Usage,
+    pending: Mapping[str, int],
+    cohorts: Mapping[str, CohortSpec] | None = None,
 ) -> list[QuotaRow]:
-    book = QuotaBook(queues, usage)
+    book = QuotaBook(queues, usage, CohortTree(queues, cohorts))
     return [
         QuotaRow(
             queue.name,

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from .constants import GROUP, VERSION
-from .models import ClusterQueue, LocalQueue, ResourceFlavor, Topology, Workload
+from .models import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Topology, Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +45,14 @@ KINDS = (
             ("Pending", "integer", ".status.pendingWorkloads"),
             ("Admitted", "integer", ".status.admittedWorkloads"),
         ),
+    ),
+    Kind(
+        Cohort,
+        "cohorts",
+        ("co",),
+        False,
+        (("Parent", "string", ".spec.parentName"),),
+        status=False,
     ),
     Kind(
         LocalQueue,

@@ -279,6 +279,14 @@ class ResourceGroup(ApiModel):
         return self
 
 
+def _flavors_once(groups: list[ResourceGroup]) -> list[ResourceGroup]:
+    names = [f.name for g in groups for f in g.flavors]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"flavors may appear in one resource group only: {', '.join(repeated)}")
+    return groups
+
+
 class BorrowWithinCohort(ApiModel):
     policy: Literal["Never", "LowerPriority"] = "Never"
     max_priority_threshold: int | None = None
@@ -343,13 +351,7 @@ class ClusterQueueSpec(ApiModel):
     @field_validator("resource_groups")
     @classmethod
     def _flavors_once(cls, groups: list[ResourceGroup]) -> list[ResourceGroup]:
-        names = [f.name for g in groups for f in g.flavors]
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
-            raise ValueError(
-                f"flavors may appear in one resource group only: {', '.join(repeated)}"
-            )
-        return groups
+        return _flavors_once(groups)
 
 
 class QueueStatus(ApiModel):
@@ -376,6 +378,97 @@ class LocalQueue(ApiModel):
     metadata: ObjectMeta
     spec: LocalQueueSpec
     status: QueueStatus | None = None
+
+
+class CohortFairSharing(ApiModel):
+    """Kueue's ``spec.fairSharing``: read and kept for fair sharing (not used yet)."""
+
+    weight: str | int | None = Field(
+        default=None, json_schema_extra={"x-kubernetes-int-or-string": True}
+    )
+
+    @field_validator("weight")
+    @classmethod
+    def _quantity(cls, value: str | int | None) -> str | int | None:
+        if value is None:
+            return None
+        try:
+            if parse_quantity(value) < 0:
+                raise ValueError(f"{value!r} must not be negative")
+        except QuantityError as error:
+            raise ValueError(str(error)) from None
+        return value
+
+
+class CohortResourceQuota(ResourceQuota):
+    """A Cohort's quota of one resource: its lending limit may exceed its own nominal quota,
+    since it caps what the whole subtree lends up (Kueue's cohort webhook does not compare
+    them)."""
+
+    @model_validator(mode="after")
+    def _lending_within_nominal(self) -> CohortResourceQuota:
+        return self
+
+
+class CohortFlavorQuotas(FlavorQuotas):
+    resources: list[CohortResourceQuota] = Field(min_length=1, max_length=16)  # type: ignore[assignment]
+
+
+class CohortResourceGroup(ResourceGroup):
+    flavors: list[CohortFlavorQuotas] = Field(min_length=1, max_length=16)  # type: ignore[assignment]
+
+
+class CohortSpec(ApiModel):
+    """A node of the cohort tree (Kueue's v1beta2 Cohort): its parent, if any, and quota it
+    holds for its subtree, on top of what its ClusterQueues and child Cohorts lend."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            (
+                "has(self.parentName) || !has(self.resourceGroups) || self.resourceGroups.all(g, "
+                "g.flavors.all(f, f.resources.all(r, !has(r.borrowingLimit) && "
+                "!has(r.lendingLimit))))",
+                "borrowingLimit and lendingLimit need a parentName",
+            ),
+        )
+    )
+
+    parent_name: str | None = Field(default=None, min_length=1, max_length=253)
+    resource_groups: list[CohortResourceGroup] = Field(default_factory=list, max_length=16)
+    fair_sharing: CohortFairSharing | None = None
+
+    @model_validator(mode="after")
+    def _limits_need_a_parent(self) -> CohortSpec:
+        if self.parent_name is None:
+            for group in self.resource_groups:
+                for flavor in group.flavors:
+                    for quota in flavor.resources:
+                        if quota.borrowing_limit is not None or quota.lending_limit is not None:
+                            raise ValueError(
+                                f"flavor {flavor.name!r}, resource {quota.name!r}: "
+                                "borrowingLimit and lendingLimit need a parentName"
+                            )
+        return self
+
+    @field_validator("resource_groups")
+    @classmethod
+    def _flavors_once(cls, groups: list[CohortResourceGroup]) -> list[CohortResourceGroup]:
+        _flavors_once(list(groups))
+        return groups
+
+
+class Cohort(ApiModel):
+    """topogate's Cohort, or Kueue's (``kueue.x-k8s.io/v1beta2``): the same shape."""
+
+    api_version: str = API_VERSION
+    kind: Literal["Cohort"] = "Cohort"
+    metadata: ObjectMeta
+    spec: CohortSpec = Field(default_factory=CohortSpec)
+
+    @field_validator("api_version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        return _check_api_version(value, "Cohort")
 
 
 # --- Workload -----------------------------------------------------------------------------

@@ -141,7 +141,7 @@ def _every_head(
     blocked: set[str] = set()
     while any(lanes.values()):
 
-        def rank(name: str) -> tuple[bool, int, str, str, str]:
+        def rank(name: str) -> tuple[int, int, str, str, str]:
             head = lanes[name][0]
             borrows = book.borrows(queues[name], head.demand())
             return (borrows, -head.priority, head.created, name, head.key)

@@ -17,7 +17,7 @@ from topogate.api.constants import API_VERSION, KAI_API_VERSION, KUEUE_API_VERSI
 from topogate.api.errors import InputError
 from topogate.api.hypernodes import API_VERSION as HYPERNODE_API_VERSION
 from topogate.api.hypernodes import NODE, HyperNode, parse_hypernode
-from topogate.api.models import ClusterQueue, LocalQueue, ResourceFlavor, Topology
+from topogate.api.models import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Topology
 from topogate.api.objects import admission_of, gpu_assignment_of, is_finished, workload_of_pod
 from topogate.api.validation import parse_model
 from topogate.cache.hypernodes import HyperNodeForest, build_forest
@@ -39,6 +39,7 @@ READ_AS: dict[str, tuple[str, ...]] = {
     "HyperNode": (HYPERNODE_API_VERSION,),
     "ClusterQueue": (API_VERSION, *sorted(KUEUE_API_VERSIONS)),
     "LocalQueue": (API_VERSION, *sorted(KUEUE_API_VERSIONS)),
+    "Cohort": (API_VERSION, *sorted(KUEUE_API_VERSIONS)),
     "Workload": (API_VERSION, *sorted(KUEUE_API_VERSIONS)),
 }
 
@@ -54,6 +55,7 @@ class ClusterInput:
     hypernodes: dict[str, HyperNode] = field(default_factory=dict)
     cluster_queues: dict[str, ClusterQueue] = field(default_factory=dict)
     local_queues: dict[str, str] = field(default_factory=dict)  # "namespace/name" -> its CQ
+    cohorts: dict[str, Cohort] = field(default_factory=dict)  # the cohort tree's nodes
     # status.admission of each admitted, unfinished Workload: the quota in use
     admissions: list[dict[str, Any]] = field(default_factory=list)
     # the same Workloads by namespace/name: what they hold on the nodes of their assignment
@@ -213,7 +215,7 @@ def load_cluster(paths: list[Path]) -> ClusterInput:
     return cluster
 
 
-_QUEUE_KINDS = ("ClusterQueue", "LocalQueue")
+_QUEUE_KINDS = ("ClusterQueue", "LocalQueue", "Cohort")
 KUEUE_WORKLOAD, KUEUE_PODSET = f"{KUEUE_GROUP}/workload", f"{KUEUE_GROUP}/podset"
 MAX_LABEL_VALUE = 63  # the API server's limit; an assignment could not carry a longer value
 
@@ -245,8 +247,13 @@ def _check_label_values(node: NodeInfo) -> None:
 
 
 def _add_queue(cluster: ClusterInput, obj: Mapping[str, Any]) -> None:
-    """A ClusterQueue or LocalQueue, Kueue's read as topogate's (the same fields)."""
+    """A ClusterQueue, LocalQueue or Cohort, Kueue's read as topogate's (the same fields)."""
     same = {**obj, "apiVersion": API_VERSION}
+    if obj.get("kind") == "Cohort":
+        cohort = parse_model(Cohort, same, "")
+        _unique(cluster.cohorts, cohort.metadata.name, "Cohort")
+        cluster.cohorts[cohort.metadata.name] = cohort
+        return
     if obj.get("kind") == "ClusterQueue":
         queue = parse_model(ClusterQueue, same, "")
         _unique(cluster.cluster_queues, queue.metadata.name, "ClusterQueue")
@@ -273,7 +280,7 @@ def add_cluster_argument(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="PATH",
         help="file or directory of Nodes, Pods, Topologies, ResourceFlavors, HyperNodes, "
-        "ClusterQueues, LocalQueues, Workloads; - reads stdin "
+        "ClusterQueues, LocalQueues, Cohorts, Workloads; - reads stdin "
         "(kubectl get nodes,pods -A -o yaml | topogate ... --cluster -)",
     )
 

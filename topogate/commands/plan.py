@@ -30,7 +30,7 @@ from topogate.admission.podsets import (
     translate,
     wanted_by,
 )
-from topogate.admission.quota import QueueSpec, Usage, usage_of
+from topogate.admission.quota import CohortSpec, QueueSpec, Usage, usage_of
 from topogate.admission.request import (
     Mode,
     PlacementDecision,
@@ -241,8 +241,14 @@ def _catalog(cluster: ClusterInput, forest: HyperNodeForest | None) -> Catalog:
             queues[name] = QueueSpec.from_model(model)
         except ValueError as error:  # a quota the cache cannot count
             raise InputError(str(error), where=f"ClusterQueue {name}") from None
+    cohorts: dict[str, CohortSpec] = {}
+    for name, cohort in cluster.cohorts.items():
+        try:
+            cohorts[name] = CohortSpec.from_model(cohort)
+        except ValueError as error:
+            raise InputError(str(error), where=f"Cohort {name}") from None
     sources = topology_sources(cluster.topologies, forest)
-    return Catalog(queues, dict(cluster.local_queues), cluster.flavors, sources)
+    return Catalog(queues, dict(cluster.local_queues), cluster.flavors, sources, cohorts)
 
 
 def _only_flavor(catalog: Catalog, cluster_queue: str, flavor: str) -> Catalog | str:
@@ -292,7 +298,7 @@ def plan_on_queue(
     placer = build_placer(snapshot, catalog, named, exact_budget())
     in_use = usage_of(cluster.admissions)
     before = {slot: dict(amounts) for slot, amounts in in_use.items()}  # the cycle adds to it
-    cycle = admission_cycle(catalog.queues, [pending], in_use, placer)
+    cycle = admission_cycle(catalog.queues, [pending], in_use, placer, cohorts=catalog.cohorts)
     if not cycle.admitted:
         message = cycle.pending.get(key, "")
         hints = _queue_hints(cluster, catalog, placer, pending.request.topology, message)

@@ -159,9 +159,14 @@ class Admitter:
         snapshot = self.state.ledger.snapshot()
         named = queue.lanes.topologies()
         placer = build_placer(snapshot, catalog, named, clock.exact_budget(self.exact_budget))
-        preempt = preemptor(self.state, catalog.queues, placer)
+        preempt = preemptor(self.state, catalog.queues, placer, catalog.cohorts)
         result = admission_cycle(
-            catalog.queues, queue.lanes, self.state.workloads.quota_in_use(), placer, preempt
+            catalog.queues,
+            queue.lanes,
+            self.state.workloads.quota_in_use(),
+            placer,
+            preempt,
+            catalog.cohorts,
         )
         for outcome, count in placer.exact_outcomes.items():
             self.metrics.exact_pass.labels(outcome).inc(count)

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from topogate.admission.cycle import Held, Preempt, SnapshotPlacer
 from topogate.admission.lanes import PendingWorkload
 from topogate.admission.preemption import Preemption, Running, Victim, plan_preemption
-from topogate.admission.quota import QueueSpec, Usage
+from topogate.admission.quota import CohortSpec, CohortTree, QueueSpec, Usage
 from topogate.admission.request import PlacementDecision
 from topogate.api.objects import condition, is_evicted, meta
 from topogate.kube.protocol import KubeApi
@@ -58,11 +58,15 @@ def running_workloads(state: ControllerState) -> list[Running]:
 
 
 def preemptor(
-    state: ControllerState, queues: Mapping[str, QueueSpec], placer: SnapshotPlacer
+    state: ControllerState,
+    queues: Mapping[str, QueueSpec],
+    placer: SnapshotPlacer,
+    cohorts: Mapping[str, CohortSpec] | None = None,
 ) -> Preempt:
     """The cycle's preemption planner: candidates read once, fits simulated on the placer's
-    snapshot without the victims' usage and GPU sets."""
+    snapshot without the victims' usage and GPU sets, quota counted over the cohort tree."""
     running: list[Running] | None = None
+    tree = CohortTree(queues, cohorts)
 
     def plan(
         workload: PendingWorkload, queue: QueueSpec, usage: Usage, held: Held
@@ -84,7 +88,9 @@ def preemptor(
                         gpus.setdefault(node, set()).update(g for one in sets for g in one)
             return placer.without(per_node, gpus)(flavor, workload.request, held)
 
-        return plan_preemption(workload, queue, queue.preemption, queues, usage, running, simulate)
+        return plan_preemption(
+            workload, queue, queue.preemption, queues, usage, running, simulate, tree
+        )
 
     return plan
 

@@ -67,6 +67,8 @@ CLUSTER_QUEUES = Resource(API_VERSION, "clusterqueues", namespaced=False)
 LOCAL_QUEUES = Resource(API_VERSION, "localqueues")
 RESOURCE_FLAVORS = Resource(API_VERSION, "resourceflavors", namespaced=False)
 TOPOLOGIES = Resource(API_VERSION, "topologies", namespaced=False)
+# The cohort tree's inner nodes; a cluster whose CRDs predate them lacks the kind (optional).
+COHORTS = Resource(API_VERSION, "cohorts", namespaced=False)
 HYPERNODES = Resource("topology.volcano.sh/v1alpha1", "hypernodes", namespaced=False)
 KAI_TOPOLOGIES = Resource(
     KAI_API_VERSION, "topologies", namespaced=False, store_key=f"topologies.{KAI_GROUP}"

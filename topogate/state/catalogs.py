@@ -1,5 +1,5 @@
 """What is parsed from the watched queue objects and kept until one of them changes: the
-catalog of queues, flavors and topologies, the HyperNode forest, and the nodes per topology
+catalog of queues, cohorts, flavors and topologies, the HyperNode forest, and the nodes per topology
 domain. Also the validating webhook's view of them (``webhooks.review.ClusterView``), so a
 review in `serve` makes no API call."""
 
@@ -17,6 +17,7 @@ from topogate.cache.hypernodes import HyperNodeForest, build_forest
 from topogate.cache.nodes import NodeInfo
 from topogate.kube.resources import (
     CLUSTER_QUEUES,
+    COHORTS,
     HYPERNODES,
     KAI_TOPOLOGIES,
     LOCAL_QUEUES,
@@ -34,6 +35,7 @@ CATALOG_INPUTS = frozenset(
     r.key
     for r in (
         CLUSTER_QUEUES,
+        COHORTS,
         LOCAL_QUEUES,
         RESOURCE_FLAVORS,
         TOPOLOGIES,
@@ -75,6 +77,7 @@ class Catalogs:
                 list(objects(TOPOLOGIES).values()),
                 forest,
                 list(objects(KAI_TOPOLOGIES).values()),
+                list(objects(COHORTS).values()),
             )
             for warning in warnings:
                 log.warning("%s", warning)

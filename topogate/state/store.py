@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping
 from topogate.api.objects import key_of, workload_of_pod
 from topogate.kube.resources import (
     CLUSTER_QUEUES,
+    COHORTS,
     HYPERNODES,
     JOB_RESOURCES,
     KAI_TOPOLOGIES,
@@ -28,6 +29,7 @@ WATCHED: tuple[Resource, ...] = (
     *JOB_RESOURCES.values(),
     WORKLOADS,
     CLUSTER_QUEUES,
+    COHORTS,
     LOCAL_QUEUES,
     RESOURCE_FLAVORS,
     TOPOLOGIES,
