@@ -108,17 +108,21 @@ def _mutating_hooks(
         )
         for owner, sel in queued
     ]
-    hooks.append(
-        _webhook(
-            "pod.mutate.topogate.dev",
+    # Pods marked by their job's template (a LeaderWorkerSet's too), then members of a plain
+    # pod group. Called again when a later webhook changed the pod (LeaderWorkerSet's own
+    # labels a leader's group index), so the marks follow what the pod finally says.
+    for name, label in (("pod", c.PODSET_LABEL), ("pod-group", c.POD_GROUP_NAME)):
+        hook = _webhook(
+            f"{name}.mutate.topogate.dev",
             "/mutate",
             [_rule([""], ["pods"], ["CREATE"])],
-            {"matchExpressions": [{"key": c.PODSET_LABEL, "operator": "Exists"}]},
+            {"matchExpressions": [{"key": label, "operator": "Exists"}]},
             True,
             "Fail",
             **where,
         )
-    )
+        hook["reinvocationPolicy"] = "IfNeeded"
+        hooks.append(hook)
     return hooks
 
 

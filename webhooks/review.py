@@ -2,7 +2,10 @@
 
 Mutating:
 - a job of a registered kind (``api/kinds``: batch/v1 Job, JobSet) created with a queue
-  label is suspended, so nothing runs before topogate has placed the whole gang;
+  label is suspended, so nothing runs before topogate has placed the whole gang; a kind with
+  no suspend switch (LeaderWorkerSet) gets its pod templates marked instead;
+- a queued Pod of a gated kind (a pod group's member, a LeaderWorkerSet's pod) gets the gate
+  and its group's Workload and PodSet, so it waits until its group is admitted;
 - a Pod of an admitted topology workload (it carries the ``topogate.dev/podset`` label the
   job sync puts on the pod templates when it starts an admitted job) gets the scheduling gate
   ``topogate.dev/topology`` and the workload/podset marks, so it waits for the ungater.
@@ -31,8 +34,11 @@ from topogate.api.jobs import workload_from_object
 from topogate.api.keywarnings import key_warnings
 from topogate.api.kinds import (
     JOB_KINDS,
+    Gated,
     PartialAdmission,
+    PodMarks,
     Suspendable,
+    gated_pod,
     job_kind,
     pod_podset,
     queue_name,
@@ -176,20 +182,32 @@ def _pointer(*parts: str) -> str:
 # --- mutation -------------------------------------------------------------------------------
 
 
-def _gate_pod(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _gate_pod(obj: Mapping[str, Any], marks: PodMarks | None = None) -> list[dict[str, Any]]:
+    """Gate a pod and mark it with its Workload and PodSet: from the marks of its gated kind
+    (``marks``), else from what its job's template gave it."""
     labels = labels_of(obj)
     annotations = annotations_of(obj)
     spec = as_mapping(obj.get("spec"))
     patch: list[dict[str, Any]] = []
-    podset = labels.get(c.PODSET_LABEL) or pod_podset(labels) or "main"
+    podset = (
+        labels.get(c.PODSET_LABEL)
+        or (marks.podset if marks else None)
+        or pod_podset(labels)
+        or "main"
+    )
+    wanted = {c.PODSET_LABEL: podset, **(marks.labels if marks else {})}
+    missing = {k: v for k, v in wanted.items() if k not in labels}
     if not labels:
-        patch.append({"op": "add", "path": "/metadata/labels", "value": {c.PODSET_LABEL: podset}})
-    elif c.PODSET_LABEL not in labels:
-        patch.append(
-            {"op": "add", "path": _pointer("metadata", "labels", c.PODSET_LABEL), "value": podset}
+        patch.append({"op": "add", "path": "/metadata/labels", "value": missing})
+    else:
+        patch.extend(
+            {"op": "add", "path": _pointer("metadata", "labels", k), "value": v}
+            for k, v in missing.items()
         )
-    workload = annotations.get(c.WORKLOAD_ANNOTATION) or annotations.get(
-        f"{c.KUEUE_GROUP}/workload"
+    workload = (
+        annotations.get(c.WORKLOAD_ANNOTATION)
+        or (marks.workload if marks else None)
+        or annotations.get(f"{c.KUEUE_GROUP}/workload")
     )
     if workload and c.WORKLOAD_ANNOTATION not in annotations:
         if not annotations:
@@ -231,10 +249,16 @@ def mutate(review: Review) -> dict[str, Any]:
     patch: list[dict[str, Any]] = []
     kind = job_kind(review.kind)
     if kind is not None and queue_name(review.obj):
-        # A kind without spec.suspend is held back by the gate on its pods instead.
-        patch = kind.suspend_on_create(review.obj) if isinstance(kind, Suspendable) else []
+        if isinstance(kind, Suspendable):
+            patch = kind.suspend_on_create(review.obj)
+        elif isinstance(kind, Gated):  # held back by the gate on its pods instead
+            patch = kind.create_patch(review.obj)
     elif review.kind == "Pod" and review.group == "":
-        patch = _gate_pod(review.obj)
+        member = gated_pod(review.obj)
+        if member is not None:
+            patch = _gate_pod(review.obj, member[1])
+        elif c.PODSET_LABEL in labels_of(review.obj):
+            patch = _gate_pod(review.obj)
     return response(review.uid, patch=patch)
 
 

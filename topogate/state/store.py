@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+from topogate.api.kinds import Gated, job_kind, podgroup
 from topogate.api.objects import key_of, workload_of_pod
 from topogate.kube.resources import (
     CLUSTER_QUEUES,
@@ -70,6 +71,18 @@ class Store:
 
     def objects(self, resource: Resource) -> Mapping[str, Obj]:
         return self._objects[resource.key]
+
+    def job(self, kind: str, key: str) -> Obj | None:
+        """The job of ``kind`` at ``key``: as watched, or, for a kind with no object of its
+        own (a pod group, keyed by its Workload), composed from its marked pods; None when
+        there is none."""
+        registered = job_kind(kind)
+        if isinstance(registered, Gated) and registered.composed:
+            pods = self.pods_of(key)
+            namespace, name = key.split("/", 1)
+            return podgroup.compose(namespace, name, pods) if pods else None
+        resource = JOB_RESOURCES.get(kind)
+        return self._objects[resource.key].get(key) if resource is not None else None
 
     def counts(self) -> dict[str, int]:
         return {plural: len(objects) for plural, objects in self._objects.items()}
