@@ -215,16 +215,15 @@ def test_the_pod_webhook_gates_a_leaderworkerset_pod_into_its_groups_workload() 
 
 def test_workers_rank_from_one_when_a_leader_has_rank_zero() -> None:
     """Worker-index 1..3 with Kueue's offset 1 are ranks 0..2: worker 1 goes to the first
-    domain, not the greedy name order."""
+    domain, whatever the names' order (the greedy fallback's)."""
+    indexes = {"w-a": 3, "w-b": 1, "w-c": 2}
     pods = [
-        PodView(
-            f"w-{i}", f"u{i}", {c.LWS_WORKER_INDEX: str(i)}, {c.POD_INDEX_OFFSET: "1"}, gated=True
-        )
-        for i in (3, 1, 2)
+        PodView(name, name, {c.LWS_WORKER_INDEX: str(i)}, {c.POD_INDEX_OFFSET: "1"}, gated=True)
+        for name, i in indexes.items()
     ]
     domains = [Domain(("h1",), 1), Domain(("h2",), 2)]
     plan = plan_ungates(["host"], domains, pods, count=3, index_label=c.LWS_WORKER_INDEX)
-    assert {u.pod: u.node_selector["host"] for u in plan} == {"w-1": "h1", "w-2": "h2", "w-3": "h2"}
+    assert {u.pod: u.node_selector["host"] for u in plan} == {"w-b": "h1", "w-c": "h2", "w-a": "h2"}
 
 
 # -- plain pod groups --------------------------------------------------------------------------
@@ -348,7 +347,10 @@ async def test_job_sync_carries_a_pod_group_from_its_pods_to_finished() -> None:
     assert finished is not None and finished["reason"] == "Succeeded"
 
 
-async def test_an_evicted_pod_group_loses_its_pods_then_its_admission() -> None:
+@pytest.mark.parametrize("released", [("a",), ("a", "b")], ids=["one-released", "all-released"])
+async def test_an_evicted_pod_group_loses_its_pods_then_its_admission(
+    released: tuple[str, ...],
+) -> None:
     h = Harness()
     events = EventRecorder(h.kube, "test")
     sync = JobSync(h.kube, h.state, events)
@@ -360,6 +362,11 @@ async def test_an_evicted_pod_group_loses_its_pods_then_its_admission() -> None:
     h.deliver()
     await admitter.cycle()
     h.deliver()
+    for name in released:  # released by the ungater and bound
+        running = h.kube.stored(PODS, name, "ml")
+        assert running is not None
+        running["spec"] = {**running["spec"], "schedulingGates": [], "nodeName": "n1"}
+        h.kube.seed(PODS, running)
     workload = h.kube.stored(WORKLOADS, "team-a", "ml")
     assert workload is not None
     workload["status"]["conditions"].append(
@@ -369,8 +376,13 @@ async def test_an_evicted_pod_group_loses_its_pods_then_its_admission() -> None:
     h.deliver()
     await sync.reconcile("PodGroup", "ml/team-a")
     h.deliver()
-    assert h.kube.objects(PODS) == []  # deleted, as Kueue stops a pod group
-    await sync.reconcile("PodGroup", "ml/team-a")  # keyed by its Workload, with no pod left
+    # The running pods are deleted, as Kueue stops a pod group; a gated one holds nothing
+    # and is left to wait for the next admission.
+    left = sorted({"a", "b"} - set(released))
+    assert [p["metadata"]["name"] for p in h.kube.objects(PODS)] == left
+    assert admitted(h, "ml/team-a")  # until the watch shows the pods gone
+    # As the pods' deletion events bring it (with none left, keyed by its Workload alone).
+    await sync.reconcile("PodGroup", "ml/team-a")
     h.deliver()
     requeued = h.kube.stored(WORKLOADS, "team-a", "ml")
     assert requeued is not None and not requeued["status"].get("admission")
@@ -399,3 +411,43 @@ async def test_job_sync_makes_one_workload_per_leaderworkerset_group_and_never_w
     await sync.reconcile("LeaderWorkerSet", "ml/serve")
     assert h.kube.stored(LWS, "serve", "ml") == before  # admission is ungating, not a write
     assert all(admitted(h, f"ml/{n}") for n in names)
+
+
+def test_after_a_restart_every_pod_group_is_looked_at_again() -> None:
+    h = Harness()
+    for name in ("a", "b"):
+        h.kube.seed(PODS, mutated(group_pod(name)))
+    h.deliver()
+    assert ("PodGroup", "ml/team-a") in set(h.state.store.job_keys())
+    assert h.state.store.job("PodGroup", "ml/nobody") is None
+
+
+def validated(obj: Obj) -> dict[str, Any]:
+    from topogate.webhooks.review import validate
+
+    answer: dict[str, Any] = validate(review(obj))["response"]
+    return answer
+
+
+def test_a_group_member_with_a_bad_count_or_topology_key_is_refused_naming_the_field() -> None:
+    assert validated(group_pod("a"))["allowed"]
+    bad = group_pod("a")
+    bad["metadata"]["annotations"][c.POD_GROUP_TOTAL_COUNT] = "two"
+    answer = validated(bad)
+    assert not answer["allowed"] and answer["status"]["code"] == 422
+    assert answer["status"]["message"] == (
+        f"Pod ml/a: metadata.annotations[{c.POD_GROUP_TOTAL_COUNT}]: Invalid value: 'two': "
+        "must be an integer above 0"
+    )
+    clash = group_pod("a")
+    clash["metadata"]["annotations"][f"{c.KUEUE_GROUP}/{c.PREFERRED_TOPOLOGY}"] = RACK
+    answer = validated(clash)
+    assert not answer["allowed"]
+    assert answer["status"]["message"].startswith("Pod ml/a: metadata.annotations")
+    typo = group_pod("a")
+    typo["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topolgy"] = RACK
+    answer = validated(typo)
+    assert (
+        answer["allowed"]
+        and "did you mean kueue.x-k8s.io/podset-required-topology" in (answer["warnings"][0])
+    )

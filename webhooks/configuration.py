@@ -145,6 +145,19 @@ def _validating_hooks(
         )
         for owner, sel in queued
     ]
+    # A pod group's members: their own count and topology keys (the group is read whole
+    # once all its pods exist).
+    hooks.append(
+        _webhook(
+            "pod-group.validate.topogate.dev",
+            "/validate",
+            [_rule([""], ["pods"], ["CREATE"])],
+            {"matchExpressions": [{"key": c.POD_GROUP_NAME, "operator": "Exists"}]},
+            True,
+            "Fail",
+            **where,
+        )
+    )
     hooks.append(
         _webhook(
             "objects.validate.topogate.dev",

@@ -34,6 +34,7 @@ from topogate.api.jobs import workload_from_object
 from topogate.api.keywarnings import key_warnings
 from topogate.api.kinds import (
     JOB_KINDS,
+    POD_GROUP,
     Gated,
     PartialAdmission,
     PodMarks,
@@ -299,6 +300,14 @@ def _check_job(review: Review, view: ClusterView) -> None:
         _check_kueue_levels(podset, path, topology, queue, source.where)
 
 
+def _check_group_pod(review: Review, view: ClusterView) -> None:
+    """A queued pod group member's own count and topology keys, refused as a Job's are (its
+    group is read whole when all its pods exist)."""
+    if review.operation != "CREATE" or POD_GROUP.pod_marks(review.obj) is None:
+        return
+    POD_GROUP.check_pod(review.obj, object_name({**review.obj, "kind": "Pod"}))
+
+
 def _min_parallelism_changed(review: Review) -> bool:
     """As Kueue's Job webhook: the range of ``job-min-parallelism`` is checked when a Job is
     created or the annotation changes, not when the job sync sets the admitted parallelism."""
@@ -390,6 +399,7 @@ def _check_hypernode(review: Review, view: ClusterView) -> None:
 _VALIDATORS: dict[tuple[str, str], Callable[[Review, ClusterView], None]] = {
     ("topology.volcano.sh", "HyperNode"): _check_hypernode,
     **{(kind.group, kind.kind): _check_job for kind in JOB_KINDS},
+    ("", "Pod"): _check_group_pod,
     (c.GROUP, "Topology"): _check_model(Topology),
     (c.GROUP, "ResourceFlavor"): _check_model(ResourceFlavor),
     (c.GROUP, "ClusterQueue"): _check_model(ClusterQueue),
@@ -406,7 +416,9 @@ def validate(review: Review, view: ClusterView | None = None) -> dict[str, Any]:
         return response(review.uid)
     # Keys topogate would ignore are said on every answer, a refusal included.
     kind = job_kind(review.kind)
-    warnings = key_warnings(review.obj) if kind is not None and kind.group == review.group else []
+    is_pod = review.kind == "Pod" and review.group == ""
+    read = is_pod or (kind is not None and kind.group == review.group)
+    warnings = key_warnings(review.obj) if read else []
     try:
         check(review, view or NoView())
     except InputError as error:

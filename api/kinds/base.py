@@ -346,6 +346,10 @@ class Gated(JobKind):
             }
         ]
 
+    def event_target(self, job: Obj) -> Obj:
+        """The object Events about the job are about: by default the object itself."""
+        return job
+
     def group_finished(self, job: Mapping[str, Any], pods: list[Obj]) -> str | None:
         """ "Succeeded" or "Failed" once the group of ``pods`` is done; by default never (a
         serving kind runs until it is deleted)."""

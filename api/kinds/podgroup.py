@@ -261,6 +261,20 @@ class PodGroupKind(Gated):
             for p in self._members(job)
         ]
 
+    def event_target(self, job: Obj) -> Obj:
+        """A group has no object of its own: its first pod (``kubectl describe`` shows it)."""
+        members = self._members(job)
+        return dict(members[0]) if members else job
+
+    def check_pod(self, pod: Mapping[str, Any], where: str) -> None:
+        """One member's own fields, as the validating webhook sees it being created (the
+        group is checked whole when its Workload is made): its total count, and the topology
+        keys on its metadata (InputError names the field)."""
+        total = total_count({"pods": [pod]}, where)
+        meta = as_map(pod.get("metadata"))
+        template = {"metadata": {"annotations": meta.get("annotations") or {}}, "spec": {}}
+        podset(role(pod), total, template, where, "")
+
     def group_finished(self, job: Mapping[str, Any], pods: list[Obj]) -> str | None:
         members = self._members(job) or pods
         try:

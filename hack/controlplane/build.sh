@@ -11,7 +11,7 @@
 #     jobset-webhooks.yaml          (config/components/crd/bases, kustomize build config/components/webhook)
 #   lws-controller                  sigs.k8s.io/lws (LeaderWorkerSet; a wrapper module, as JobSet),
 #     lws-crd.yaml                  with its CRD and webhook configurations from the same module
-#     lws-webhooks.yaml             (config/crd/bases, config/webhook/manifests.yaml)
+#     lws-webhooks.yaml             (config/crd/bases, kustomize build config/webhook)
 #
 # Outputs live outside the repository, keyed by version:
 #   ${TOPOGATE_CACHE:-~/.cache/topogate}/controlplane/kube-<v>-etcd-<v>-kustomize-<v>-jobset-<v>-lws-<v>/bin
@@ -138,8 +138,12 @@ build_lws() {
   go build -p 2 -trimpath -ldflags "-s -w" -o "$staging/lws-controller" sigs.k8s.io/lws/cmd
   local dir
   dir=$(go list -m -f '{{.Dir}}' sigs.k8s.io/lws)
-  cp "$dir/config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml" "$staging/lws-crd.yaml"
-  cp "$dir/config/webhook/manifests.yaml" "$staging/lws-webhooks.yaml"
+  # Both CRDs of the release: its controller also watches DisaggregatedSets, and stops when
+  # that kind is not served.
+  cat "$dir/config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml" \
+    <(echo ---) "$dir/config/crd/bases/disaggregatedset.x-k8s.io_disaggregatedsets.yaml" \
+    >"$staging/lws-crd.yaml"
+  "$staging/kustomize" build "$dir/config/webhook" >"$staging/lws-webhooks.yaml"
   chmod 644 "$staging/lws-crd.yaml" "$staging/lws-webhooks.yaml"
 }
 

@@ -35,6 +35,7 @@ from topogate.admission.integration import (
     suspend_patch,
     workload_name,
 )
+from topogate.api import constants as c
 from topogate.api.errors import InputError
 from topogate.api.kinds import Gated, job_kind, queue_name
 from topogate.api.objects import is_evicted, is_finished, key_of, meta
@@ -47,6 +48,11 @@ from topogate.state import ControllerState
 from .writes import new_condition, write_status
 
 log = logging.getLogger("topogate.jobs")
+
+
+def _gated(pod: Obj) -> bool:
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(isinstance(g, dict) and g.get("name") == c.TOPOLOGY_GATE for g in gates)
 
 
 def _terminated(pod: Obj) -> bool:
@@ -172,7 +178,9 @@ class JobSync:
         admission is taken back once none runs."""
         for pod in pods:
             m = meta(pod)
-            if _terminated(pod) or m.get("deletionTimestamp"):
+            # A gated pod holds nothing and waits for the next admission (Kueue's Stop also
+            # leaves a pod alone that is gated or ended).
+            if _terminated(pod) or m.get("deletionTimestamp") or _gated(pod):
                 continue
             try:
                 await self.kube.delete(PODS, str(m["name"]), m.get("namespace"))
@@ -182,7 +190,7 @@ class JobSync:
             log.info(
                 "deleted pod %s/%s of evicted %s", m.get("namespace"), m["name"], key_of(workload)
             )
-        await self._requeue(workload)
+        await self._requeue(workload, gated_wait=True)
 
     async def _restore(self, resource: Resource, job: Obj, workload: Obj | None) -> None:
         """A suspended Job that ran with fewer pods gets its Workload's count back as its
@@ -206,7 +214,9 @@ class JobSync:
         except InputError as error:
             self._invalid[(kind, key)] = version
             log.warning("%s %s: %s", kind, key, error.describe())
-            self.events.emit(job, "InvalidWorkload", error.describe(), warning=True)
+            kind_of = job_kind(kind)
+            target = kind_of.event_target(job) if isinstance(kind_of, Gated) else job
+            self.events.emit(target, "InvalidWorkload", error.describe(), warning=True)
             return
         self._invalid.pop((kind, key), None)
         try:
@@ -281,9 +291,15 @@ class JobSync:
         await self._restore(resource, job, workload)
         await self._requeue(workload)
 
-    async def _requeue(self, workload: Obj) -> None:
-        """Take an evicted Workload's admission back once none of its pods runs."""
-        running = [p for p in self.state.store.pods_of(key_of(workload)) if not self._gone(p)]
+    async def _requeue(self, workload: Obj, gated_wait: bool = False) -> None:
+        """Take an evicted Workload's admission back once none of its pods runs (with
+        ``gated_wait``, a pod still gated does not count: a group's controller may have made
+        it again already)."""
+        running = [
+            p
+            for p in self.state.store.pods_of(key_of(workload))
+            if not self._gone(p) and not (gated_wait and _gated(p))
+        ]
         if running:
             return  # the pods' deletion events bring it back here
         conditions = [

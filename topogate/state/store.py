@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from topogate.api.kinds import Gated, job_kind, podgroup
+from topogate.api.kinds import COMPOSED_KINDS, Gated, job_kind, podgroup
 from topogate.api.objects import key_of, workload_of_pod
 from topogate.kube.resources import (
     CLUSTER_QUEUES,
@@ -105,3 +105,8 @@ class Store:
         for kind, resource in JOB_RESOURCES.items():
             for key in self._objects[resource.key]:
                 yield kind, key
+        for composed in COMPOSED_KINDS:  # pod groups, by the Workload their pods name
+            for workload in self._pods_by_workload:
+                pods = self.pods_of(workload)
+                if pods and composed.pod_owner(pods[0]) == workload:
+                    yield composed.kind, workload
