@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 import json
 from typing import Any
 
@@ -451,3 +452,30 @@ def test_a_group_member_with_a_bad_count_or_topology_key_is_refused_naming_the_f
         answer["allowed"]
         and "did you mean kueue.x-k8s.io/podset-required-topology" in (answer["warnings"][0])
     )
+
+
+def test_a_queued_leaderworkersets_templates_and_size_are_immutable() -> None:
+    from topogate.webhooks.review import validate
+
+    old = mutated(lws(), "leaderworkerset.x-k8s.io")
+
+    def update(new: Obj) -> dict[str, Any]:
+        body = dataclasses.replace(
+            review(new, "leaderworkerset.x-k8s.io"), operation="UPDATE", old=old
+        )
+        answer: dict[str, Any] = validate(body)["response"]
+        return answer
+
+    same = copy.deepcopy(old)
+    same["spec"]["replicas"] = 5  # more groups: more Workloads, each as the others
+    assert update(same)["allowed"]
+    annotations = old["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"]["annotations"]
+    for field, value in (("workerTemplate", pod_template(1, dict(annotations))), ("size", 9)):
+        changed = copy.deepcopy(old)
+        changed["spec"]["leaderWorkerTemplate"][field] = value
+        answer = update(changed)
+        assert not answer["allowed"]
+        assert answer["status"]["message"] == (
+            f"LeaderWorkerSet ml/serve: spec.leaderWorkerTemplate.{field}: Invalid value: "
+            "field is immutable while the LeaderWorkerSet is queued"
+        )

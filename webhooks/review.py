@@ -285,6 +285,8 @@ def _check_job(review: Review, view: ClusterView) -> None:
     obj.setdefault("kind", kind.kind)
     source = workload_from_object(obj, check_min_range=_min_parallelism_changed(review))
     _check_running_parallelism(review, source.where)
+    if isinstance(kind, Gated) and review.operation == "UPDATE" and review.old is not None:
+        kind.check_update(review.old, review.obj, source.where)
     catalog = view.catalog_for(review.namespace, queue)
     cluster_queue = catalog.cluster_queue(review.namespace, queue)[0] if catalog else None
     if catalog is None or cluster_queue is None:

@@ -346,6 +346,10 @@ class Gated(JobKind):
             }
         ]
 
+    def check_update(self, old: Mapping[str, Any], new: Mapping[str, Any], where: str) -> None:
+        """Raise InputError when an update changes what the group's Workloads were made from
+        (their PodSets are not made again); by default anything may change."""
+
     def event_target(self, job: Obj) -> Obj:
         """The object Events about the job are about: by default the object itself."""
         return job

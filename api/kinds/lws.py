@@ -129,6 +129,26 @@ class LeaderWorkerSetKind(Gated):
             return []
         return [{"op": "add", "path": "/spec/leaderWorkerTemplate", "value": marked}]
 
+    def check_update(self, old: Mapping[str, Any], new: Mapping[str, Any], where: str) -> None:
+        """As Kueue's LeaderWorkerSet webhook (with LWSImmutableGroupSize): a queued set's
+        templates and group size are immutable; its Workloads hold the PodSets made from
+        them, and a new template's pods would lack the marks that gate them."""
+        before = as_map(as_map(old.get("spec")).get("leaderWorkerTemplate"))
+        after = as_map(as_map(new.get("spec")).get("leaderWorkerTemplate"))
+        for name, path in (
+            ("leaderTemplate", LEADER_PATH),
+            ("workerTemplate", WORKER_PATH),
+            ("size", "spec.leaderWorkerTemplate.size"),
+        ):
+            if before.get(name, 1 if name == "size" else None) != after.get(
+                name, 1 if name == "size" else None
+            ):
+                raise InputError(
+                    "Invalid value: field is immutable while the LeaderWorkerSet is queued",
+                    where=where,
+                    field=path,
+                )
+
     def groups(self, job: Mapping[str, Any]) -> list[str]:
         spec = as_map(job.get("spec"))
         replicas = spec.get("replicas", 1)
