@@ -16,7 +16,7 @@ from kubernetes import client
 
 from tests import test_e2e
 from tests.cluster import eventually
-from tests.test_e2e import BLOCK, HOST, RACK, Pool, Serve, all_bound, condition, submit
+from tests.test_e2e import BLOCK, HOST, POOL, RACK, Pool, Serve, all_bound, condition, submit
 from tests.test_preemption_e2e import kubelet, local_queue, priority_class, queue
 from topogate.api.kinds.lws import group_workload_name
 from topogate.testing.controlplane import ControlPlane
@@ -112,6 +112,7 @@ def test_a_leaderworkerset_group_lands_in_one_rack_leader_and_workers_together(
         assert not pod.spec.scheduling_gates
         assert pod.metadata.annotations["topogate.dev/workload"] == name
         assert pod.spec.node_selector[HOST] == pod.spec.node_name
+        assert pod.spec.node_selector[POOL] == pool.name  # the flavor's node label
 
 
 def test_a_plain_pod_group_is_admitted_as_one_gang(serve: Serve, pool: Pool) -> None:

@@ -479,3 +479,37 @@ def test_a_queued_leaderworkersets_templates_and_size_are_immutable() -> None:
             f"LeaderWorkerSet ml/serve: spec.leaderWorkerTemplate.{field}: Invalid value: "
             "field is immutable while the LeaderWorkerSet is queued"
         )
+
+
+async def test_released_group_pods_get_the_flavors_node_labels_and_tolerations() -> None:
+    """A pod group's pods were not made from a template topogate marked: the ungater adds
+    what a started job's templates carry (the flavor's node labels and tolerations)."""
+    from topogate.kube.resources import RESOURCE_FLAVORS
+    from topogate.ungater.controller import Ungater
+
+    h = Harness()
+    flavor = h.kube.stored(RESOURCE_FLAVORS, "tas")
+    assert flavor is not None
+    taint = {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
+    flavor["spec"]["tolerations"] = [taint]
+    h.kube.seed(RESOURCE_FLAVORS, flavor)
+    own = {"key": "own", "operator": "Exists"}
+    for name in ("a", "b"):
+        pod = mutated(group_pod(name))
+        pod["spec"]["tolerations"] = [own]
+        h.kube.seed(PODS, pod)
+    h.deliver()
+    sync = JobSync(h.kube, h.state, EventRecorder(h.kube, "test"))
+    await sync.reconcile("PodGroup", "ml/team-a")
+    h.deliver()
+    admitter, _ = h.admitter()
+    await admitter.cycle()
+    h.deliver()
+    await Ungater(h.kube, h.state, h.metrics).round(["ml/team-a"])
+    for name in ("a", "b"):
+        released = h.kube.stored(PODS, name, "ml")
+        assert released is not None and released["spec"]["schedulingGates"] == []
+        selector = released["spec"]["nodeSelector"]
+        assert selector["pool"] == "gpu"  # the flavor's
+        assert selector["kubernetes.io/hostname"] in ("n1", "n2", "n3")  # the domain's
+        assert released["spec"]["tolerations"] == [own, taint]

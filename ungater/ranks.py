@@ -47,6 +47,9 @@ class Ungate:
     uid: str
     node_selector: dict[str, str]  # level -> value, to merge into the pod's nodeSelector
     gpu_allocation: str | None = None  # topogate.dev/gpu-allocation to write (see gpus.py)
+    # The flavor's tolerations the pod lacks (a gated kind's pods were not made from a
+    # template topogate marked); tolerations may only be added to a pod, as here.
+    tolerations: tuple[Mapping[str, Any], ...] = ()
 
 
 def _str_map(value: Any) -> dict[str, str]:

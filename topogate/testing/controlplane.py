@@ -422,17 +422,23 @@ class ControlPlane:
         if LWS in self.pids:
             return
         bin_dir = bin_dir or self.bin_dir or binaries()
+        self.install_lws_crds(bin_dir)
+        port, ca_pem = self._start_controller(LWS, "config.lws.x-k8s.io/v1alpha1", bin_dir)
+        self._register_webhooks("lws", bin_dir / "lws-webhooks.yaml", port, ca_pem)
+        self._wait_for(self._lws_defaulted, "LeaderWorkerSet's defaulting webhook answering", 30)
+
+    def install_lws_crds(self, bin_dir: Path | None = None) -> None:
+        """LeaderWorkerSet's CRDs of the release (its own, and DisaggregatedSet's, which its
+        controller also watches), created or left as they are, and Established."""
+        bin_dir = bin_dir or self.bin_dir or binaries()
         for crd in yaml.safe_load_all((bin_dir / "lws-crd.yaml").read_text()):
-            if crd:  # LeaderWorkerSet's, and DisaggregatedSet's, which its controller watches
+            if crd:
                 self._apply("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
         self._wait_for(
             lambda: self._crd_established("leaderworkersets.leaderworkerset.x-k8s.io"),
             "the LeaderWorkerSet CRD Established",
             30,
         )
-        port, ca_pem = self._start_controller(LWS, "config.lws.x-k8s.io/v1alpha1", bin_dir)
-        self._register_webhooks("lws", bin_dir / "lws-webhooks.yaml", port, ca_pem)
-        self._wait_for(self._lws_defaulted, "LeaderWorkerSet's defaulting webhook answering", 30)
 
     def _crd_established(self, name: str) -> bool:
         crd = self.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
