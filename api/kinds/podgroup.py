@@ -65,10 +65,14 @@ def role_hash(pod: Mapping[str, Any]) -> str:
 
     def containers(key: str) -> list[Any]:
         items = spec.get(key)
-        return [
-            {"requests": as_map(as_map(as_map(c).get("resources")).get("requests"))}
-            for c in (items if isinstance(items, list) else [])
-        ]
+        out = []
+        for container in items if isinstance(items, list) else []:
+            resources = as_map(as_map(container).get("resources"))
+            # Requests as the API server defaults them (from limits), so that a file read by
+            # `plan` has the roles the created pods will have.
+            requests = {**as_map(resources.get("limits")), **as_map(resources.get("requests"))}
+            out.append({"requests": requests})
+        return out
 
     shape = {
         "initContainers": containers("initContainers"),
