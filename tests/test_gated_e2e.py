@@ -239,3 +239,20 @@ def test_an_evicted_leaderworkerset_group_loses_its_pods_and_waits_again(
     assert racks_of(pool, pods) == {"r0"}
     again_admitted = next(w for w in pool.workloads() if w["metadata"]["name"] == name)
     assert condition(again_admitted, "Admitted")["status"] == "True"  # type: ignore[index]
+
+
+def test_a_single_queued_pod_is_admitted_alone(serve: Serve, pool: Pool) -> None:
+    serve.start()
+    pool.nodes({("b0", "r0"): 1})
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "solo", "labels": {QUEUE: "q"}, "annotations": {REQUIRED: RACK}},
+        "spec": {"restartPolicy": "Never", **pod_template(8, {})["spec"]},
+    }
+    created = submit(pool, pod)
+    assert created["spec"]["schedulingGates"] == [{"name": "topogate.dev/topology"}]
+    [bound] = eventually(lambda: all_bound(pool, "", 1), 60)
+    [workload] = pool.workloads()
+    assert workload["metadata"]["name"].startswith("pod-solo-")
+    assert bound.metadata.annotations["topogate.dev/workload"] == workload["metadata"]["name"]

@@ -513,3 +513,43 @@ async def test_released_group_pods_get_the_flavors_node_labels_and_tolerations()
         assert selector["pool"] == "gpu"  # the flavor's
         assert selector["kubernetes.io/hostname"] in ("n1", "n2", "n3")  # the domain's
         assert released["spec"]["tolerations"] == [own, taint]
+
+
+def solo_pod(name: str = "solo", owner: str | None = None) -> Obj:
+    pod = group_pod(name)
+    del pod["metadata"]["labels"][c.POD_GROUP_NAME]
+    del pod["metadata"]["annotations"][c.POD_GROUP_TOTAL_COUNT]
+    if owner is not None:
+        pod["metadata"]["ownerReferences"] = [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": owner, "uid": "u", "controller": True}
+        ]
+    return pod
+
+
+async def test_a_single_queued_pod_is_a_gang_of_one() -> None:
+    """As Kueue's plain pod integration: a queued pod of no group and no controller gets its
+    own Workload (PodSet main); a pod a Job controls is the Job's business."""
+    marked = mutated(solo_pod())
+    workload = podgroup.single_pod_workload("solo")
+    assert workload.startswith("pod-solo-")
+    assert marked["metadata"]["annotations"][c.WORKLOAD_ANNOTATION] == workload
+    assert marked["metadata"]["labels"][c.PODSET_LABEL] == "main"
+    assert marked["spec"]["schedulingGates"] == [{"name": c.TOPOLOGY_GATE}]
+    assert "patch" not in mutate(review(solo_pod("child", owner="train")))["response"]
+    h = Harness()
+    h.kube.seed(PODS, marked)
+    h.deliver()
+    assert ("PodGroup", f"ml/{workload}") in set(h.state.store.job_keys())
+    sync = JobSync(h.kube, h.state, EventRecorder(h.kube, "test"))
+    await sync.reconcile("PodGroup", f"ml/{workload}")
+    [created] = h.kube.objects(WORKLOADS)
+    assert created["metadata"]["name"] == workload
+    assert [(p["name"], p["count"]) for p in created["spec"]["podSets"]] == [("main", 1)]
+    h.deliver()
+    failed = copy.deepcopy(marked)
+    failed["status"] = {"phase": "Failed"}
+    h.kube.seed(PODS, failed)
+    h.deliver()
+    await sync.reconcile("PodGroup", f"ml/{workload}")
+    finished = condition(h.kube.stored(WORKLOADS, workload, "ml"), "Finished")
+    assert finished is not None and finished["reason"] == "Failed"

@@ -13,6 +13,9 @@ named by the first 8 hex digits of a SHA-256 of that shape (or by the pod's
 read from the pods' own metadata. A pod's rank is ``kueue.x-k8s.io/pod-group-pod-index``,
 which the webhook copies from the label the pod's ``pod-group-pod-index-label`` names.
 
+A queued pod in no group and with no controller is a group of one (Kueue admits a single
+plain pod the same way): its Workload is ``pod-<name>-<hash>``.
+
 The group is finished when ``total-count`` pods succeeded, or when none runs any more and a
 pod says ``kueue.x-k8s.io/retriable-in-group: "false"`` (then "Failed" when one failed).
 """
@@ -52,6 +55,32 @@ def group_name(pod: Mapping[str, Any]) -> str | None:
         if isinstance(value, str) and value:
             return value
     return None
+
+
+def single_pod_workload(name: str) -> str:
+    """The Workload of a queued pod in no group (Kueue's ``pod-<name>-<hash>``; the hash is of
+    the name, as the webhook that names it knows no uid)."""
+    digest = hashlib.sha256(f"Pod\n{name}".encode()).hexdigest()[:5]
+    return f"pod-{name}"[:57].rstrip(".-") + f"-{digest}"
+
+
+def single(pod: Mapping[str, Any]) -> bool:
+    """A queued pod of no group and no controller (Kueue admits it as a gang of one); one
+    whose controller is a Job, StatefulSet... is that controller's business."""
+    meta = as_map(pod.get("metadata"))
+    refs = meta.get("ownerReferences")
+    controlled = any(isinstance(r, Mapping) and r.get("controller") for r in refs or [])
+    return group_name(pod) is None and not controlled and queue_name(pod) is not None
+
+
+def workload_of_member(pod: Mapping[str, Any]) -> str | None:
+    """The Workload a queued pod belongs to as a plain pod: its group's, or its own when it
+    is a single pod with a name (a generated name is not known when the webhook sees it)."""
+    name = group_name(pod)
+    if name is not None:
+        return name
+    own = as_map(pod.get("metadata")).get("name")
+    return single_pod_workload(own) if single(pod) and isinstance(own, str) and own else None
 
 
 def role_hash(pod: Mapping[str, Any]) -> str:
@@ -146,10 +175,10 @@ def _where_pod(pod: Mapping[str, Any]) -> str:
 def total_count(group: Mapping[str, Any], where: str) -> int:
     """The group's ``pod-group-total-count``: the same positive integer on every pod."""
     pods = group.get("pods")
-    values = {
-        str(annotations_of(p).get(POD_GROUP_TOTAL_COUNT))
-        for p in (pods if isinstance(pods, list) else [])
-    }
+    members = [p for p in (pods if isinstance(pods, list) else []) if isinstance(p, Mapping)]
+    if len(members) == 1 and single(members[0]):
+        return 1  # a single pod: a group of one
+    values = {str(annotations_of(p).get(POD_GROUP_TOTAL_COUNT)) for p in members}
     first = next(iter(sorted(values)), "None")
     field = f"metadata.annotations[{POD_GROUP_TOTAL_COUNT}]"
     if len(values) > 1:
@@ -235,7 +264,7 @@ class PodGroupKind(Gated):
         return [str(as_map(job.get("metadata")).get("name"))]
 
     def pod_marks(self, pod: Mapping[str, Any]) -> PodMarks | None:
-        name = group_name(pod)
+        name = workload_of_member(pod)
         if name is None or queue_name(pod) is None:
             return None
         labels = as_map(as_map(pod.get("metadata")).get("labels"))
@@ -243,11 +272,12 @@ class PodGroupKind(Gated):
         index_label = annotations_of(pod).get(POD_GROUP_POD_INDEX_LABEL)
         if isinstance(index_label, str) and isinstance(labels.get(index_label), str):
             extra[POD_GROUP_POD_INDEX] = labels[index_label]
-        return PodMarks(name, role_hash(pod), extra)
+        # A single pod's one PodSet is Kueue's default name, as for a single Pod in `plan`.
+        return PodMarks(name, "main" if single(pod) else role_hash(pod), extra)
 
     def pod_owner(self, pod: Mapping[str, Any]) -> str | None:
         meta = as_map(pod.get("metadata"))
-        name = group_name(pod)
+        name = workload_of_member(pod)
         if name is None or as_map(meta.get("annotations")).get(WORKLOAD_ANNOTATION) != name:
             return None
         return f"{meta.get('namespace') or 'default'}/{name}"
@@ -281,6 +311,9 @@ class PodGroupKind(Gated):
 
     def group_finished(self, job: Mapping[str, Any], pods: list[Obj]) -> str | None:
         members = self._members(job) or pods
+        if len(members) == 1 and single(members[0]):  # Kueue: a single pod ends with its phase
+            phase = as_map(members[0].get("status")).get("phase")
+            return str(phase) if phase in ("Succeeded", "Failed") else None
         try:
             total = total_count(job, "")
         except InputError:
