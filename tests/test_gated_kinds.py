@@ -553,3 +553,25 @@ async def test_a_single_queued_pod_is_a_gang_of_one() -> None:
     await sync.reconcile("PodGroup", f"ml/{workload}")
     finished = condition(h.kube.stored(WORKLOADS, workload, "ml"), "Finished")
     assert finished is not None and finished["reason"] == "Failed"
+
+
+async def test_a_leaderworkerset_scaled_down_loses_the_workloads_of_its_removed_groups() -> None:
+    h = Harness()
+    sync = JobSync(h.kube, h.state, EventRecorder(h.kube, "test"))
+    h.kube.seed(LWS, mutated(lws(size=2, replicas=3), "leaderworkerset.x-k8s.io"))
+    h.deliver()
+    await sync.reconcile("LeaderWorkerSet", "ml/serve")
+    h.deliver()
+    assert len(h.kube.objects(WORKLOADS)) == 3
+    other = copy.deepcopy(h.kube.objects(WORKLOADS)[0])  # another set's: left alone
+    other["metadata"]["name"] = "someone-else"
+    other["metadata"]["ownerReferences"][0]["uid"] = "u-2"
+    h.kube.seed(WORKLOADS, other)
+    scaled = h.kube.stored(LWS, "serve", "ml")
+    assert scaled is not None
+    scaled["spec"]["replicas"] = 1
+    h.kube.seed(LWS, scaled)
+    h.deliver()
+    await sync.reconcile("LeaderWorkerSet", "ml/serve")
+    names = sorted(w["metadata"]["name"] for w in h.kube.objects(WORKLOADS))
+    assert names == sorted([group_workload_name("serve", 0), "someone-else"])

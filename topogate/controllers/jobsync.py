@@ -117,8 +117,10 @@ class JobSync:
             return
         held_by_gate = gated(job)
         if held_by_gate is not None:
-            for group in held_by_gate.groups(job):
+            groups = held_by_gate.groups(job)
+            for group in groups:
                 await self._reconcile_group(held_by_gate, kind, key, job, group)
+            await self._delete_surplus(job, set(groups))
             return
         resource = JOB_RESOURCES[kind]
         namespace, name = m.get("namespace") or "default", str(m["name"])
@@ -172,6 +174,26 @@ class JobSync:
             return
         if admission is not None and workload is not None and is_evicted(workload):
             await self._stop_group(workload, pods)
+
+    async def _delete_surplus(self, job: Obj, groups: set[str]) -> None:
+        """Workloads the job owns for groups it no longer has (a LeaderWorkerSet scaled
+        down) are deleted, as Kueue's: their capacity is released once the deletion is seen,
+        and the set's controller removes the groups' pods."""
+        m = meta(job)
+        namespace, uid = m.get("namespace") or "default", m.get("uid")
+        for workload in list(self.state.store.objects(WORKLOADS).values()):
+            wm = meta(workload)
+            if wm.get("namespace") != namespace or wm.get("name") in groups:
+                continue
+            refs = wm.get("ownerReferences") or []
+            if not any(r.get("controller") and r.get("uid") == uid for r in refs):
+                continue
+            try:
+                await self.kube.delete(WORKLOADS, str(wm["name"]), namespace)
+            except KubeError as error:
+                if not error.not_found:
+                    raise
+            log.info("deleted Workload %s of a group %s no longer has", key_of(workload), m["name"])
 
     async def _stop_group(self, workload: Obj, pods: list[Obj]) -> None:
         """Kueue's pod group ``Stop``: every live pod of the evicted group is deleted; the
