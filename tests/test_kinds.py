@@ -298,8 +298,8 @@ def test_only_the_batch_job_accepts_partial_admission() -> None:
 
 
 class _GatedPods(JobKind):
-    """A made-up kind whose pods are held back by the scheduling gate (no spec.suspend), as
-    plain pod groups will be: it implements only the mandatory part."""
+    """A made-up kind with no spec.suspend that implements only the mandatory part (no
+    capability, not even Gated): the webhook leaves it alone."""
 
     kind = "PodGang"
     group = "example.com"

@@ -6,8 +6,8 @@ A new kind is one module next to ``job.py`` implementing :class:`base.JobKind` (
 capabilities it has: :class:`base.Suspendable` or :class:`base.Gated`,
 :class:`base.PartialAdmission`), and one entry in :data:`JOB_KINDS` (a kind served as an API
 resource) or :data:`COMPOSED_KINDS` (a group the state composes from pods). The reflectors
-watch each kind's resource, the webhooks serve it
-and the job sync keeps it in step with its Workload without further changes.
+watch each kind's resource, the webhooks serve it and the job sync keeps it in step with its
+Workload(s) without further changes.
 """
 
 from __future__ import annotations

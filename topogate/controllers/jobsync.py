@@ -185,6 +185,8 @@ class JobSync:
             wm = meta(workload)
             if wm.get("namespace") != namespace or wm.get("name") in groups:
                 continue
+            if wm.get("deletionTimestamp"):
+                continue  # going already
             refs = wm.get("ownerReferences") or []
             if not any(r.get("controller") and r.get("uid") == uid for r in refs):
                 continue
@@ -196,8 +198,8 @@ class JobSync:
             log.info("deleted Workload %s of a group %s no longer has", key_of(workload), m["name"])
 
     async def _stop_group(self, workload: Obj, pods: list[Obj]) -> None:
-        """Kueue's pod group ``Stop``: every live pod of the evicted group is deleted; the
-        admission is taken back once none runs."""
+        """Kueue's pod group ``Stop``: every released, live pod of the evicted group is
+        deleted; the admission is taken back once none runs."""
         for pod in pods:
             m = meta(pod)
             # A gated pod holds nothing and waits for the next admission (Kueue's Stop also
