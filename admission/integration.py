@@ -17,6 +17,7 @@ from typing import Any
 from topogate.api import constants as c
 from topogate.api.jobs import workload_from_object
 from topogate.api.kinds import (
+    Gated,
     JobKind,
     PartialAdmission,
     PodSetsInfo,
@@ -28,6 +29,7 @@ from topogate.api.kinds import (
 Obj = dict[str, Any]
 
 JOB_UID_LABEL = f"{c.GROUP}/job-uid"
+IS_GROUP_WORKLOAD = c.IS_GROUP_WORKLOAD
 # Kueue's label for a WorkloadPriorityClass; a PriorityClass of that name gives the value.
 PRIORITY_CLASS_LABEL = f"{c.KUEUE_GROUP}/priority-class"
 
@@ -62,37 +64,49 @@ def _templates(job: Obj) -> list[tuple[str, Obj]]:
     return kind.pod_templates(job) if kind is not None else []
 
 
-def desired_workload(job: Obj, priority_of: Callable[[str], int | None]) -> Obj:
-    """The Workload for a queued job; InputError (from workload_from_object) when it is bad.
+def desired_workload(
+    job: Obj, priority_of: Callable[[str], int | None], group: str | None = None
+) -> Obj:
+    """The Workload for a queued job, or for its group ``group`` (a :class:`Gated` kind runs
+    as one Workload per group, named by the kind); InputError (from workload_from_object)
+    when it is bad.
 
     ``priority_of`` maps a PriorityClass name to its value (None when unknown).
     """
-    source = workload_from_object(job)
-    index_label = _registered(job).pod_index_label
+    kind = _registered(job)
+    gated = kind if isinstance(kind, Gated) else None
+    source = workload_from_object(dict(gated.group_source(job, group)) if gated and group else job)
     workload = source.workload
     meta = job["metadata"]
-    kind = str(job["kind"])
-    workload.metadata.name = workload_name(kind, meta["name"], meta["uid"])
+    if gated is not None and group is not None:
+        workload.metadata.name = group
+    else:
+        workload.metadata.name = workload_name(str(job["kind"]), meta["name"], meta["uid"])
     workload.metadata.namespace = meta.get("namespace") or "default"
-    workload.metadata.labels = {JOB_UID_LABEL: meta["uid"]}
+    workload.metadata.labels = {JOB_UID_LABEL: str(meta["uid"])}
     workload.spec.queue_name = queue_name(job)
     workload.spec.priority = _priority(job, priority_of)
     for podset in workload.spec.pod_sets:
         # How the ungater finds a pod's rank (Kueue's PodIndexLabel); a JobSet's
         # SubGroupIndexLabel and count are set by workload_from_object.
         if podset.topology_request is not None:
-            podset.topology_request.pod_index_label = index_label
+            podset.topology_request.pod_index_label = kind.pod_index_label
     body = workload.to_wire()
-    body["metadata"]["ownerReferences"] = [
-        {
-            "apiVersion": job["apiVersion"],
-            "kind": kind,
-            "name": meta["name"],
-            "uid": meta["uid"],
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
-    ]
+    if gated is not None:
+        body["metadata"]["ownerReferences"] = gated.owner_references(job)
+        if gated.composed:
+            body["metadata"]["annotations"] = {IS_GROUP_WORKLOAD: "true"}
+    else:
+        body["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": job["apiVersion"],
+                "kind": str(job["kind"]),
+                "name": meta["name"],
+                "uid": meta["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
     body.pop("status", None)
     return body
 
@@ -108,6 +122,12 @@ def _priority(job: Mapping[str, Any], priority_of: Callable[[str], int | None]) 
             if value is not None:
                 return value
     return 0
+
+
+def gated(job: Mapping[str, Any]) -> Gated | None:
+    """The job's kind when it is held back by the gate on its pods (no suspend switch)."""
+    kind = _kind(job)
+    return kind if isinstance(kind, Gated) else None
 
 
 def is_suspended(job: Mapping[str, Any]) -> bool:

@@ -53,3 +53,25 @@ MIN_PARALLELISM_KEYS = (f"{KUEUE_GROUP}/job-min-parallelism", f"{GROUP}/job-min-
 
 # Kubernetes' and Kueue's int32 fields (parallelism, replicas, slice sizes, domainCount).
 MAX_INT32 = 2**31 - 1
+
+# Kueue's plain pod groups (pkg/controller/jobs/pod): the group a pod belongs to (a label, or
+# an annotation under Kueue's WorkloadIdentifierAnnotations), how many pods the group has,
+# a role name overriding the hash of the pod's spec, the pod's index within the group (copied
+# by the webhook from the label the index-label annotation names), and a member whose failure
+# ends the group.
+POD_GROUP_NAME = f"{KUEUE_GROUP}/pod-group-name"
+POD_GROUP_TOTAL_COUNT = f"{KUEUE_GROUP}/pod-group-total-count"
+POD_GROUP_ROLE_HASH = f"{KUEUE_GROUP}/role-hash"
+POD_GROUP_POD_INDEX = f"{KUEUE_GROUP}/pod-group-pod-index"
+POD_GROUP_POD_INDEX_LABEL = f"{KUEUE_GROUP}/pod-group-pod-index-label"
+POD_GROUP_RETRIABLE = f"{KUEUE_GROUP}/retriable-in-group"
+# A Workload made for a pod group (Kueue's is-group-workload): it is owned by every pod.
+IS_GROUP_WORKLOAD = f"{KUEUE_GROUP}/is-group-workload"
+# Subtracted from a pod's index label to give its rank in its PodSet (Kueue's
+# PodIndexOffsetAnnotation: a LeaderWorkerSet's workers count from 1, the leader being 0).
+POD_INDEX_OFFSET = f"{KUEUE_GROUP}/pod-index-offset"
+
+# LeaderWorkerSet's pod labels and annotations (sigs.k8s.io/lws api/leaderworkerset/v1).
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"

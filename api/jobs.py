@@ -211,8 +211,8 @@ def workload_from_object(
     else:
         raise InputError(
             f"kind {kind!r} with apiVersion {api_version!r} is not a workload; expected "
-            f"{', '.join(f'{k.api_version} {k.kind}' for k in JOB_KINDS)}, v1 Pod or "
-            "topogate.dev/v1alpha1 Workload",
+            f"{', '.join(f'{k.api_version} {k.kind}' for k in JOB_KINDS)}, v1 Pod (alone or in "
+            "a group) or topogate.dev/v1alpha1 Workload",
             where=where,
         )
     metadata = _meta(obj, where)

@@ -9,7 +9,7 @@ from typing import Any
 
 from . import constants as c
 from .gpus import ASSIGNMENT_ANNOTATION, GpuAssignment, parse_assignment
-from .kinds import job_kind
+from .kinds import POD_GROUP, job_kind
 
 Obj = dict[str, Any]
 
@@ -87,8 +87,11 @@ def workload_of_pod(pod: Mapping[str, Any]) -> str | None:
 
 
 def owner_job(workload: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(kind, namespace/name) of the registered job kind that owns a Workload."""
+    """(kind, namespace/name) of the registered job kind that owns a Workload (a pod
+    group's Workload, owned by its pods, is keyed by its own name)."""
     m = meta(workload)
+    if annotations_of(workload).get(c.IS_GROUP_WORKLOAD) == "true":
+        return POD_GROUP.kind, f"{m.get('namespace') or 'default'}/{m.get('name')}"
     refs = m.get("ownerReferences")
     for ref in refs if isinstance(refs, list) else []:
         if isinstance(ref, dict) and ref.get("controller") and job_kind(str(ref.get("kind"))):

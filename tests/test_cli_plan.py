@@ -340,7 +340,8 @@ def test_bound_pods_count_as_usage(
         (
             lambda job: job.update({"kind": "Deployment", "apiVersion": "apps/v1"}),
             "Deployment ml/train: kind 'Deployment' with apiVersion 'apps/v1' is not a workload; "
-            "expected batch/v1 Job, jobset.x-k8s.io/v1alpha2 JobSet, v1 Pod or "
+            "expected batch/v1 Job, jobset.x-k8s.io/v1alpha2 JobSet, leaderworkerset.x-k8s.io/v1 "
+            "LeaderWorkerSet, v1 Pod (alone or in a group) or "
             "topogate.dev/v1alpha1 Workload",
         ),
     ],
@@ -655,3 +656,89 @@ def test_table_of_a_misfit_shows_what_was_asked(
         'DOES NOT FIT: main: topology "dc" allows to fit only 2 out of 3 pod(s)',
         f"podset main asked: required {RACK}",
     ]
+
+
+def _group_pod(name: str, total: int, gpus: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "labels": {"kueue.x-k8s.io/pod-group-name": "gang"},
+            "annotations": {
+                "kueue.x-k8s.io/pod-group-total-count": str(total),
+                "kueue.x-k8s.io/podset-required-topology": RACK,
+            },
+        },
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]},
+    }
+
+
+def test_a_pod_group_file_is_planned_as_one_gang_of_its_roles(
+    cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The Pods of one pod group, as serve composes them: a PodSet per role."""
+    pods = [_group_pod("w0", 3, 8), _group_pod("w1", 3, 8), _group_pod("driver", 3, 1)]
+    path = tmp_path / "gang.yaml"
+    path.write_text(yaml.safe_dump_all(pods))
+    argv = ["plan", "--cluster", str(cluster), "--workload", str(path), "-o", "json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["metadata"]["name"] == "gang"
+    counts = sorted(a["count"] for a in out["status"]["admission"]["podSetAssignments"])
+    assert counts == [1, 2]
+    # One pod short of its total: refused naming the group, exit 2.
+    path.write_text(yaml.safe_dump_all(pods[:2]))
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(
+        "PodGroup ml/gang: has 2 runnable pod(s) of the 3 its "
+        "kueue.x-k8s.io/pod-group-total-count says; a group is admitted with all its pods"
+    )
+
+
+def test_a_leaderworkerset_is_planned_as_one_group(
+    cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def template(gpus: int) -> dict[str, Any]:
+        return {
+            "metadata": {
+                "annotations": {
+                    "kueue.x-k8s.io/podset-required-topology": RACK,
+                    "kueue.x-k8s.io/podset-group-name": "g",
+                }
+            },
+            "spec": {
+                "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]
+            },
+        }
+
+    lws = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "serve", "namespace": "ml"},
+        "spec": {
+            "replicas": 3,
+            "leaderWorkerTemplate": {
+                "size": 2,
+                "leaderTemplate": template(8),
+                "workerTemplate": template(8),
+            },
+        },
+    }
+    argv = ["plan", "--cluster", str(cluster), "--workload", str(_write(tmp_path, lws))]
+    assert main([*argv, "-o", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    [leader, worker] = out["status"]["admission"]["podSetAssignments"]
+    assert (leader["name"], leader["count"], worker["name"], worker["count"]) == (
+        "leader",
+        1,
+        "worker",
+        1,
+    )
+    # Leader and worker in one rack: together they fill both hosts of the first one.
+    hosts = [
+        d["values"][0] for a in (leader, worker) for d in written_domains(a["topologyAssignment"])
+    ]
+    assert sorted(hosts) == ["h000", "h001"]

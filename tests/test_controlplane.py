@@ -151,3 +151,59 @@ def test_jobset_controller_runs_a_jobset_through_jobs_to_bound_pods(
     message = json.loads(error.value.body)["message"]
     assert message.startswith('admission webhook "vjobset.kb.io" denied the request'), message
     assert "field is immutable" in message, message
+
+
+def test_lws_controller_runs_a_leaderworkerset_through_statefulsets_to_bound_pods(
+    control_plane: ControlPlane,
+) -> None:
+    """LeaderWorkerSet's own controller, CRDs and webhooks (from the release build.sh built):
+    a plain LeaderWorkerSet, no topogate, becomes a leader StatefulSet and one worker
+    StatefulSet per leader (its controller), pods (the StatefulSet controller) labelled by its
+    pod webhook, and bound pods (the scheduler)."""
+    control_plane.start_lws()
+    control_plane.start_lws()  # a second call finds it running
+    api = api_client(control_plane)
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    core.create_node(fake_node("cp-lws-node"))
+    core.create_namespace({"metadata": {"name": "cp-lws"}})
+    pod_spec = {
+        "nodeSelector": {"kubernetes.io/hostname": "cp-lws-node"},
+        "containers": [{"name": "c", "image": "x"}],
+    }
+    made = client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "leaderworkerset.x-k8s.io",
+        "v1",
+        "cp-lws",
+        "leaderworkersets",
+        {
+            "apiVersion": "leaderworkerset.x-k8s.io/v1",
+            "kind": "LeaderWorkerSet",
+            "metadata": {"name": "duo"},
+            "spec": {
+                "replicas": 2,
+                "leaderWorkerTemplate": {"size": 2, "workerTemplate": {"spec": pod_spec}},
+            },
+        },
+    )
+    assert made["spec"]["networkConfig"]["subdomainPolicy"] == "Shared"  # its webhook's default
+
+    def statefulsets() -> list[str] | None:
+        names = sorted(
+            str(s.metadata.name) for s in apps.list_namespaced_stateful_set("cp-lws").items
+        )
+        return names if len(names) == 3 else None
+
+    assert eventually(statefulsets, 60) == ["duo", "duo-0", "duo-1"]
+
+    def bound() -> list[tuple[str, str, str]] | None:
+        pods = [p for p in core.list_namespaced_pod("cp-lws").items if p.spec.node_name]
+        keys = "leaderworkerset.sigs.k8s.io/group-index", "leaderworkerset.sigs.k8s.io/worker-index"
+        found = sorted((p.metadata.name, *(p.metadata.labels[k] for k in keys)) for p in pods)
+        return found if len(found) == 4 else None
+
+    assert eventually(bound, 60) == [
+        ("duo-0", "0", "0"),
+        ("duo-0-1", "0", "1"),
+        ("duo-1", "1", "0"),
+        ("duo-1-1", "1", "1"),
+    ]

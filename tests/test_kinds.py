@@ -23,6 +23,7 @@ from topogate.api.kinds import (
     JOB,
     JOB_KINDS,
     JOBSET,
+    LEADERWORKERSET,
     JobKind,
     PartialAdmission,
     PodSetsInfo,
@@ -81,6 +82,19 @@ SAMPLES: dict[str, Obj] = {
             ]
         },
     },
+    "LeaderWorkerSet": {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": meta("serve"),
+        "spec": {
+            "replicas": 2,
+            "leaderWorkerTemplate": {
+                "size": 4,
+                "leaderTemplate": template(),
+                "workerTemplate": template(),
+            },
+        },
+    },
 }
 
 
@@ -98,7 +112,11 @@ def test_every_registered_kind_has_a_sample_here() -> None:
 def test_kinds_are_registered_once_by_name_resource_and_group_kind() -> None:
     assert len({k.kind for k in JOB_KINDS}) == len(JOB_KINDS)
     assert len({k.plural for k in JOB_KINDS}) == len(JOB_KINDS)
-    assert [k.api_version for k in JOB_KINDS] == ["batch/v1", "jobset.x-k8s.io/v1alpha2"]
+    assert [k.api_version for k in JOB_KINDS] == [
+        "batch/v1",
+        "jobset.x-k8s.io/v1alpha2",
+        "leaderworkerset.x-k8s.io/v1",
+    ]
 
 
 @pytest.mark.parametrize("kind", JOB_KINDS, ids=lambda k: k.kind)
@@ -125,7 +143,8 @@ def test_the_registry_knows_no_other_kind(name: Any) -> None:
 
 def test_the_reflectors_watch_every_kind_and_wait_for_custom_resources() -> None:
     assert [JOB_RESOURCES[k.kind].plural for k in JOB_KINDS] == [k.plural for k in JOB_KINDS]
-    assert [r.plural for r in JOB_CRD_RESOURCES] == ["jobsets"]  # batch/v1 is always served
+    # batch/v1 is always served
+    assert [r.plural for r in JOB_CRD_RESOURCES] == ["jobsets", "leaderworkersets"]
 
 
 def test_an_unknown_kind_is_refused_as_before() -> None:
@@ -134,7 +153,8 @@ def test_an_unknown_kind_is_refused_as_before() -> None:
         workload_from_object(obj)
     assert str(refused.value.describe()).endswith(
         "kind 'Thing' with apiVersion 'example.com/v1' is not a workload; expected batch/v1 "
-        "Job, jobset.x-k8s.io/v1alpha2 JobSet, v1 Pod or topogate.dev/v1alpha1 Workload"
+        "Job, jobset.x-k8s.io/v1alpha2 JobSet, leaderworkerset.x-k8s.io/v1 LeaderWorkerSet, "
+        "v1 Pod (alone or in a group) or topogate.dev/v1alpha1 Workload"
     )
     # A registered kind under a version topogate does not read is refused the same way.
     job = {**sample(JOB), "apiVersion": "batch/v2"}
@@ -163,6 +183,8 @@ def test_the_podsets_templates_and_template_fields_agree(kind: JobKind) -> None:
     assert [path for _, path in read] == [path for path, _ in fields]
     assert [p.template for p, _ in read] == [t for _, t in templates] == [t for _, t in fields]
     pattern = re.escape(kind.template_pattern).replace(r"\[\*\]", r"\[\d+\]")
+    # {a,b}: one of the two (a LeaderWorkerSet's leader and worker templates).
+    pattern = re.sub(r"\\\{(.*?),(.*?)\\\}", r"(\1|\2)", pattern)
     assert all(re.fullmatch(pattern, path) for path, _ in fields)
     assert all(p.count > 0 for p, _ in read)
 
@@ -182,8 +204,12 @@ def test_template_fields_read_a_malformed_object_without_failing(kind: JobKind) 
     [
         (JOB, "spec.template.metadata.annotations"),
         (JOBSET, "spec.replicatedJobs[*].template.spec.template.metadata.annotations"),
+        (
+            LEADERWORKERSET,
+            "spec.leaderWorkerTemplate.{leaderTemplate,workerTemplate}.metadata.annotations",
+        ),
     ],
-    ids=["Job", "JobSet"],
+    ids=["Job", "JobSet", "LeaderWorkerSet"],
 )
 def test_a_misplaced_template_key_points_at_the_kinds_templates(kind: JobKind, hint: str) -> None:
     obj = sample(kind)
@@ -272,8 +298,8 @@ def test_only_the_batch_job_accepts_partial_admission() -> None:
 
 
 class _GatedPods(JobKind):
-    """A made-up kind whose pods are held back by the scheduling gate (no spec.suspend), as
-    plain pod groups will be: it implements only the mandatory part."""
+    """A made-up kind with no spec.suspend that implements only the mandatory part (no
+    capability, not even Gated): the webhook leaves it alone."""
 
     kind = "PodGang"
     group = "example.com"
@@ -305,7 +331,7 @@ def test_a_kind_without_spec_suspend_is_not_suspended_by_the_webhook(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     gated = _GatedPods()
-    monkeypatch.setattr("topogate.api.kinds.JOB_KINDS", (*JOB_KINDS, gated))
+    monkeypatch.setattr("topogate.api.kinds.ALL_KINDS", (*JOB_KINDS, gated))
     obj: Obj = {
         "apiVersion": gated.api_version,
         "kind": gated.kind,

@@ -71,6 +71,9 @@ def audited(plane: ControlPlane) -> list[dict[str, Any]]:
 def test_serve_under_config_rbac_is_never_refused(
     cluster: ControlPlane, pool: Pool, tmp_path: Path
 ) -> None:
+    # Every kind serve watches is served, so a missing rule shows (a CRD not installed is
+    # a 404, not a refusal).
+    cluster.install_lws_crds()
     rbac = list(yaml.safe_load_all((ROOT / "config/rbac/role.yaml").read_text()))
     create_all(cluster.kubeconfig, rbac)
     started = datetime.datetime.now(datetime.UTC)

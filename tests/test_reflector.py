@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
@@ -358,23 +359,42 @@ async def test_gone_during_a_paged_list_starts_the_list_over() -> None:
 # -- optional resources and errors -------------------------------------------------------
 
 
-async def test_optional_resource_that_is_not_installed_counts_as_synced() -> None:
+async def test_optional_resource_that_is_not_installed_counts_as_synced(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     missing = KubeError(404, "NotFound", "the server could not find the requested resource")
-    kube = ScriptedKube([missing])
+    kube = ScriptedKube([missing, missing])
     log = Log()
     ref = reflector(kube, log, optional=True)
+    looks = asyncio.Event()
+    real_sleep = asyncio.sleep
+
+    async def sleep(seconds: float) -> None:  # the 30 s between looks, made short here
+        if seconds == 30:
+            if len(kube.list_calls) >= 2:  # looked twice: stay here until cancelled
+                looks.set()
+                await real_sleep(3600)
+            await real_sleep(0)
+        else:
+            await real_sleep(seconds)
+
+    monkeypatch.setattr("topogate.kube.reflector.asyncio.sleep", sleep)
+    caplog.set_level(logging.INFO, logger="topogate")
     task = asyncio.create_task(ref.run())
     try:
-        # run() then sleeps 30 s before it looks again; the test does not wait for that.
         await asyncio.wait_for(ref.synced.wait(), 1.0)
+        await asyncio.wait_for(looks.wait(), 1.0)  # looked twice
         assert not task.done()
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-    assert len(kube.list_calls) == 1
+    assert len(kube.list_calls) == 2
     assert not kube.watch_calls
     assert ref.store == {} and log.entries == []
+    # One line says it is not watched, however often it is looked for.
+    said = [r.getMessage() for r in caplog.records if "not served" in r.getMessage()]
+    assert len(said) == 1 and "CRD is not installed" in said[0]
 
 
 async def test_required_resource_that_is_missing_is_retried_and_not_synced_meanwhile() -> None:

@@ -416,6 +416,21 @@ def test_name_resolves_to_the_workload_or_its_owning_job_or_jobset() -> None:
     assert names(select(workloads, "nothing")) == []
 
 
+def test_a_leaderworkerset_name_resolves_to_every_groups_workload() -> None:
+    workloads = [
+        _workload("leaderworkerset-serve-0-aaaaa", owners=[_owner("LeaderWorkerSet", "serve")]),
+        _workload("leaderworkerset-serve-1-bbbbb", owners=[_owner("LeaderWorkerSet", "serve")]),
+        # A pod group's Workload is named after the group and owned by its pods.
+        _workload("team-a", owners=[_owner("Pod", "team-a-0", controller=None)]),
+    ]
+    assert names(select(workloads, "serve")) == [
+        "leaderworkerset-serve-0-aaaaa",
+        "leaderworkerset-serve-1-bbbbb",
+    ]
+    assert names(select(workloads, "team-a")) == ["team-a"]
+    assert names(select(workloads, "team-a-0")) == []  # a pod is no job
+
+
 # --- renderers --------------------------------------------------------------------------
 
 ADMITTED_TABLE = (

@@ -16,6 +16,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from topogate.api import constants as c
@@ -134,10 +135,11 @@ class Ungater:
             ]
             by_uid = {str(meta(p).get("uid")): p for p in pods}
             topology = assignment.get("topologyAssignment")
+            flavor = self._flavor(assignment)
             if not topology:
                 # A flavor without topology: release every pod, no domain to write.
                 out.extend(
-                    (p, Ungate(meta(p)["name"], str(meta(p).get("uid")), {}))
+                    (p, flavor(Ungate(meta(p)["name"], str(meta(p).get("uid")), {})))
                     for p in pods
                     if _gated(p)
                 )
@@ -161,8 +163,32 @@ class Ungater:
             if gpus.get(podset):  # each pod to a node with GPU sets takes the next free one
                 given = gpu_allocations(gpus[podset], visible, pods, ungates)
                 ungates = [dataclasses.replace(u, gpu_allocation=given.get(u.uid)) for u in ungates]
-            out.extend((by_uid[u.uid], u) for u in ungates if u.uid in by_uid)
+            out.extend((by_uid[u.uid], flavor(u)) for u in ungates if u.uid in by_uid)
         return out
+
+    def _flavor(self, assignment: Obj) -> Callable[[Ungate], Ungate]:
+        """What an admission's flavors add to each released pod: their node labels (the
+        domain's own win) and tolerations, as a started job's templates carry them. A job
+        started by topogate has them already; a gated kind's pods (pod groups,
+        LeaderWorkerSet) get them here."""
+        flavors = self.state.catalogs.catalog().flavors
+        labels: dict[str, str] = {}
+        tolerations: list[Obj] = []
+        for name in sorted(set((assignment.get("flavors") or {}).values())):
+            flavor = flavors.get(str(name))
+            if flavor is None:  # deleted or invalid: the job sync says so once
+                continue
+            labels.update(flavor.spec.node_labels)
+            tolerations.extend(t.to_wire() for t in flavor.spec.tolerations)
+
+        def add(ungate: Ungate) -> Ungate:
+            return dataclasses.replace(
+                ungate,
+                node_selector={**labels, **ungate.node_selector},
+                tolerations=tuple(tolerations),
+            )
+
+        return add
 
     def _gpus(self, key: str, workload: Obj | None) -> GpuAssignment:
         """The GPU sets the admitter chose: held in the capacity cache from admission on
@@ -184,6 +210,10 @@ class Ungater:
         ]
         if ungate.node_selector:
             patch.append({"op": "add", "path": "/spec/nodeSelector", "value": selector})
+        current = list(spec.get("tolerations") or [])
+        missing = [dict(t) for t in ungate.tolerations if t not in current]
+        if missing:
+            patch.append({"op": "add", "path": "/spec/tolerations", "value": current + missing})
         if ungate.gpu_allocation is not None:
             patch.append(_annotation_op(m, ALLOCATION_ANNOTATION, ungate.gpu_allocation))
         try:

@@ -18,7 +18,7 @@ from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from topogate.api.constants import JOB_COMPLETION_INDEX, TOPOLOGY_GATE
+from topogate.api.constants import JOB_COMPLETION_INDEX, POD_INDEX_OFFSET, TOPOLOGY_GATE
 from topogate.api.topology_assignment import AssignedDomain, Assignment
 
 TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
@@ -47,6 +47,9 @@ class Ungate:
     uid: str
     node_selector: dict[str, str]  # level -> value, to merge into the pod's nodeSelector
     gpu_allocation: str | None = None  # topogate.dev/gpu-allocation to write (see gpus.py)
+    # The flavor's tolerations the pod lacks (a gated kind's pods were not made from a
+    # template topogate marked); tolerations may only be added to a pod, as here.
+    tolerations: tuple[Mapping[str, Any], ...] = ()
 
 
 def _str_map(value: Any) -> dict[str, str]:
@@ -84,13 +87,20 @@ def _values(levels: tuple[str, ...], node_selector: Mapping[str, str]) -> tuple[
     return tuple(v for v in values if v is not None)
 
 
-def _index(labels: Mapping[str, str], key: str, bound: int) -> int | None:
-    """A non-negative integer label below ``bound``, or None."""
+def _index(labels: Mapping[str, str], key: str, bound: int, offset: int = 0) -> int | None:
+    """A non-negative integer label, less ``offset``, below ``bound``, or None."""
     raw = labels.get(key)
     if raw is None or not raw.isascii() or not raw.isdigit():
         return None
-    value = int(raw)
-    return value if value < bound else None
+    value = int(raw) - offset
+    return value if 0 <= value < bound else None
+
+
+def _offset(annotations: Mapping[str, str]) -> int:
+    """Kueue's pod-index-offset (a LeaderWorkerSet's workers count from 1); 0 when absent
+    or not a small non-negative integer."""
+    raw = annotations.get(POD_INDEX_OFFSET, "0")
+    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) < 10 else 0
 
 
 def _ranks(
@@ -111,7 +121,7 @@ def _ranks(
     limit = min(count, size)
     result: dict[int, PodView] = {}
     for pod in pods:
-        rank = _index(pod.labels, index_label, job_size)
+        rank = _index(pod.labels, index_label, job_size, _offset(pod.annotations))
         if rank is None:
             return None
         if sub_group_label is not None:

@@ -97,6 +97,11 @@ def _queued_selectors() -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
+def _queue_label_owners() -> list[tuple[str, str]]:
+    """(owner, label) per queue label key: ``kueue``, ``topogate``."""
+    return [(label.split("/")[0].split(".")[0], label) for label in c.QUEUE_LABELS]
+
+
 def _mutating_hooks(
     queued: list[tuple[str, dict[str, Any]]], where: dict[str, Any]
 ) -> list[dict[str, Any]]:
@@ -108,17 +113,24 @@ def _mutating_hooks(
         )
         for owner, sel in queued
     ]
-    hooks.append(
-        _webhook(
-            "pod.mutate.topogate.dev",
+    # Pods marked by their job's template (a LeaderWorkerSet's too), then members of a plain
+    # pod group. Called again when a later webhook changed the pod (LeaderWorkerSet's own
+    # labels a leader's group index), so the marks follow what the pod finally says.
+    pod_selectors = [("pod", c.PODSET_LABEL), ("pod-group", c.POD_GROUP_NAME)] + [
+        (f"{owner}-queued-pod", label) for owner, label in _queue_label_owners()
+    ]
+    for name, label in pod_selectors:
+        hook = _webhook(
+            f"{name}.mutate.topogate.dev",
             "/mutate",
             [_rule([""], ["pods"], ["CREATE"])],
-            {"matchExpressions": [{"key": c.PODSET_LABEL, "operator": "Exists"}]},
+            {"matchExpressions": [{"key": label, "operator": "Exists"}]},
             True,
             "Fail",
             **where,
         )
-    )
+        hook["reinvocationPolicy"] = "IfNeeded"
+        hooks.append(hook)
     return hooks
 
 
@@ -141,6 +153,22 @@ def _validating_hooks(
         )
         for owner, sel in queued
     ]
+    # A pod group's members and single queued pods: their own count and topology keys (the
+    # group is read whole once all its pods exist).
+    for name, label in [("pod-group", c.POD_GROUP_NAME)] + [
+        (f"{owner}-queued-pod", label) for owner, label in _queue_label_owners()
+    ]:
+        hooks.append(
+            _webhook(
+                f"{name}.validate.topogate.dev",
+                "/validate",
+                [_rule([""], ["pods"], ["CREATE"])],
+                {"matchExpressions": [{"key": label, "operator": "Exists"}]},
+                True,
+                "Fail",
+                **where,
+            )
+        )
     hooks.append(
         _webhook(
             "objects.validate.topogate.dev",

@@ -2,7 +2,10 @@
 
 Mutating:
 - a job of a registered kind (``api/kinds``: batch/v1 Job, JobSet) created with a queue
-  label is suspended, so nothing runs before topogate has placed the whole gang;
+  label is suspended, so nothing runs before topogate has placed the whole gang; a kind with
+  no suspend switch (LeaderWorkerSet) gets its pod templates marked instead;
+- a queued Pod of a gated kind (a pod group's member, a LeaderWorkerSet's pod) gets the gate
+  and its group's Workload and PodSet, so it waits until its group is admitted;
 - a Pod of an admitted topology workload (it carries the ``topogate.dev/podset`` label the
   job sync puts on the pod templates when it starts an admitted job) gets the scheduling gate
   ``topogate.dev/topology`` and the workload/podset marks, so it waits for the ungater.
@@ -31,8 +34,12 @@ from topogate.api.jobs import workload_from_object
 from topogate.api.keywarnings import key_warnings
 from topogate.api.kinds import (
     JOB_KINDS,
+    POD_GROUP,
+    Gated,
     PartialAdmission,
+    PodMarks,
     Suspendable,
+    gated_pod,
     job_kind,
     pod_podset,
     queue_name,
@@ -185,20 +192,32 @@ def _pointer(*parts: str) -> str:
 # --- mutation -------------------------------------------------------------------------------
 
 
-def _gate_pod(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _gate_pod(obj: Mapping[str, Any], marks: PodMarks | None = None) -> list[dict[str, Any]]:
+    """Gate a pod and mark it with its Workload and PodSet: from the marks of its gated kind
+    (``marks``), else from what its job's template gave it."""
     labels = labels_of(obj)
     annotations = annotations_of(obj)
     spec = as_mapping(obj.get("spec"))
     patch: list[dict[str, Any]] = []
-    podset = labels.get(c.PODSET_LABEL) or pod_podset(labels) or "main"
+    podset = (
+        labels.get(c.PODSET_LABEL)
+        or (marks.podset if marks else None)
+        or pod_podset(labels)
+        or "main"
+    )
+    wanted = {c.PODSET_LABEL: podset, **(marks.labels if marks else {})}
+    missing = {k: v for k, v in wanted.items() if k not in labels}
     if not labels:
-        patch.append({"op": "add", "path": "/metadata/labels", "value": {c.PODSET_LABEL: podset}})
-    elif c.PODSET_LABEL not in labels:
-        patch.append(
-            {"op": "add", "path": _pointer("metadata", "labels", c.PODSET_LABEL), "value": podset}
+        patch.append({"op": "add", "path": "/metadata/labels", "value": missing})
+    else:
+        patch.extend(
+            {"op": "add", "path": _pointer("metadata", "labels", k), "value": v}
+            for k, v in missing.items()
         )
-    workload = annotations.get(c.WORKLOAD_ANNOTATION) or annotations.get(
-        f"{c.KUEUE_GROUP}/workload"
+    workload = (
+        annotations.get(c.WORKLOAD_ANNOTATION)
+        or (marks.workload if marks else None)
+        or annotations.get(f"{c.KUEUE_GROUP}/workload")
     )
     if workload and c.WORKLOAD_ANNOTATION not in annotations:
         if not annotations:
@@ -240,10 +259,16 @@ def mutate(review: Review) -> dict[str, Any]:
     patch: list[dict[str, Any]] = []
     kind = job_kind(review.kind)
     if kind is not None and queue_name(review.obj):
-        # A kind without spec.suspend is held back by the gate on its pods instead.
-        patch = kind.suspend_on_create(review.obj) if isinstance(kind, Suspendable) else []
+        if isinstance(kind, Suspendable):
+            patch = kind.suspend_on_create(review.obj)
+        elif isinstance(kind, Gated):  # held back by the gate on its pods instead
+            patch = kind.create_patch(review.obj)
     elif review.kind == "Pod" and review.group == "":
-        patch = _gate_pod(review.obj)
+        member = gated_pod(review.obj)
+        if member is not None:
+            patch = _gate_pod(review.obj, member[1])
+        elif c.PODSET_LABEL in labels_of(review.obj):
+            patch = _gate_pod(review.obj)
     return response(review.uid, patch=patch)
 
 
@@ -269,6 +294,8 @@ def _check_job(review: Review, view: ClusterView) -> None:
     obj.setdefault("kind", kind.kind)
     source = workload_from_object(obj, check_min_range=_min_parallelism_changed(review))
     _check_running_parallelism(review, source.where)
+    if isinstance(kind, Gated) and review.operation == "UPDATE" and review.old is not None:
+        kind.check_update(review.old, review.obj, source.where)
     catalog = view.catalog_for(review.namespace, queue)
     cluster_queue = catalog.cluster_queue(review.namespace, queue)[0] if catalog else None
     if catalog is None or cluster_queue is None:
@@ -282,6 +309,14 @@ def _check_job(review: Review, view: ClusterView) -> None:
     for podset in source.workload.spec.pod_sets:
         path = source.template_paths[podset.name]
         _check_kueue_levels(podset, path, topology, queue, source.where)
+
+
+def _check_group_pod(review: Review, view: ClusterView) -> None:
+    """A queued pod group member's own count and topology keys, refused as a Job's are (its
+    group is read whole when all its pods exist)."""
+    if review.operation != "CREATE" or POD_GROUP.pod_marks(review.obj) is None:
+        return
+    POD_GROUP.check_pod(review.obj, object_name({**review.obj, "kind": "Pod"}))
 
 
 def _min_parallelism_changed(review: Review) -> bool:
@@ -375,6 +410,7 @@ def _check_hypernode(review: Review, view: ClusterView) -> None:
 _VALIDATORS: dict[tuple[str, str], Callable[[Review, ClusterView], None]] = {
     ("topology.volcano.sh", "HyperNode"): _check_hypernode,
     **{(kind.group, kind.kind): _check_job for kind in JOB_KINDS},
+    ("", "Pod"): _check_group_pod,
     (c.GROUP, "Topology"): _check_model(Topology),
     (c.GROUP, "ResourceFlavor"): _check_model(ResourceFlavor),
     (c.GROUP, "ClusterQueue"): _check_model(ClusterQueue),
@@ -391,7 +427,9 @@ def validate(review: Review, view: ClusterView | None = None) -> dict[str, Any]:
         return response(review.uid)
     # Keys topogate would ignore are said on every answer, a refusal included.
     kind = job_kind(review.kind)
-    warnings = key_warnings(review.obj) if kind is not None and kind.group == review.group else []
+    is_pod = review.kind == "Pod" and review.group == ""
+    read = is_pod or (kind is not None and kind.group == review.group)
+    warnings = key_warnings(review.obj) if read else []
     try:
         check(review, view or NoView())
     except InputError as error:

@@ -3,9 +3,11 @@ API version, resource, PodSets, pod templates or how it is suspended asks this r
 the kind it returns) instead of naming kinds itself.
 
 A new kind is one module next to ``job.py`` implementing :class:`base.JobKind` (and the
-capabilities it has: :class:`base.Suspendable`, :class:`base.PartialAdmission`), and one
-entry in :data:`JOB_KINDS`. The reflectors watch each kind's resource, the webhooks serve it
-and the job sync keeps it in step with its Workload without further changes.
+capabilities it has: :class:`base.Suspendable` or :class:`base.Gated`,
+:class:`base.PartialAdmission`), and one entry in :data:`JOB_KINDS` (a kind served as an API
+resource) or :data:`COMPOSED_KINDS` (a group the state composes from pods). The reflectors
+watch each kind's resource, the webhooks serve it and the job sync keeps it in step with its
+Workload(s) without further changes.
 """
 
 from __future__ import annotations
@@ -13,18 +15,36 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .base import JobKind, PartialAdmission, PodSetsInfo, Suspendable, queue_name
+from .base import (
+    Gated,
+    JobKind,
+    PartialAdmission,
+    PodMarks,
+    PodSetsInfo,
+    Suspendable,
+    queue_name,
+)
 from .job import JOB
 from .jobset import JOBSET
+from .lws import LEADERWORKERSET
+from .podgroup import POD_GROUP
 
 __all__ = [
+    "ALL_KINDS",
+    "COMPOSED_KINDS",
+    "GATED_KINDS",
     "JOB",
     "JOBSET",
     "JOB_KINDS",
+    "LEADERWORKERSET",
+    "POD_GROUP",
+    "Gated",
     "JobKind",
     "PartialAdmission",
+    "PodMarks",
     "PodSetsInfo",
     "Suspendable",
+    "gated_pod",
     "job_kind",
     "job_kind_by_plural",
     "job_kind_for",
@@ -32,21 +52,27 @@ __all__ = [
     "queue_name",
 ]
 
-# Every registered kind, in the order the reflectors watch them and messages list them.
-JOB_KINDS: tuple[JobKind, ...] = (JOB, JOBSET)
+# Every kind served as an API resource, in the order the reflectors watch them and messages
+# list them.
+JOB_KINDS: tuple[JobKind, ...] = (JOB, JOBSET, LEADERWORKERSET)
+# Kinds with no object of their own: the state composes one from their pods.
+COMPOSED_KINDS: tuple[Gated, ...] = (POD_GROUP,)
+ALL_KINDS: tuple[JobKind, ...] = (*JOB_KINDS, *COMPOSED_KINDS)
+# The kinds held back by the gate on their pods, in the order a pod is matched against them.
+GATED_KINDS: tuple[Gated, ...] = tuple(k for k in ALL_KINDS if isinstance(k, Gated))
 
 
 def job_kind(kind: object) -> JobKind | None:
     """The registered kind called ``kind`` (any version), or None: how owner references,
     AdmissionReviews (which name the kind) and the job sync (which keys its work by kind)
     find it."""
-    return next((k for k in JOB_KINDS if k.kind == kind), None)
+    return next((k for k in ALL_KINDS if k.kind == kind), None)
 
 
 def job_kind_for(api_version: object, kind: object) -> JobKind | None:
     """The registered kind of an object's ``apiVersion`` and ``kind`` (both must match), or
     None: how a submitted object is read."""
-    return next((k for k in JOB_KINDS if k.kind == kind and k.api_version == api_version), None)
+    return next((k for k in ALL_KINDS if k.kind == kind and k.api_version == api_version), None)
 
 
 def job_kind_by_plural(plural: str) -> JobKind | None:
@@ -60,4 +86,13 @@ def pod_podset(labels: Mapping[str, Any]) -> str | None:
     for kind in JOB_KINDS:
         if kind.pod_podset_label is not None and labels.get(kind.pod_podset_label):
             return str(labels[kind.pod_podset_label])
+    return None
+
+
+def gated_pod(pod: Mapping[str, Any]) -> tuple[Gated, PodMarks] | None:
+    """The gated kind a pod belongs to and its marks, or None (a pod of no gated kind)."""
+    for kind in GATED_KINDS:
+        marks = kind.pod_marks(pod)
+        if marks is not None:
+            return kind, marks
     return None

@@ -15,11 +15,12 @@ of the kinds that can do it:
   suspends it when it runs without an admission, and starts it by writing it back
   unsuspended with every pod template marked (Kueue's ``IsSuspended``, ``Suspend``,
   ``RunWithPodSetsInfo``).
-  A kind WITHOUT a suspend switch (plain pod groups, LeaderWorkerSet) does not implement
-  it: the mutating webhook leaves the object as it is, and its pods must be held back by
-  topogate's scheduling gate instead, as Kueue gates pod groups. Nothing of it is
-  suspended or resumed; the job sync does not yet handle such a kind (the ``integration``
-  functions that suspend or start one raise ValueError).
+- :class:`Gated`: a kind WITHOUT a suspend switch (plain pod groups, LeaderWorkerSet): its
+  pods are held back by topogate's scheduling gate, which the pod webhook puts on every pod
+  of the kind when it is created, as Kueue gates pod groups. It runs as one gang (one
+  Workload) per group of pods; admission is the ungater releasing the group's pods into their
+  domains, eviction is deleting them (their controller, if any, makes them again, gated),
+  and the group waits in its queue again (Kueue's pod group ``Stop``).
 - :class:`PartialAdmission`: a kind whose PodSets may run with fewer pods than they ask
   (Kueue's partial admission; today the batch/v1 Job's ``job-min-parallelism``): the
   ``minCount``, the count it runs with when admitted, and the count it gets back when it is
@@ -289,3 +290,83 @@ class PartialAdmission(ABC):
     ) -> Obj | None:
         """The spec merge patch that gives a suspended job the full size its Workload asks
         for, or None when nothing is to restore (Kueue's ``RestorePodSetsInfo``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodMarks:
+    """What the pod webhook writes on a pod of a :class:`Gated` kind when it is created: the
+    Workload of its group, its PodSet, and labels to add (a pod-group index)."""
+
+    workload: str
+    podset: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+class Gated(JobKind):
+    """A kind without a suspend switch, held back by topogate's scheduling gate on its pods.
+
+    The object runs as one gang per group (:meth:`groups`: the Workload names). Its pods are
+    marked with their group's Workload and PodSet when they are created (:meth:`pod_marks`,
+    from the pod alone: a webhook sees nothing else), so the ungater finds them once the
+    Workload is admitted. :meth:`podsets` is read from :meth:`group_source`."""
+
+    # Its object is composed by the controller's state from the pods (a plain pod group),
+    # not watched as an API resource.
+    composed: ClassVar[bool] = False
+
+    def create_patch(self, obj: Mapping[str, Any]) -> JsonPatch:
+        """The JSON patch the mutating webhook answers a queued object's creation with (the
+        marks its pod templates need); empty by default."""
+        return []
+
+    @abstractmethod
+    def groups(self, job: Mapping[str, Any]) -> list[str]:
+        """The name of each Workload the object runs as (one per group of pods)."""
+
+    def group_source(self, job: Mapping[str, Any], workload: str) -> Mapping[str, Any]:
+        """The object the PodSets of the group ``workload`` are read from; by default the
+        object itself (every group alike)."""
+        return job
+
+    def not_ready(self, job: Mapping[str, Any]) -> str | None:
+        """Why no Workload can be made yet (a pod group still missing pods), or None."""
+        return None
+
+    @abstractmethod
+    def pod_marks(self, pod: Mapping[str, Any]) -> PodMarks | None:
+        """The marks of a pod of this kind (None: not one of its pods, or not yet
+        recognisable)."""
+
+    @abstractmethod
+    def pod_owner(self, pod: Mapping[str, Any]) -> str | None:
+        """namespace/name of the object a marked pod belongs to (None: not this kind's)."""
+
+    def owner_references(self, job: Mapping[str, Any]) -> list[Obj]:
+        """Who owns the group's Workload: by default the object, as its controller."""
+        m = as_map(job.get("metadata"))
+        return [
+            {
+                "apiVersion": self.api_version,
+                "kind": self.kind,
+                "name": m.get("name"),
+                "uid": m.get("uid"),
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+
+    def check_update(self, old: Mapping[str, Any], new: Mapping[str, Any], where: str) -> None:
+        """Raise InputError when an update changes what the group's Workloads were made from
+        (their PodSets are not made again); by default anything may change."""
+
+    def event_target(self, job: Obj) -> Obj:
+        """The object Events about the job are about: by default the object itself."""
+        return job
+
+    def group_finished(self, job: Mapping[str, Any], pods: list[Obj]) -> str | None:
+        """ "Succeeded" or "Failed" once the group of ``pods`` is done; by default never (a
+        serving kind runs until it is deleted)."""
+        return None
+
+    def finished(self, job: Mapping[str, Any]) -> str | None:
+        return None

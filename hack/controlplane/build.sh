@@ -9,9 +9,12 @@
 #   jobset-controller               sigs.k8s.io/jobset (go install: its go.mod has no replace lines),
 #     jobset-crd.yaml               with its CRD and webhook configurations from the same module
 #     jobset-webhooks.yaml          (config/components/crd/bases, kustomize build config/components/webhook)
+#   lws-controller                  sigs.k8s.io/lws (LeaderWorkerSet; a wrapper module, as JobSet),
+#     lws-crd.yaml                  with its CRD and webhook configurations from the same module
+#     lws-webhooks.yaml             (config/crd/bases, kustomize build config/webhook)
 #
 # Outputs live outside the repository, keyed by version:
-#   ${TOPOGATE_CACHE:-~/.cache/topogate}/controlplane/kube-<v>-etcd-<v>-kustomize-<v>-jobset-<v>/bin
+#   ${TOPOGATE_CACHE:-~/.cache/topogate}/controlplane/kube-<v>-etcd-<v>-kustomize-<v>-jobset-<v>-lws-<v>/bin
 # A warm machine returns at once; a cold one needs the Go module proxy and many minutes.
 set -euo pipefail
 
@@ -24,15 +27,20 @@ ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 # v5.7.1: the newest kustomize that builds with Go 1.26 (5.8 wants Go 1.27).
 KUSTOMIZE_VERSION=${KUSTOMIZE_VERSION:-v5.7.1}
 JOBSET_VERSION=${JOBSET_VERSION:-v0.12.0}
+# v0.9.0: the newest LeaderWorkerSet the module proxy here serves (v0.10.0 is refused).
+LWS_VERSION=${LWS_VERSION:-v0.9.0}
 CACHE=${TOPOGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/topogate}
-OUT=$CACHE/controlplane/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-kustomize-$KUSTOMIZE_VERSION-jobset-$JOBSET_VERSION
+OUT=$CACHE/controlplane/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-kustomize-$KUSTOMIZE_VERSION-jobset-$JOBSET_VERSION-lws-$LWS_VERSION
 BIN=$OUT/bin
 
 KUBE_TOOLS="kube-apiserver kube-scheduler kube-controller-manager"
 complete() {
   local tool
-  for tool in $KUBE_TOOLS etcd kustomize jobset-controller; do [ -x "$1/$tool" ] || return 1; done
-  [ -s "$1/jobset-crd.yaml" ] && [ -s "$1/jobset-webhooks.yaml" ]
+  for tool in $KUBE_TOOLS etcd kustomize jobset-controller lws-controller; do
+    [ -x "$1/$tool" ] || return 1
+  done
+  [ -s "$1/jobset-crd.yaml" ] && [ -s "$1/jobset-webhooks.yaml" ] && [ -s "$1/lws-crd.yaml" ] &&
+    [ -s "$1/lws-webhooks.yaml" ]
 }
 if complete "$BIN"; then
   echo "$BIN"
@@ -84,13 +92,13 @@ build_kube() {
 # A wrapper module in the cache's src/ that requires MODULE@VERSION and names it as a tool;
 # the caller is left in its directory to build there.
 tool_module() {
-  local name=$1 module=$2 version=$3
+  local name=$1 module=$2 version=$3 package=${4:-$2}
   local src=$CACHE/src/$name-$version
   mkdir -p "$src" && cd "$src"
   if [ ! -f go.sum ]; then
     rm -f go.mod
     go mod init "topogate.local/${name}bin" >/dev/null 2>&1
-    go mod edit -require "$module@$version" -tool "$module"
+    go mod edit -require "$module@$version" -tool "$package"
     log "resolving $name $version modules"
     go mod tidy
   fi
@@ -124,6 +132,21 @@ build_jobset() {
   chmod 644 "$staging/jobset-crd.yaml" "$staging/jobset-webhooks.yaml"
 }
 
+build_lws() {
+  tool_module lws sigs.k8s.io/lws "$LWS_VERSION" sigs.k8s.io/lws/cmd
+  log "compiling the LeaderWorkerSet controller $LWS_VERSION"
+  go build -p 2 -trimpath -ldflags "-s -w" -o "$staging/lws-controller" sigs.k8s.io/lws/cmd
+  local dir
+  dir=$(go list -m -f '{{.Dir}}' sigs.k8s.io/lws)
+  # Both CRDs of the release: its controller also watches DisaggregatedSets, and stops when
+  # that kind is not served.
+  cat "$dir/config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml" \
+    <(echo ---) "$dir/config/crd/bases/disaggregatedset.x-k8s.io_disaggregatedsets.yaml" \
+    >"$staging/lws-crd.yaml"
+  "$staging/kustomize" build "$dir/config/webhook" >"$staging/lws-webhooks.yaml"
+  chmod 644 "$staging/lws-crd.yaml" "$staging/lws-webhooks.yaml"
+}
+
 started=$(date +%s)
 # Reuse what previous cache entries of the same versions already built (only the missing
 # parts are compiled): each part is keyed by its own version in the entry's name.
@@ -139,13 +162,15 @@ reuse() {
 reuse "*-etcd-$ETCD_VERSION-*" etcd
 reuse "kube-$KUBE_VERSION-*" $KUBE_TOOLS
 reuse "*-kustomize-$KUSTOMIZE_VERSION*" kustomize
-reuse "*-jobset-$JOBSET_VERSION" jobset-controller jobset-crd.yaml jobset-webhooks.yaml
+reuse "*-jobset-$JOBSET_VERSION*" jobset-controller jobset-crd.yaml jobset-webhooks.yaml
+reuse "*-lws-$LWS_VERSION" lws-controller lws-crd.yaml lws-webhooks.yaml
 [ -x "$staging/etcd" ] || build_etcd
 for tool in $KUBE_TOOLS; do
   if [ ! -x "$staging/$tool" ]; then build_kube; break; fi
 done
 [ -x "$staging/kustomize" ] || build_kustomize
 [ -x "$staging/jobset-controller" ] && [ -s "$staging/jobset-webhooks.yaml" ] || build_jobset
+[ -x "$staging/lws-controller" ] && [ -s "$staging/lws-webhooks.yaml" ] || build_lws
 chmod 755 "$staging"
 rm -rf "$BIN"
 mv "$staging" "$BIN"

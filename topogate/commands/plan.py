@@ -42,7 +42,7 @@ from topogate.api.errors import InputError
 from topogate.api.gpus import ASSIGNMENT_ANNOTATION, assignment_text
 from topogate.api.jobs import WorkloadSource, workload_from_object
 from topogate.api.keywarnings import key_warnings
-from topogate.api.kinds import queue_name
+from topogate.api.kinds import podgroup, queue_name
 from topogate.api.models import Admission, Condition, WorkloadStatus
 from topogate.api.podspec import api_server_problems
 from topogate.api.quantity import format_units
@@ -52,7 +52,7 @@ from topogate.cache.snapshot import ClusterSnapshot, IntArray
 from topogate.cache.sources import topology_sources
 from topogate.cache.topology import DomainTree
 from topogate.clock import exact_budget, now
-from topogate.files import STDIN
+from topogate.files import STDIN, Document, documents
 
 from .choose import FlavorChoice, choose_flavor
 from .loader import (
@@ -637,7 +637,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workload",
         type=Path,
         metavar="PATH",
-        help="one batch/v1 Job, JobSet, v1 Pod or topogate Workload",
+        help="one batch/v1 Job, JobSet, LeaderWorkerSet, v1 Pod, topogate Workload, or the "
+        "Pods of one pod group",
     )
     parser.add_argument("--flavor", metavar="NAME", help="the ResourceFlavor to plan on")
     parser.add_argument("--output", "-o", choices=("json", "yaml", "table"), default="table")
@@ -651,6 +652,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="plan the built-in example (a block/rack/host GPU cluster)",
     )
+
+
+def _workload_document(path: Path) -> Document:
+    """The one object in ``path``, or a plain pod group: Pods that all carry one
+    ``kueue.x-k8s.io/pod-group-name``, composed into one group as ``serve`` composes them."""
+    docs = list(documents(path))
+    names = {podgroup.group_name(d.obj) if d.obj.get("kind") == "Pod" else None for d in docs}
+    if docs and len(names) == 1 and None not in names:
+        name = str(next(iter(names)))
+        namespace = str((docs[0].obj.get("metadata") or {}).get("namespace") or "default")
+        return Document(docs[0].source, podgroup.compose(namespace, name, [d.obj for d in docs]))
+    return load_single(path)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -667,7 +680,7 @@ def run(args: argparse.Namespace) -> int:
             where="--workload",
         )
     cluster = load_cluster_reporting(args.cluster, "plan")
-    document = load_single(args.workload)
+    document = _workload_document(args.workload)
     for warning in key_warnings(document.obj):  # before any refusal: a typo may explain it
         print(f"topogate plan: warning: {object_name(document.obj)}: {warning}", file=sys.stderr)
     source = workload_from_object(document.obj, document.source)

@@ -1,11 +1,20 @@
-"""The job integration's shell: keeps each queued Job/JobSet and its Workload in step.
+"""The job integration's shell: keeps each queued job and its Workload(s) in step.
 
-Per job (Kueue's jobframework reconciler, reduced to what topogate needs):
+Per job of a kind with a suspend switch (Kueue's jobframework reconciler, reduced to what
+topogate needs):
 - no Workload yet: create it (owned by the job); a queued job that runs without one is
   suspended first;
 - Workload admitted, job suspended: unsuspend it with the marks and the gate on its templates;
 - job running without an admission (someone unsuspended it): suspend it again;
 - job finished: mark the Workload Finished, which releases its quota and capacity.
+Per group of a gated kind (``api.kinds.base.Gated``: pod groups, LeaderWorkerSet), whose pods
+the webhook gated and marked when they were created:
+- no Workload yet: create it once the group is complete (a pod group's pods all exist);
+- admitted: nothing to write here, the ungater releases the pods into their domains;
+- evicted: delete the group's pods (as Kueue stops a pod group); once none runs, its
+  admission is taken back and it waits in its queue again (a controller's new pods are
+  gated again by the webhook);
+- finished: mark the Workload Finished.
 A deleted job's Workload goes with it (owner reference), and its usage is released as soon as
 the Workload's deletion is seen.
 """
@@ -19,24 +28,31 @@ from topogate.admission.integration import (
     admitted_job,
     desired_workload,
     finished,
+    gated,
     is_marked,
     is_suspended,
     restored_spec,
     suspend_patch,
     workload_name,
 )
+from topogate.api import constants as c
 from topogate.api.errors import InputError
-from topogate.api.kinds import queue_name
+from topogate.api.kinds import Gated, job_kind, queue_name
 from topogate.api.objects import is_evicted, is_finished, key_of, meta
 from topogate.kube.errors import API_ERRORS, KubeError
 from topogate.kube.events import EventRecorder
 from topogate.kube.protocol import KubeApi
-from topogate.kube.resources import JOB_RESOURCES, WORKLOADS, Obj, Resource
+from topogate.kube.resources import JOB_RESOURCES, PODS, WORKLOADS, Obj, Resource
 from topogate.state import ControllerState
 
 from .writes import new_condition, write_status
 
 log = logging.getLogger("topogate.jobs")
+
+
+def _gated(pod: Obj) -> bool:
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(isinstance(g, dict) and g.get("name") == c.TOPOLOGY_GATE for g in gates)
 
 
 def _terminated(pod: Obj) -> bool:
@@ -85,13 +101,28 @@ class JobSync:
             self.state.signals.job(kind, key)
 
     async def reconcile(self, kind: str, key: str) -> None:
-        resource = JOB_RESOURCES[kind]
-        job = self.state.store.objects(resource).get(key)
+        job = self.state.store.job(kind, key)
+        if job is None and isinstance(job_kind(kind), Gated):
+            # A pod group whose pods are all gone: keyed by its Workload, which, evicted,
+            # waits in its queue again (until the garbage collector takes it with its pods).
+            workload = self.state.store.objects(WORKLOADS).get(key)
+            held = self.state.ledger.admission_of(key)
+            if workload is not None and held is not None and is_evicted(workload):
+                await self._requeue(workload)
+            return
         if job is None or queue_name(job) is None:
             return
         m = meta(job)
         if m.get("deletionTimestamp"):
             return
+        held_by_gate = gated(job)
+        if held_by_gate is not None:
+            groups = held_by_gate.groups(job)
+            for group in groups:
+                await self._reconcile_group(held_by_gate, kind, key, job, group)
+            await self._delete_surplus(job, set(groups))
+            return
+        resource = JOB_RESOURCES[kind]
         namespace, name = m.get("namespace") or "default", str(m["name"])
         workload_key = f"{namespace}/{workload_name(kind, name, str(m['uid']))}"
         workload = self.state.store.objects(WORKLOADS).get(workload_key)
@@ -119,6 +150,72 @@ class JobSync:
         else:  # waiting: a restore that did not go through is made now
             await self._restore(resource, job, workload)
 
+    async def _reconcile_group(
+        self, kind: Gated, kind_name: str, key: str, job: Obj, group: str
+    ) -> None:
+        """One group of a gated job: its Workload made, finished, or its pods stopped after
+        an eviction."""
+        workload_key = f"{meta(job).get('namespace') or 'default'}/{group}"
+        workload = self.state.store.objects(WORKLOADS).get(workload_key)
+        admission = self.state.ledger.admission_of(workload_key)
+        pods = self.state.store.pods_of(workload_key)
+        done = kind.group_finished(job, pods)
+        if workload is None and admission is None:
+            waiting = kind.not_ready(job)
+            if done or waiting is not None:
+                if waiting is not None:
+                    log.debug("%s %s: no Workload yet: %s", kind_name, key, waiting)
+                return
+            await self._create_workload(kind_name, key, job, group)
+            return
+        if done:
+            if workload is not None and not is_finished(workload):
+                await self._finish(workload, done)
+            return
+        if admission is not None and workload is not None and is_evicted(workload):
+            await self._stop_group(workload, pods)
+
+    async def _delete_surplus(self, job: Obj, groups: set[str]) -> None:
+        """Workloads the job owns for groups it no longer has (a LeaderWorkerSet scaled
+        down) are deleted, as Kueue's: their capacity is released once the deletion is seen,
+        and the set's controller removes the groups' pods."""
+        m = meta(job)
+        namespace, uid = m.get("namespace") or "default", m.get("uid")
+        for workload in list(self.state.store.objects(WORKLOADS).values()):
+            wm = meta(workload)
+            if wm.get("namespace") != namespace or wm.get("name") in groups:
+                continue
+            if wm.get("deletionTimestamp"):
+                continue  # going already
+            refs = wm.get("ownerReferences") or []
+            if not any(r.get("controller") and r.get("uid") == uid for r in refs):
+                continue
+            try:
+                await self.kube.delete(WORKLOADS, str(wm["name"]), namespace)
+            except KubeError as error:
+                if not error.not_found:
+                    raise
+            log.info("deleted Workload %s of a group %s no longer has", key_of(workload), m["name"])
+
+    async def _stop_group(self, workload: Obj, pods: list[Obj]) -> None:
+        """Kueue's pod group ``Stop``: every released, live pod of the evicted group is
+        deleted; the admission is taken back once none runs."""
+        for pod in pods:
+            m = meta(pod)
+            # A gated pod holds nothing and waits for the next admission (Kueue's Stop also
+            # leaves a pod alone that is gated or ended).
+            if _terminated(pod) or m.get("deletionTimestamp") or _gated(pod):
+                continue
+            try:
+                await self.kube.delete(PODS, str(m["name"]), m.get("namespace"))
+            except KubeError as error:
+                if not error.not_found:
+                    raise
+            log.info(
+                "deleted pod %s/%s of evicted %s", m.get("namespace"), m["name"], key_of(workload)
+            )
+        await self._requeue(workload, gated_wait=True)
+
     async def _restore(self, resource: Resource, job: Obj, workload: Obj | None) -> None:
         """A suspended Job that ran with fewer pods gets its Workload's count back as its
         parallelism (a second write, as Kueue's: a running Job's parallelism is fixed)."""
@@ -130,16 +227,20 @@ class JobSync:
         await self.kube.patch(resource, m["name"], body, m.get("namespace"))
         log.info("restored the parallelism of %s/%s: %s", m.get("namespace"), m["name"], spec)
 
-    async def _create_workload(self, kind: str, key: str, job: Obj) -> None:
+    async def _create_workload(
+        self, kind: str, key: str, job: Obj, group: str | None = None
+    ) -> None:
         version = str(meta(job).get("resourceVersion"))
         if self._invalid.get((kind, key)) == version:
             return
         try:
-            body = desired_workload(job, self.state.store.priority_of)
+            body = desired_workload(job, self.state.store.priority_of, group)
         except InputError as error:
             self._invalid[(kind, key)] = version
             log.warning("%s %s: %s", kind, key, error.describe())
-            self.events.emit(job, "InvalidWorkload", error.describe(), warning=True)
+            kind_of = job_kind(kind)
+            target = kind_of.event_target(job) if isinstance(kind_of, Gated) else job
+            self.events.emit(target, "InvalidWorkload", error.describe(), warning=True)
             return
         self._invalid.pop((kind, key), None)
         try:
@@ -212,7 +313,17 @@ class JobSync:
             await self._suspend(resource, job, workload, "its Workload was evicted")
             return
         await self._restore(resource, job, workload)
-        running = [p for p in self.state.store.pods_of(key_of(workload)) if not self._gone(p)]
+        await self._requeue(workload)
+
+    async def _requeue(self, workload: Obj, gated_wait: bool = False) -> None:
+        """Take an evicted Workload's admission back once none of its pods runs (with
+        ``gated_wait``, a pod still gated does not count: a group's controller may have made
+        it again already)."""
+        running = [
+            p
+            for p in self.state.store.pods_of(key_of(workload))
+            if not self._gone(p) and not (gated_wait and _gated(p))
+        ]
         if running:
             return  # the pods' deletion events bring it back here
         conditions = [

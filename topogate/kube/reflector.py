@@ -42,7 +42,8 @@ class Reflector:
         self.kube = kube
         self.resource = resource
         self.on_change = on_change
-        self.optional = optional  # a CRD that may not be installed (JobSet, HyperNode, KAI)
+        self.optional = optional  # a CRD that may not be installed (JobSet, LWS, HyperNode, KAI)
+        self._absent_said = False  # its absence is logged once, not every 30 s
         self.page_size = page_size
         self.on_relist = on_relist
         self._params: dict[str, Any] = {}
@@ -161,6 +162,14 @@ class Reflector:
             return True
         if error.not_found and self.optional:
             # The CRD is not installed; nothing to follow. Look again later.
+            if not self._absent_said:
+                self._absent_said = True
+                log.info(
+                    "%s (%s): not served (its CRD is not installed); not watched, looked for "
+                    "again every 30 s",
+                    self.name,
+                    self.resource.api_version,
+                )
             self.synced.set()
             await asyncio.sleep(30)
             return True

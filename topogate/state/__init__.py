@@ -26,7 +26,7 @@ import logging
 from collections.abc import Callable
 
 from topogate.api.errors import InputError
-from topogate.api.kinds import JOB_KINDS
+from topogate.api.kinds import GATED_KINDS, JOB_KINDS
 from topogate.api.objects import is_admitted, is_finished, key_of, labels_changed, owner_job
 from topogate.cache.snapshot import CapacityCache
 from topogate.kube.resources import (
@@ -110,6 +110,11 @@ class ControllerState:
         if workload is not None:
             if new is not None:
                 self.signals.ungate_workload(workload)
+            # A pod of a gated kind is its job's business too: a group completes, finishes or
+            # is gone after an eviction only through its pods.
+            gated = gated_pod_owner(new if new is not None else old or {})
+            if gated is not None:
+                self.signals.job(*gated)
             return
         obj = new if new is not None else old
         assert obj is not None
@@ -139,3 +144,12 @@ class ControllerState:
 
     def _on_queue_object(self, old: Obj | None, new: Obj | None) -> None:
         self.signals.admit()
+
+
+def gated_pod_owner(pod: Obj) -> tuple[str, str] | None:
+    """(kind, key) of the gated job a marked pod belongs to, or None."""
+    for kind in GATED_KINDS:
+        owner = kind.pod_owner(pod)
+        if owner is not None:
+            return kind.kind, owner
+    return None

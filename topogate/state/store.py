@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+from topogate.api.kinds import COMPOSED_KINDS, Gated, job_kind, podgroup
 from topogate.api.objects import key_of, workload_of_pod
 from topogate.kube.resources import (
     CLUSTER_QUEUES,
@@ -73,6 +74,18 @@ class Store:
     def objects(self, resource: Resource) -> Mapping[str, Obj]:
         return self._objects[resource.key]
 
+    def job(self, kind: str, key: str) -> Obj | None:
+        """The job of ``kind`` at ``key``: as watched, or, for a kind with no object of its
+        own (a pod group, keyed by its Workload), composed from its marked pods; None when
+        there is none."""
+        registered = job_kind(kind)
+        if isinstance(registered, Gated) and registered.composed:
+            pods = self.pods_of(key)
+            namespace, name = key.split("/", 1)
+            return podgroup.compose(namespace, name, pods) if pods else None
+        resource = JOB_RESOURCES.get(kind)
+        return self._objects[resource.key].get(key) if resource is not None else None
+
     def counts(self) -> dict[str, int]:
         return {plural: len(objects) for plural, objects in self._objects.items()}
 
@@ -94,3 +107,8 @@ class Store:
         for kind, resource in JOB_RESOURCES.items():
             for key in self._objects[resource.key]:
                 yield kind, key
+        for composed in COMPOSED_KINDS:  # pod groups, by the Workload their pods name
+            for workload in self._pods_by_workload:
+                pods = self.pods_of(workload)
+                if pods and composed.pod_owner(pods[0]) == workload:
+                    yield composed.kind, workload

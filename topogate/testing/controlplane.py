@@ -1,6 +1,7 @@
 """A local Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, kube-scheduler and
-kube-controller-manager running the Job and garbage-collector controllers; on request also
-JobSet's own controller and webhooks (``start_jobset``).
+kube-controller-manager running the Job, StatefulSet and garbage-collector controllers; on
+request also JobSet's and LeaderWorkerSet's own controllers and webhooks (``start_jobset``,
+``start_lws``).
 
 Started envtest-style from binaries built by ``hack/controlplane/build.sh``: client
 certificates for authentication, RBAC authorization, and the ServiceAccount and
@@ -10,7 +11,7 @@ garbage collector deletes what an owner reference ties to a deleted object. The 
 admission plugins stay on, so the API server calls topogate's webhooks exactly as in a cluster,
 presenting a client certificate (its admission configuration) that they can require.
 
-    python -m topogate.testing.controlplane start --dir DIR [--jobset]  # prints the kubeconfig
+    python -m topogate.testing.controlplane start --dir DIR [--jobset] [--lws]  # kubeconfig
     python -m topogate.testing.controlplane stop --dir DIR
 """
 
@@ -42,6 +43,8 @@ BIN_ENV = "TOPOGATE_CONTROLPLANE_BIN"
 _STATE = "controlplane.json"
 JOBSET = "jobset-controller"
 _JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2"
+LWS = "lws-controller"
+_LWS = "/apis/leaderworkerset.x-k8s.io/v1"
 
 
 class ControlPlaneError(RuntimeError):
@@ -141,6 +144,7 @@ class ControlPlane:
         bin_dir: Path | None = None,
         scheduler: bool = True,
         jobset: bool = False,
+        lws: bool = False,
     ) -> ControlPlane:
         directory.mkdir(parents=True, exist_ok=True)
         bin_dir = bin_dir or binaries()
@@ -149,6 +153,8 @@ class ControlPlane:
             plane._start(bin_dir, scheduler)
             if jobset:
                 plane.start_jobset()
+            if lws:
+                plane.start_lws()
         except BaseException:
             plane.stop()
             raise
@@ -294,7 +300,8 @@ class ControlPlane:
         )
 
     def _start_controller_manager(self, bin_dir: Path) -> None:
-        """Only the Job and garbage-collector controllers: what the tests need from a cluster."""
+        """Only the Job, StatefulSet (LeaderWorkerSet's groups are StatefulSets) and
+        garbage-collector controllers: what the tests need from a cluster."""
         self._spawn(
             "kube-controller-manager",
             [
@@ -303,7 +310,7 @@ class ControlPlane:
                 f"--authentication-kubeconfig={self.kubeconfig}",
                 f"--authorization-kubeconfig={self.kubeconfig}",
                 "--leader-elect=false",
-                "--controllers=job-controller,garbage-collector-controller",
+                "--controllers=job-controller,statefulset-controller,garbage-collector-controller",
                 "--authentication-skip-lookup=true",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}",
@@ -365,14 +372,20 @@ class ControlPlane:
 
     def _start_jobset_controller(self, bin_dir: Path) -> tuple[int, bytes]:
         """Start it on loopback ports; returns its webhook port and the CA of its certificate."""
-        d = self.directory / "jobset"
+        return self._start_controller(JOBSET, "config.jobset.x-k8s.io/v1alpha1", bin_dir)
+
+    def _start_controller(self, name: str, config_version: str, bin_dir: Path) -> tuple[int, bytes]:
+        """A controller-runtime controller with a Configuration file (JobSet's and
+        LeaderWorkerSet's have the same fields), started on loopback ports: returns its webhook
+        port and the CA of its certificate."""
+        d = self.directory / name.removesuffix("-controller")
         d.mkdir(exist_ok=True)
-        ca = make_ca("topogate-test-jobset-webhook")
+        ca = make_ca(f"topogate-test-{name}-webhook")
         serving = issue(ca, "localhost", dns_names=["localhost"], ip_addresses=["127.0.0.1"])
         serving.write(d / "tls.crt", d / "tls.key")  # controller-runtime's default names
         webhook_port, probe_port = free_port(), free_port()
         config = {
-            "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
+            "apiVersion": config_version,
             "kind": "Configuration",
             "leaderElection": {"leaderElect": False},
             "internalCertManagement": {"enable": False},
@@ -382,27 +395,30 @@ class ControlPlane:
         }
         (d / "config.yaml").write_text(yaml.safe_dump(config))
         self._spawn(
-            JOBSET,
+            name,
             [
-                str(bin_dir / JOBSET),
+                str(bin_dir / name),
                 f"--config={d / 'config.yaml'}",
                 f"--kubeconfig={self.kubeconfig}",
                 "--zap-log-level=info",
             ],
         )
         # Ready once its webhook server listens with the certificate.
-        self._wait(JOBSET, f"http://127.0.0.1:{probe_port}/readyz", None, 60)
+        self._wait(name, f"http://127.0.0.1:{probe_port}/readyz", None, 60)
         return webhook_port, ca.cert_pem
 
     def _register_jobset_webhooks(self, manifest: Path, port: int, ca_pem: bytes) -> None:
         """JobSet's webhook configurations as its release renders them (names prefixed
         `jobset-` as its install does), each Service reference turned into a loopback URL."""
+        self._register_webhooks("jobset", manifest, port, ca_pem)
+
+    def _register_webhooks(self, prefix: str, manifest: Path, port: int, ca_pem: bytes) -> None:
         bundle = base64.b64encode(ca_pem).decode()
         for doc in yaml.safe_load_all(manifest.read_text()):
             kind = str((doc or {}).get("kind", ""))
             if not kind.endswith("WebhookConfiguration"):
                 continue  # the Service in front of the webhooks: nothing to route here
-            doc["metadata"] = {"name": f"jobset-{doc['metadata']['name']}"}
+            doc["metadata"] = {"name": f"{prefix}-{doc['metadata']['name']}"}
             for hook in doc["webhooks"]:
                 path = hook["clientConfig"]["service"]["path"]
                 hook["clientConfig"] = {
@@ -444,6 +460,57 @@ class ControlPlane:
         return (
             bool(made["spec"].get("successPolicy")) and template.get("completionMode") == "Indexed"
         )
+
+    # --- LeaderWorkerSet ----------------------------------------------------------------
+
+    def start_lws(self, bin_dir: Path | None = None) -> None:
+        """LeaderWorkerSet's own controller (sigs.k8s.io/lws, built by build.sh) with the CRD
+        and webhooks of the same release, as JobSet's (:meth:`start_jobset`): it makes a
+        leader StatefulSet per LeaderWorkerSet and a worker StatefulSet per leader pod
+        (kube-controller-manager their pods), and its webhooks default LeaderWorkerSets and
+        label their pods. Does nothing if it runs already."""
+        if LWS in self.pids:
+            return
+        bin_dir = bin_dir or self.bin_dir or binaries()
+        self.install_lws_crds(bin_dir)
+        port, ca_pem = self._start_controller(LWS, "config.lws.x-k8s.io/v1alpha1", bin_dir)
+        self._register_webhooks("lws", bin_dir / "lws-webhooks.yaml", port, ca_pem)
+        self._wait_for(self._lws_defaulted, "LeaderWorkerSet's defaulting webhook answering", 30)
+
+    def install_lws_crds(self, bin_dir: Path | None = None) -> None:
+        """LeaderWorkerSet's CRDs of the release (its own, and DisaggregatedSet's, which its
+        controller also watches), created or left as they are, and Established."""
+        bin_dir = bin_dir or self.bin_dir or binaries()
+        for crd in yaml.safe_load_all((bin_dir / "lws-crd.yaml").read_text()):
+            if crd:
+                self._apply("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+        self._wait_for(
+            lambda: self._crd_established("leaderworkersets.leaderworkerset.x-k8s.io"),
+            "the LeaderWorkerSet CRD Established",
+            30,
+        )
+
+    def _crd_established(self, name: str) -> bool:
+        crd = self.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    def _lws_defaulted(self) -> bool:
+        probe = {
+            "apiVersion": "leaderworkerset.x-k8s.io/v1",
+            "kind": "LeaderWorkerSet",
+            "metadata": {"name": "topogate-probe"},
+            "spec": {
+                "leaderWorkerTemplate": {
+                    "workerTemplate": {
+                        "spec": {"containers": [{"name": "probe", "image": "probe"}]}
+                    }
+                }
+            },
+        }
+        made = self.request("POST", f"{_LWS}/namespaces/default/leaderworkersets?dryRun=All", probe)
+        # Set by LeaderWorkerSet's webhook only (the CRD does not default it).
+        return bool((made["spec"].get("networkConfig") or {}).get("subdomainPolicy"))
 
     # --- requests as the admin -----------------------------------------------------------
 
@@ -580,11 +647,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--jobset", action="store_true", help="with JobSet's controller, CRD and webhooks"
     )
+    parser.add_argument(
+        "--lws", action="store_true", help="with LeaderWorkerSet's controller, CRD and webhooks"
+    )
     args = parser.parse_args(argv)
     if args.action == "start":
         try:
             plane = ControlPlane.start(
-                args.dir, scheduler=not args.no_scheduler, jobset=args.jobset
+                args.dir, scheduler=not args.no_scheduler, jobset=args.jobset, lws=args.lws
             )
         except ControlPlaneError as error:
             print(f"controlplane: {error}", file=sys.stderr)
