@@ -237,9 +237,8 @@ def _order(
 
 
 def test_lower_share_first_where_priority_would_not() -> None:
-    """Two borrowers in one cohort: Kueue's fair sharing serves the queue whose share after
-    admitting is lower, where the classical order takes the higher priority (scheduler_test's
-    "fair sharing schedule workload with lowest drf after admission")."""
+    """Two borrowers in one cohort: fair sharing serves the queue whose share after admitting
+    is lower, where the classical order takes the higher priority."""
     queues = [
         _cq("a", "c", _fq(D, {GPU: "0"})),
         _cq("b", "c", _fq(D, {GPU: "0"})),
@@ -297,3 +296,23 @@ def test_tournament_at_each_level() -> None:
     pending = [_wl("a2-1", "a2", 1, created="0"), _wl("b1-1", "b1", 2, created="1")]
     assert _order(queues, pending, usage, cohorts) == ["b1-1", "a2-1"]
     assert _order(queues, pending, usage, cohorts, fair=False) == ["a2-1", "b1-1"]
+
+
+def test_kueue_schedule_workload_with_lowest_drf_after_admission() -> None:
+    """scheduler_fs_test.go "fair sharing schedule workload with lowest drf after admission":
+    cohort A holds 100 cpu; b (0 nominal) already uses 10; b1 asks 50 (b would hold 60:
+    600), c1 asks 75 (750). b1 is admitted; c1 then no longer fits and waits."""
+    cpu = "cpu"
+    queues = [
+        _cq("b", "A", _fq("on-demand", {cpu: "0"})),
+        _cq("c", "A", _fq("on-demand", {cpu: "0"})),
+    ]
+    cohorts = (CohortSpec("A", None, (_fq("on-demand", {cpu: "100"}),)),)
+    usage = {("b", "on-demand"): {cpu: to_units(cpu, "10")}}
+
+    def wl(key: str, queue: str, amount: str) -> PendingWorkload:
+        podset = PodSetRequest(name="one", count=1, requests={cpu: to_units(cpu, amount)})
+        return PendingWorkload(key, queue, 0, "", PlacementRequest(workload=key, podsets=(podset,)))
+
+    pending = [wl("eng-alpha/b1", "b", "50"), wl("eng-alpha/c1", "c", "75")]
+    assert _order(queues, pending, usage, cohorts) == ["eng-alpha/b1"]
