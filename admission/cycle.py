@@ -23,6 +23,7 @@ from topogate.cache.topology import DomainTree
 
 from .assignments import node_usage
 from .exact import ExactBudget
+from .fairshare import FairShares, FlavorResource, Share
 from .gpuplace import taken_by
 from .lanes import PendingWorkload, QueueLanes, Shape
 from .partial import can_shrink, largest_fit, with_counts
@@ -176,8 +177,14 @@ class _Heads:
         book: QuotaBook,
         lanes: QueueLanes,
         result: CycleResult,
+        fair: FairShares | None = None,
     ) -> None:
         self.queues, self.book, self.lanes, self.result = queues, book, lanes, result
+        self.fair = fair
+        # Fair sharing: per lane, (head key, quota state) -> its shares along the tree.
+        self._shares: dict[
+            str, tuple[str, int, Mapping[str, Share], frozenset[FlavorResource]]
+        ] = {}
         self.heads: dict[str, PendingWorkload] = {}
         self._walks: dict[str, Iterator[PendingWorkload]] = {}
         # The lanes' heads by rank (a heap, built again when the quota in use changed).
@@ -246,6 +253,10 @@ class _Heads:
             self._advance(moved)
         if not self.heads:
             return None
+        if self.fair is not None:
+            name = self._tournament()
+            self._popped = name
+            return name, self.heads[name]
         if self.book.changes != self._booked:  # every head is ranked again
             self._borrows.clear()
             self._booked = self.book.changes
@@ -257,6 +268,71 @@ class _Heads:
         self._popped = name
         return name, self.heads[name]
 
+    def _head_shares(self, name: str) -> tuple[Mapping[str, Share], frozenset[FlavorResource]]:
+        """The shares along the tree with the lane's head admitted (keyed by the cohort where
+        each is compared), and the (flavor, resource) pairs it asks for. The head is counted
+        in the first flavor with quota for it, else the first that covers it (Kueue counts
+        the flavor its assignment chose)."""
+        head, changes = self.heads[name], self.book.changes
+        found = self._shares.get(name)
+        if found is not None and found[0] == head.key and found[1] == changes:
+            return found[2], found[3]
+        assert self.fair is not None
+        queue, demand = self.queues[name], head.demand()
+        chosen = ""
+        for flavor, problem in _quota_by_flavor(queue, self.book, demand):
+            if not problem:
+                chosen = flavor.flavor
+                break
+            if not chosen and set(demand) <= set(flavor.nominal):
+                chosen = flavor.flavor
+        shares = self.fair.path(queue, chosen, demand)
+        asked = frozenset((chosen, r) for r, a in demand.items() if a > 0)
+        self._shares[name] = (head.key, changes, shares, asked)
+        return shares, asked
+
+    def _fair_key(
+        self, level: str, name: str
+    ) -> tuple[bool, tuple[int, float], int, str, str, str]:
+        """A head's rank among its siblings at cohort ``level`` (Kueue's fair-sharing
+        comparer, with its default feature gates): a child not borrowing from ``level`` on
+        what the head asks for first, then the lower share after admitting it, then higher
+        priority, then older (then queue and key, for determinism)."""
+        shares, asked = self._head_shares(name)
+        share = shares[level]
+        head = self.heads[name]
+        return (share.borrows_on(asked), share.order, -head.priority, head.created, name, head.key)
+
+    def _winner(self, cohort: str) -> str | None:
+        """The lane whose head wins the tournament at ``cohort`` (None: no heads below)."""
+        tree = self.book.tree
+        candidates = [w for c in tree.child_cohorts[cohort] if (w := self._winner(c)) is not None]
+        candidates += [q.name for q in tree.child_queues[cohort] if q.name in self.heads]
+        if not candidates:
+            return None
+        return min(candidates, key=lambda name: self._fair_key(cohort, name))
+
+    def _tournament(self) -> str:
+        """Fair sharing: each cohort tree's winner of Kueue's tournament; across trees (and
+        queues without a cohort), whose order Kueue leaves open, the usual rank decides."""
+        tree = self.book.tree
+        winners: set[str] = set()
+        roots: set[str] = set()
+        for name in self.heads:
+            cohort = self.queues[name].cohort
+            if not cohort:
+                winners.add(name)
+            else:
+                roots.add(tree.root(cohort))
+        for root in roots:
+            winner = self._winner(root)
+            if winner is not None:
+                winners.add(winner)
+        if self.book.changes != self._booked:
+            self._borrows.clear()
+            self._booked = self.book.changes
+        return min(winners, key=lambda name: (self._rank(name), name))
+
 
 def admission_cycle(
     queues: Mapping[str, QueueSpec],
@@ -265,9 +341,9 @@ def admission_cycle(
     placer: Placer,
     preempt: Preempt | None = None,
     cohorts: Mapping[str, CohortSpec] | None = None,
+    fair_sharing: bool = False,
 ) -> CycleResult:
-    """Admit what fits; ``usage`` is updated with the admissions. ``pending`` is a list, or
-    the lanes a caller keeps in order across cycles (it is not changed).
+    """Admit what fits; ``usage`` gains the admissions, ``pending`` (or lanes) is unchanged.
 
     Each queue is walked in its own order (:func:`.lanes.queue_order`); across queues the
     next workload tried is the best of the queues' heads, by Kueue's rule: one that fits
@@ -278,8 +354,8 @@ def admission_cycle(
     share physical capacity: every admission's placement is passed to later placements of the
     same cycle as held capacity, and quota is the queue's own or its cohort tree's
     (:class:`.quota.QuotaBook`; ``cohorts`` are the Cohort objects, none for flat cohorts).
-    A queue whose cohort is in a cycle of the tree admits nothing.
-
+    A queue whose cohort is in a cycle of the tree admits nothing; with ``fair_sharing``, a
+    tree's next head is Kueue's fair-sharing tournament's winner (:meth:`_Heads._tournament`).
     A workload refused for quota alone is told the quota the cycle leaves (not what was left
     when its turn came), so a lane found hopeless can be passed whole (:func:`_hopeless`) and
     the cycle costs what it admits and tries, not what waits.
@@ -288,7 +364,7 @@ def admission_cycle(
     book = QuotaBook(queues, usage, CohortTree(queues, cohorts))
     held: Held = []
     lanes = pending if isinstance(pending, QueueLanes) else QueueLanes(pending)
-    heads = _Heads(queues, book, lanes, result)
+    heads = _Heads(queues, book, lanes, result, FairShares(book) if fair_sharing else None)
     heads.fill()
     # Queues whose first workload that does not fit looked for victims this cycle: the
     # search is the costly part, and the later ones are of lower or equal rank.

@@ -76,6 +76,7 @@ class QueueSpec:
     flavors: tuple[FlavorQuota, ...]  # in the order they are tried
     cohort: str | None = None
     preemption: PreemptionPolicy = PreemptionPolicy()
+    weight: float | None = None  # spec.fairSharing.weight (fair sharing; None: 1)
 
     @classmethod
     def from_model(cls, queue: ClusterQueue) -> QueueSpec:
@@ -90,7 +91,15 @@ class QueueSpec:
                 borrow.policy if borrow is not None else NEVER,
                 borrow.max_priority_threshold if borrow is not None else None,
             )
-        return cls(queue.metadata.name, spec.queueing_strategy, flavors, spec.cohort_of, policy)
+        weight = spec.fair_sharing.weight if spec.fair_sharing is not None else None
+        return cls(
+            queue.metadata.name,
+            spec.queueing_strategy,
+            flavors,
+            spec.cohort_of,
+            policy,
+            None if weight is None else float(parse_quantity(weight)),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +111,7 @@ class CohortSpec:
     name: str
     parent: str | None = None
     flavors: tuple[FlavorQuota, ...] = ()
-    weight: float | None = None  # spec.fairSharing.weight: read and kept for fair sharing
+    weight: float | None = None  # spec.fairSharing.weight (fair sharing; None: 1)
 
     @classmethod
     def from_model(cls, cohort: Cohort) -> CohortSpec:
@@ -322,6 +331,11 @@ class QuotaBook:
             used_in_parent = max(0, used - local)
             from_parent = min(from_parent, in_parent - used_in_parent + quota.borrowing[resource])
         return max(0, local - used) + from_parent
+
+    def cohort_potential(self, cohort: str, flavor: str, resource: str) -> int:
+        """The most a cohort's subtree could use with nothing else in use (Kueue's
+        potentialAvailable of a cohort)."""
+        return self._cohort_potential(cohort, flavor, resource)
 
     def _cohort_potential(self, cohort: str, flavor: str, resource: str) -> int:
         tree = self.tree

@@ -300,6 +300,27 @@ class ClusterQueuePreemption(ApiModel):
     borrow_within_cohort: BorrowWithinCohort | None = None
 
 
+class CohortFairSharing(ApiModel):
+    """Kueue's ``spec.fairSharing`` of a ClusterQueue or Cohort: its weight in fair sharing
+    (``serve --fair-sharing``); unset, 1."""
+
+    weight: str | int | None = Field(
+        default=None, json_schema_extra={"x-kubernetes-int-or-string": True}
+    )
+
+    @field_validator("weight")
+    @classmethod
+    def _quantity(cls, value: str | int | None) -> str | int | None:
+        if value is None:
+            return None
+        try:
+            if parse_quantity(value) < 0:
+                raise ValueError(f"{value!r} must not be negative")
+        except QuantityError as error:
+            raise ValueError(str(error)) from None
+        return value
+
+
 class ClusterQueueSpec(ApiModel):
     """``cohort`` (Kueue v1beta1) or ``cohortName`` (v1beta2): queues of one cohort lend
     unused quota to each other."""
@@ -325,6 +346,7 @@ class ClusterQueueSpec(ApiModel):
     cohort: str | None = Field(default=None, min_length=1, max_length=63)
     cohort_name: str | None = Field(default=None, min_length=1, max_length=63)
     preemption: ClusterQueuePreemption | None = None
+    fair_sharing: CohortFairSharing | None = None
 
     @property
     def cohort_of(self) -> str | None:
@@ -378,26 +400,6 @@ class LocalQueue(ApiModel):
     metadata: ObjectMeta
     spec: LocalQueueSpec
     status: QueueStatus | None = None
-
-
-class CohortFairSharing(ApiModel):
-    """Kueue's ``spec.fairSharing``: read and kept for fair sharing (not used yet)."""
-
-    weight: str | int | None = Field(
-        default=None, json_schema_extra={"x-kubernetes-int-or-string": True}
-    )
-
-    @field_validator("weight")
-    @classmethod
-    def _quantity(cls, value: str | int | None) -> str | int | None:
-        if value is None:
-            return None
-        try:
-            if parse_quantity(value) < 0:
-                raise ValueError(f"{value!r} must not be negative")
-        except QuantityError as error:
-            raise ValueError(str(error)) from None
-        return value
 
 
 class CohortResourceQuota(ResourceQuota):

@@ -19,3 +19,12 @@ def test_refused(text: str) -> None:
 def test_taken() -> None:
     assert _positive("0.5") == 0.5
     assert _positive("1e6") == 1e6
+
+
+def test_fair_sharing_is_off_unless_asked() -> None:
+    from topogate.runtime.serve import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert parser.parse_args([]).fair_sharing is False
+    assert parser.parse_args(["--fair-sharing"]).fair_sharing is True

@@ -67,9 +67,11 @@ class Admitter:
         write_concurrency: int = 16,
         exact_budget: float = EXACT_BUDGET,
         pending_qps: float = PENDING_WRITES_PER_SECOND,
+        fair_sharing: bool = False,
     ) -> None:
         self.kube = kube
         self.exact_budget = exact_budget
+        self.fair_sharing = fair_sharing  # serve --fair-sharing
         self.state = state
         self.metrics = metrics
         self.events = events
@@ -167,6 +169,7 @@ class Admitter:
             placer,
             preempt,
             catalog.cohorts,
+            fair_sharing=self.fair_sharing,
         )
         for outcome, count in placer.exact_outcomes.items():
             self.metrics.exact_pass.labels(outcome).inc(count)

@@ -72,6 +72,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "fit (0: off; the greedy answer stands when it runs out)",
     )
     parser.add_argument(
+        "--fair-sharing",
+        action="store_true",
+        help="order a cohort tree's queues by Kueue's fair sharing (dominant resource share)",
+    )
+    parser.add_argument(
         "--node-failure-grace",
         type=float,
         default=30.0,
@@ -211,6 +216,7 @@ class Controller:
                 self.events,
                 exact_budget=args.exact_budget,
                 pending_qps=args.pending_status_qps,
+                fair_sharing=args.fair_sharing,
             ).run,
             JobSync(writer, self.state, self.events).run,
             NodeFailures(
