@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import json
 from typing import Any
 
+import aiohttp
 import pytest
 
 from tests.kit import review_for
@@ -15,6 +17,7 @@ from topogate.api import constants as c
 from topogate.api.errors import InputError
 from topogate.api.podgroups import podgroup, podgroup_name, same_spec, shared_level
 from topogate.kube.errors import KubeError
+from topogate.kube.resources import PODS, WORKLOADS, Resource
 from topogate.runtime.serve import podgroup_version
 from topogate.testing.fakekube import FakeKube
 from topogate.webhooks.review import Review, mutate
@@ -113,3 +116,64 @@ def test_version_is_discovered_newest_first_and_on_without_one_is_refused() -> N
         assert "scheduling.k8s.io/v1alpha2=true" in str(refused.value)
 
     asyncio.run(run())
+
+
+GROUPS = Resource("scheduling.k8s.io/v1alpha2", "podgroups")
+
+
+async def test_ungater_writes_the_group_before_any_pod_goes_and_drops_it_on_eviction() -> None:
+    from tests.test_shells import Harness, pod_template, workload
+    from topogate.ungater.controller import Ungater
+
+    h = Harness()
+    h.kube.seed(WORKLOADS, workload("w", count=1))
+    h.deliver()
+    admitter, events = h.admitter()
+    await admitter.cycle()
+    await events.drain()
+    h.deliver()
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "w-0",
+            "namespace": "ml",
+            "labels": {c.PODSET_LABEL: "main", c.JOB_COMPLETION_INDEX: "0"},
+            "annotations": {c.WORKLOAD_ANNOTATION: "w"},
+        },
+        "spec": {"schedulingGates": [{"name": c.TOPOLOGY_GATE}], **pod_template(4)["spec"]},
+    }
+    h.kube.seed(PODS, pod)
+    # An earlier admission's group (another count): replaced, its spec being immutable.
+    stale = podgroup(
+        GROUPS.api_version, {"metadata": {"name": "w", "namespace": "ml"}}, "main", 5, None
+    )
+    h.kube.seed(GROUPS, stale)
+    h.deliver()
+    ungater = Ungater(h.kube, h.state, h.metrics, podgroups=GROUPS.api_version)
+    h.kube.fail_next("create", aiohttp.ServerDisconnectedError(), resource=GROUPS)
+    assert await ungater.round(["ml/w"]) == {"ml/w"}  # tried again: no group, no pod out
+    held = h.kube.stored(PODS, "w-0", "ml")
+    assert held is not None and held["spec"]["schedulingGates"]
+    assert await ungater.round(["ml/w"]) == set()
+    group = h.kube.stored(GROUPS, "w-main", "ml")
+    assert group is not None
+    assert group["spec"] == {
+        "schedulingPolicy": {"gang": {"minCount": 1}},
+        "schedulingConstraints": {"topology": [{"key": HOST}]},  # one node: its rack and host
+    }
+    stored = h.kube.stored(WORKLOADS, "w", "ml")
+    assert stored is not None
+    assert group["metadata"]["ownerReferences"][0]["uid"] == stored["metadata"]["uid"]
+    released = h.kube.stored(PODS, "w-0", "ml")
+    assert released is not None and released["spec"]["schedulingGates"] == []
+    # Evicted: the next round deletes its group.
+    evicted = copy.deepcopy(stored)
+    evicted["status"]["conditions"].append(
+        {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "m"}
+    )
+    h.kube.seed(WORKLOADS, evicted)
+    h.deliver()
+    assert "ml/w" in h.state.signals.take_ungates()
+    await ungater.round(["ml/w"])
+    assert h.kube.stored(GROUPS, "w-main", "ml") is None

@@ -93,6 +93,8 @@ class Ungater:
         if new is None and old is not None:
             self.expectations.forget(key_of(old))
             self._written.pop(key_of(old), None)
+        elif new is not None and is_evicted(new) and self._written.get(key_of(new)):
+            self.state.signals.ungate_workload(key_of(new))  # its PodGroups go (round)
 
     async def run(self) -> None:
         signals = self.state.signals
@@ -113,6 +115,9 @@ class Ungater:
         for key in workloads:
             if self.expectations.pending(key):
                 continue  # its last patches are not observed yet; the observation requeues
+            if self._written.get(key) and not await self._drop_groups_if_evicted(key):
+                left.add(key)
+                continue
             plan = self.plan(key)
             if plan and not await self._gangs_written(key):
                 left.add(key)  # tried again next round: no pod goes out without its group
@@ -232,6 +237,24 @@ class Ungater:
                 levels = source.level_keys
         return shared_level(levels, placed)
 
+    async def _drop_groups_if_evicted(self, key: str) -> bool:
+        """An evicted (or preempted) Workload's PodGroups are deleted: its next admission may
+        want another count or level, and a group's spec is immutable. False: a delete failed
+        (tried again next round)."""
+        workload = self.state.store.objects(WORKLOADS).get(key)
+        if workload is None or not is_evicted(workload):
+            return True
+        resource = Resource(self.podgroups or "", "podgroups")
+        for mark in sorted(self._written.get(key, ())):
+            name = json.loads(mark)[0]
+            try:
+                await self.kube.delete(resource, name, str(meta(workload).get("namespace")))
+            except API_ERRORS as error:
+                log.warning("cannot delete PodGroup %s of evicted %s: %s", name, key, error)
+                return False
+            self._written[key].discard(mark)
+        return True
+
     async def _write_group(self, key: str, body: Obj) -> bool:
         resource = Resource(self.podgroups or "", "podgroups")
         name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
@@ -243,6 +266,8 @@ class Ungater:
                 if error.status != 409:
                     raise
             found = await self.kube.get(resource, name, namespace)
+            if meta(found).get("deletionTimestamp"):
+                return False  # an earlier admission's, going once its pods are gone
             if same_spec(found, body):
                 return True
             # Its spec is immutable: an earlier admission's group goes, this one comes.
