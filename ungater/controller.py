@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from topogate.api import constants as c
@@ -30,11 +31,12 @@ from topogate.api.objects import (
     meta,
     workload_of_pod,
 )
+from topogate.api.podgroups import podgroup, same_spec, shared_level
 from topogate.api.times import parse_time
-from topogate.api.topology_assignment import decode
+from topogate.api.topology_assignment import Assignment, decode
 from topogate.kube.errors import API_ERRORS, KubeError
 from topogate.kube.protocol import KubeApi
-from topogate.kube.resources import JSON_PATCH, PODS, WORKLOADS, Obj
+from topogate.kube.resources import JSON_PATCH, NODES, PODS, WORKLOADS, Obj, Resource
 from topogate.metrics import Metrics
 from topogate.state import ControllerState
 
@@ -59,6 +61,7 @@ class Ungater:
         interval: float = 1.0,
         max_per_batch: int = 1000,
         concurrency: int = 32,
+        podgroups: str | None = None,
     ) -> None:
         self.kube = kube
         self.state = state
@@ -67,6 +70,10 @@ class Ungater:
         self.max_per_batch = max_per_batch
         self._limit = asyncio.Semaphore(concurrency)
         self.expectations = Expectations()
+        # `serve --native-gangs`: the scheduling.k8s.io version of the PodGroups written
+        # before a Workload's pods are released (None: off), and those known written.
+        self.podgroups = podgroups
+        self._written: dict[str, set[str]] = {}
         state.subscribe(PODS, self._observe)
         state.subscribe(WORKLOADS, self._on_workload)
 
@@ -85,6 +92,9 @@ class Ungater:
     def _on_workload(self, old: Obj | None, new: Obj | None) -> None:
         if new is None and old is not None:
             self.expectations.forget(key_of(old))
+            self._written.pop(key_of(old), None)
+        elif new is not None and is_evicted(new) and self._written.get(key_of(new)):
+            self.state.signals.ungate_workload(key_of(new))  # its PodGroups go (round)
 
     async def run(self) -> None:
         signals = self.state.signals
@@ -105,7 +115,13 @@ class Ungater:
         for key in workloads:
             if self.expectations.pending(key):
                 continue  # its last patches are not observed yet; the observation requeues
+            if self._written.get(key) and not await self._drop_groups_if_evicted(key):
+                left.add(key)
+                continue
             plan = self.plan(key)
+            if plan and not await self._gangs_written(key):
+                left.add(key)  # tried again next round: no pod goes out without its group
+                continue
             if len(plan) > budget:
                 left.add(key)
                 plan = plan[:budget]
@@ -165,6 +181,102 @@ class Ungater:
                 ungates = [dataclasses.replace(u, gpu_allocation=given.get(u.uid)) for u in ungates]
             out.extend((by_uid[u.uid], flavor(u)) for u in ungates if u.uid in by_uid)
         return out
+
+    async def _gangs_written(self, key: str) -> bool:
+        """With native gangs, the PodGroup of each admitted PodSet of ``key`` exists as its
+        admission wants it (written, or a stale one of an earlier admission replaced)."""
+        if self.podgroups is None:
+            return True
+        admission = self.state.ledger.admission_of(key)
+        workload = self.state.store.objects(WORKLOADS).get(key)
+        if admission is None or workload is None:
+            return False
+        owner = {**workload, "apiVersion": c.API_VERSION, "kind": "Workload"}
+        written = self._written.setdefault(key, set())
+        for index, assignment in enumerate(admission.get("podSetAssignments") or []):
+            level = None
+            if assignment.get("topologyAssignment"):
+                try:
+                    parsed = decode(
+                        assignment["topologyAssignment"], f"Workload {key}", _field(index)
+                    )
+                except InputError:
+                    return False  # its pods stay gated (plan logs why)
+                level = self._shared_level(assignment, parsed)
+            body = podgroup(
+                self.podgroups,
+                owner,
+                str(assignment.get("name")),
+                int(assignment.get("count") or 0),
+                level,
+            )
+            mark = json.dumps([body["metadata"]["name"], body["spec"]], sort_keys=True)
+            if mark in written:
+                continue
+            if not await self._write_group(key, body):
+                return False
+            written.add(mark)
+        return True
+
+    def _shared_level(self, assignment: Obj, parsed: Assignment) -> str | None:
+        """The deepest level of the flavor's topology all the assigned domains share. An
+        assignment down to hosts names only the hostname level (as Kueue writes it): the
+        levels above come from those nodes' labels."""
+        nodes = self.state.store.objects(NODES)
+        placed: list[dict[str, str]] = []
+        for domain in parsed.domains:
+            labels = dict(zip(parsed.levels, domain.values, strict=True))
+            node = nodes.get(domain.values[-1]) if parsed.levels[-1] == c.HOSTNAME_LABEL else None
+            placed.append({**((node or {}).get("metadata") or {}).get("labels", {}), **labels})
+        levels: Sequence[str] = parsed.levels
+        sources = self.state.catalogs.catalog().sources
+        for name in set((assignment.get("flavors") or {}).values()):
+            flavor = self.state.catalogs.catalog().flavors.get(str(name))
+            source = sources.get(flavor.spec.topology_name or "") if flavor else None
+            if source is not None and source.kind == "labels":
+                levels = source.level_keys
+        return shared_level(levels, placed)
+
+    async def _drop_groups_if_evicted(self, key: str) -> bool:
+        """An evicted (or preempted) Workload's PodGroups are deleted: its next admission may
+        want another count or level, and a group's spec is immutable. False: a delete failed
+        (tried again next round)."""
+        workload = self.state.store.objects(WORKLOADS).get(key)
+        if workload is None or not is_evicted(workload):
+            return True
+        resource = Resource(self.podgroups or "", "podgroups")
+        for mark in sorted(self._written.get(key, ())):
+            name = json.loads(mark)[0]
+            try:
+                await self.kube.delete(resource, name, str(meta(workload).get("namespace")))
+            except API_ERRORS as error:
+                log.warning("cannot delete PodGroup %s of evicted %s: %s", name, key, error)
+                return False
+            self._written[key].discard(mark)
+        return True
+
+    async def _write_group(self, key: str, body: Obj) -> bool:
+        resource = Resource(self.podgroups or "", "podgroups")
+        name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
+        try:
+            try:
+                await self.kube.create(resource, body, namespace)
+                return True
+            except KubeError as error:
+                if error.status != 409:
+                    raise
+            found = await self.kube.get(resource, name, namespace)
+            if meta(found).get("deletionTimestamp"):
+                return False  # an earlier admission's, going once its pods are gone
+            if same_spec(found, body):
+                return True
+            # Its spec is immutable: an earlier admission's group goes, this one comes.
+            await self.kube.delete(resource, name, namespace)
+            await self.kube.create(resource, body, namespace)
+            return True
+        except API_ERRORS as error:
+            log.warning("cannot write PodGroup %s/%s of %s: %s", namespace, name, key, error)
+            return False
 
     def _flavor(self, assignment: Obj) -> Callable[[Ungate], Ungate]:
         """What an admission's flavors add to each released pod: their node labels (the

@@ -46,6 +46,7 @@ from topogate.api.kinds import (
 )
 from topogate.api.models import ClusterQueue, PodSet, ResourceFlavor, Topology
 from topogate.api.objects import annotations_of, as_mapping, labels_of
+from topogate.api.podgroups import podgroup_name
 from topogate.api.validation import object_name, parse_model
 from topogate.cache.hypernodes import build_forest, missing_member_problem
 from topogate.cache.nodes import NodeInfo
@@ -192,9 +193,12 @@ def _pointer(*parts: str) -> str:
 # --- mutation -------------------------------------------------------------------------------
 
 
-def _gate_pod(obj: Mapping[str, Any], marks: PodMarks | None = None) -> list[dict[str, Any]]:
+def _gate_pod(
+    obj: Mapping[str, Any], marks: PodMarks | None = None, native_gangs: bool = False
+) -> list[dict[str, Any]]:
     """Gate a pod and mark it with its Workload and PodSet: from the marks of its gated kind
-    (``marks``), else from what its job's template gave it."""
+    (``marks``), else from what its job's template gave it. With ``native_gangs`` it also
+    joins its PodSet's PodGroup (:func:`podgroup_name`), written on admission."""
     labels = labels_of(obj)
     annotations = annotations_of(obj)
     spec = as_mapping(obj.get("spec"))
@@ -241,6 +245,10 @@ def _gate_pod(obj: Mapping[str, Any], marks: PodMarks | None = None) -> list[dic
         gates = []  # not a list: the API server refuses the pod itself
     if spec.get("nodeName"):
         return patch  # already bound (a gate would be refused): nothing to hold back
+    if native_gangs and workload and "schedulingGroup" not in spec:
+        # Only at creation (the field is immutable); a group the pod names itself is kept.
+        group = {"podGroupName": podgroup_name(workload, podset)}
+        patch.append({"op": "add", "path": "/spec/schedulingGroup", "value": group})
     if not any(isinstance(g, dict) and g.get("name") == c.TOPOLOGY_GATE for g in gates):
         if gates:
             patch.append(
@@ -253,7 +261,9 @@ def _gate_pod(obj: Mapping[str, Any], marks: PodMarks | None = None) -> list[dic
     return patch
 
 
-def mutate(review: Review) -> dict[str, Any]:
+def mutate(review: Review, native_gangs: bool = False) -> dict[str, Any]:
+    """A queued job suspended (or its templates marked), a marked pod gated; with
+    ``native_gangs`` the pod also joins its PodSet's PodGroup."""
     if review.operation != "CREATE":
         return response(review.uid)
     patch: list[dict[str, Any]] = []
@@ -266,9 +276,9 @@ def mutate(review: Review) -> dict[str, Any]:
     elif review.kind == "Pod" and review.group == "":
         member = gated_pod(review.obj)
         if member is not None:
-            patch = _gate_pod(review.obj, member[1])
+            patch = _gate_pod(review.obj, member[1], native_gangs)
         elif c.PODSET_LABEL in labels_of(review.obj):
-            patch = _gate_pod(review.obj)
+            patch = _gate_pod(review.obj, native_gangs=native_gangs)
     return response(review.uid, patch=patch)
 
 

@@ -50,6 +50,8 @@ VIEW_KEY: web.AppKey[ViewFor] = web.AppKey("view")
 LIMITS_KEY = web.AppKey("limits", Limits)
 AUTH_KEY = web.AppKey("client_auth", ClientAuth)
 REFUSALS_KEY: web.AppKey[Throttled] = web.AppKey("refusals")
+# Pods join their PodSet's PodGroup (`serve --native-gangs`, as resolved at start).
+NATIVE_GANGS_KEY = web.AppKey("native_gangs", bool)
 # Errors of accept(2) that mean "out of resources": the connection waits in the backlog.
 _EXHAUSTED = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 _TLS_SHUTDOWN_TIMEOUT = 2.0  # a peer that never answers close_notify holds no fd for long
@@ -199,7 +201,7 @@ async def _mutate(request: web.Request) -> web.Response:
     review = await _review(request)
     if isinstance(review, web.Response):
         return review
-    return _reply(request, _answer(request, mutate, review))
+    return _reply(request, _answer(request, mutate, review, request.app[NATIVE_GANGS_KEY]))
 
 
 async def _validate(request: web.Request) -> web.Response:
@@ -243,6 +245,7 @@ def make_app(
     limits: Limits | None = None,
     guard: ConnectionGuard | None = None,
     client_auth: ClientAuth | None = None,
+    native_gangs: bool = False,
 ) -> web.Application:
     middlewares = [guard.middleware] if guard is not None else []
     app = web.Application(client_max_size=MAX_BODY + 1024, middlewares=middlewares)
@@ -250,6 +253,7 @@ def make_app(
     app[LIMITS_KEY] = limits or Limits()
     app[AUTH_KEY] = client_auth or ClientAuth()
     app[REFUSALS_KEY] = Throttled(app[LIMITS_KEY].log_interval)
+    app[NATIVE_GANGS_KEY] = native_gangs
     app.router.add_post("/mutate", _mutate)
     app.router.add_post("/validate", _validate)
     app.router.add_get("/healthz", _healthz)
@@ -575,12 +579,15 @@ async def running(
     reload_interval: float = 5.0,
     *,
     limits: Limits | None = None,
+    native_gangs: bool = False,
 ) -> AsyncIterator[Running]:
     """Serve until the context exits; the certificate is re-read every ``reload_interval``."""
     limits = limits or Limits()
     guard = ConnectionGuard()
     client_auth = certificate.client_auth
-    app = make_app(view, limits=limits, guard=guard, client_auth=client_auth)
+    app = make_app(
+        view, limits=limits, guard=guard, client_auth=client_auth, native_gangs=native_gangs
+    )
     # lingering_time=0: after a 408 the unread rest of a slow body is not waited for.
     runner = web.AppRunner(
         app,

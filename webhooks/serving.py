@@ -306,6 +306,7 @@ async def serving(
     ca_secret: tuple[str, str] | None = None,
     renew_interval: float = 3600.0,
     client_auth: ClientAuth | None = None,
+    native_gangs: bool = False,
 ) -> AsyncIterator[None]:
     """The webhook server, its certificate (see the module's docstring; reloaded on change,
     renewed every ``renew_interval`` when due) and, with an API client (``kube``; the caller
@@ -335,7 +336,9 @@ async def serving(
     if view is None and kube is not None:
         view = ApiView(kube)
     publish = _publisher(kube, register_url, inject_ca_into)
-    async with running(host, port, certificate, view, reload_interval, limits=limits):
+    async with running(
+        host, port, certificate, view, reload_interval, limits=limits, native_gangs=native_gangs
+    ):
         if bundle is not None:
             await publish(bundle)
         renewing = None

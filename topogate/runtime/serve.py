@@ -91,6 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="discover HyperNodes from node labels: Volcano's volcano-controller.conf "
         "(networkTopologyDiscovery with label sources), or a ConfigMap holding it",
     )
+    _gang_arguments(parser)
     webhook = parser.add_argument_group("webhooks (optional: serve them in this process)")
     webhook.add_argument("--webhook-cert-dir", type=Path, help="enables the webhook server")
     webhook.add_argument("--webhook-host", default="0.0.0.0")
@@ -120,6 +121,17 @@ def _positive(text: str) -> float:
     return value
 
 
+def _gang_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--native-gangs",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="give every admitted PodSet a scheduling.k8s.io PodGroup (a gang of the admitted "
+        "count in the domain topogate chose) that its pods join, so kube-scheduler binds "
+        "all or none; auto: when the API server serves PodGroups (default: %(default)s)",
+    )
+
+
 def _api_arguments(parser: argparse.ArgumentParser) -> None:
     api = parser.add_argument_group("API client")
     api.add_argument(
@@ -147,7 +159,7 @@ def _api_arguments(parser: argparse.ArgumentParser) -> None:
 
 @contextlib.asynccontextmanager
 async def _webhooks(
-    args: argparse.Namespace, state: ControllerState, kube: KubeApi
+    args: argparse.Namespace, state: ControllerState, kube: KubeApi, native_gangs: bool
 ) -> AsyncIterator[None]:
     if args.webhook_cert_dir is None:
         yield
@@ -166,6 +178,7 @@ async def _webhooks(
         view=state_view(state, kube),
         register_url=args.webhook_register_url,
         inject_ca_into=args.webhook_inject_ca,
+        native_gangs=native_gangs,
         **options(args),
     ):
         yield
@@ -208,6 +221,14 @@ class Controller:
         writer = FencedKube(kube, self.elector.holds_lease)
         self.state = ControllerState()
         self.events = EventRecorder(writer, identity, on_drop=self.metrics.events_dropped.inc)
+        # Its PodGroups' version is set once discovered (`--native-gangs`, :meth:`use_podgroups`).
+        self.ungater = Ungater(
+            writer,
+            self.state,
+            self.metrics,
+            interval=args.ungate_interval,
+            max_per_batch=args.ungate_max_per_batch,
+        )
         self.loops: list[Callable[[], Coroutine[Any, Any, None]]] = [
             Admitter(
                 writer,
@@ -227,18 +248,16 @@ class Controller:
                 grace=args.node_failure_grace,
                 exact_budget=args.exact_budget,
             ).run,
-            Ungater(
-                writer,
-                self.state,
-                self.metrics,
-                interval=args.ungate_interval,
-                max_per_batch=args.ungate_max_per_batch,
-            ).run,
+            self.ungater.run,
         ]
         if discovery_types:
             self.loops.append(HyperNodeDiscovery(writer, self.state, discovery_types).run)
         self.reflectors = self._reflectors()
         self.tasks: list[asyncio.Task[Any]] = []
+
+    def use_podgroups(self, api_version: str | None) -> None:
+        """Native gangs on (PodGroups of ``api_version``) or off (None), before :meth:`run`."""
+        self.ungater.podgroups = api_version
 
     def _reflectors(self) -> dict[str, Reflector]:
         from topogate.kube.reflector import Reflector
@@ -332,6 +351,39 @@ async def _until(work: Coroutine[Any, Any, Any], stop: asyncio.Event) -> bool:
     return False
 
 
+async def podgroup_version(kube: KubeApi, mode: str) -> str | None:
+    """The ``scheduling.k8s.io`` version whose PodGroups topogate writes (`--native-gangs`):
+    the newest one the API server serves (a list of one answers), or None when ``mode`` is
+    off or, with auto, none is served; on without one is a usage error."""
+    from topogate.api.errors import InputError
+    from topogate.api.podgroups import GROUP, VERSIONS
+    from topogate.kube.errors import API_ERRORS, KubeError
+    from topogate.kube.resources import Resource
+
+    if mode == "off":
+        return None
+    refused: list[str] = []
+    for version in VERSIONS:
+        api_version = f"{GROUP}/{version}"
+        try:
+            await kube.list(Resource(api_version, "podgroups"), limit=1)
+            return api_version
+        except KubeError as error:
+            refused.append(f"{api_version}: {error}")
+        except API_ERRORS as error:
+            refused.append(f"{api_version}: {type(error).__name__} {error}")
+    if mode == "on":
+        raise InputError(
+            "the API server serves no PodGroups (" + "; ".join(refused) + "): on Kubernetes "
+            "1.36 start it with --feature-gates=GenericWorkload=true,GangScheduling=true,"
+            "TopologyAwareWorkloadScheduling=true and "
+            "--runtime-config=scheduling.k8s.io/v1alpha2=true",
+            field="--native-gangs",
+        )
+    log.info("native gangs off: the API server serves no PodGroups")
+    return None
+
+
 async def _serve(args: argparse.Namespace) -> int:
     from topogate.kube.client import Kube
 
@@ -351,7 +403,11 @@ async def _serve(args: argparse.Namespace) -> int:
 async def _run_controller(args: argparse.Namespace, kube: KubeApi, identity: str) -> int:
     from .ops import OpsServer, make_metrics_app, make_ops_app, start_ops_server
 
-    controller = Controller(args, kube, identity)
+    controller = Controller(args, kube, identity)  # refuses bad arguments before any call
+    podgroups = await podgroup_version(kube, getattr(args, "native_gangs", "off"))
+    controller.use_podgroups(podgroups)
+    if podgroups:
+        print(f"topogate serve: native gangs on ({podgroups} PodGroups)", flush=True)
     app = make_ops_app(controller.ready, controller.healthy)
     ops = await start_ops_server(app, args.ops_host, args.ops_port)
     servers: list[OpsServer] = [ops]
@@ -367,7 +423,7 @@ async def _run_controller(args: argparse.Namespace, kube: KubeApi, identity: str
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        async with _webhooks(args, controller.state, kube):
+        async with _webhooks(args, controller.state, kube, podgroups is not None):
             return await controller.run(stop)
     finally:
         await controller.close()

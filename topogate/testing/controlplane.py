@@ -11,7 +11,7 @@ garbage collector deletes what an owner reference ties to a deleted object. The 
 admission plugins stay on, so the API server calls topogate's webhooks exactly as in a cluster,
 presenting a client certificate (its admission configuration) that they can require.
 
-    python -m topogate.testing.controlplane start --dir DIR [--jobset] [--lws]  # kubeconfig
+    python -m topogate.testing.controlplane start --dir DIR [--jobset] [--lws] [--workloads]
     python -m topogate.testing.controlplane stop --dir DIR
 """
 
@@ -45,6 +45,10 @@ JOBSET = "jobset-controller"
 _JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2"
 LWS = "lws-controller"
 _LWS = "/apis/leaderworkerset.x-k8s.io/v1"
+# Workload-Aware Scheduling in Kubernetes 1.36 (alpha): Workload and PodGroup objects, and
+# kube-scheduler's gang and topology plugins.
+WORKLOAD_GATES = "GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true"
+WORKLOAD_API = "scheduling.k8s.io/v1alpha2"
 
 
 class ControlPlaneError(RuntimeError):
@@ -126,6 +130,10 @@ class ControlPlane:
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     argv: dict[str, list[str]] = field(default_factory=dict)
     bin_dir: Path | None = None
+    # Kubernetes' own gangs (1.36 alpha): the feature gates on every component and the
+    # scheduling.k8s.io/v1alpha2 API served. Off by default: a plane that serves PodGroups
+    # turns `serve --native-gangs=auto` on, which only the native-gang tests want.
+    workloads: bool = False
 
     @property
     def kubeconfig(self) -> Path:
@@ -145,10 +153,11 @@ class ControlPlane:
         scheduler: bool = True,
         jobset: bool = False,
         lws: bool = False,
+        workloads: bool = False,
     ) -> ControlPlane:
         directory.mkdir(parents=True, exist_ok=True)
         bin_dir = bin_dir or binaries()
-        plane = cls(directory, bin_dir=bin_dir)
+        plane = cls(directory, bin_dir=bin_dir, workloads=workloads)
         try:
             plane._start(bin_dir, scheduler)
             if jobset:
@@ -280,10 +289,16 @@ class ControlPlane:
                 f"--audit-policy-file={d / 'audit-policy.yaml'}",
                 f"--audit-log-path={self.audit_log}",
                 "--audit-log-format=json",
+                *self._gates(),
+                *([f"--runtime-config={WORKLOAD_API}=true"] if self.workloads else []),
             ],
         )
         # /readyz needs an authenticated client: the admin certificate.
         self._wait("kube-apiserver", f"{self.url}/readyz", self._admin_context(), 120)
+
+    def _gates(self) -> list[str]:
+        """The feature-gate flag of every component (nothing when ``workloads`` is off)."""
+        return [f"--feature-gates={WORKLOAD_GATES}"] if self.workloads else []
 
     def _start_scheduler(self, bin_dir: Path) -> None:
         self._spawn(
@@ -296,6 +311,7 @@ class ControlPlane:
                 "--leader-elect=false",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}",
+                *self._gates(),
             ],
         )
 
@@ -316,6 +332,7 @@ class ControlPlane:
                 f"--secure-port={free_port()}",
                 # Fast enough for tests; the defaults are tuned for big clusters.
                 "--concurrent-job-syncs=10",
+                *self._gates(),
             ],
         )
 
@@ -650,11 +667,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--lws", action="store_true", help="with LeaderWorkerSet's controller, CRD and webhooks"
     )
+    parser.add_argument(
+        "--workloads",
+        action="store_true",
+        help=f"Kubernetes' own gangs: {WORKLOAD_GATES} and {WORKLOAD_API} served",
+    )
     args = parser.parse_args(argv)
     if args.action == "start":
         try:
             plane = ControlPlane.start(
-                args.dir, scheduler=not args.no_scheduler, jobset=args.jobset, lws=args.lws
+                args.dir,
+                scheduler=not args.no_scheduler,
+                jobset=args.jobset,
+                lws=args.lws,
+                workloads=args.workloads,
             )
         except ControlPlaneError as error:
             print(f"controlplane: {error}", file=sys.stderr)

@@ -1,0 +1,196 @@
+"""Kubernetes' own gangs end to end (`serve --native-gangs`), on a control plane of its own
+that serves ``scheduling.k8s.io/v1alpha2`` PodGroups with the 1.36 feature gates on, so the
+real kube-scheduler binds a gang all or nothing.
+
+The capacity race: the ungater waits ``--ungate-interval`` before it releases the pods of an
+admitted Job; in that window a pod of another scheduler takes the whole of one of the gang's
+nodes. With native gangs no pod of the gang binds; without them, the others do.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.cluster import drop_webhooks, eventually
+from tests.test_e2e import RACK, Pool, Serve, all_bound, condition, job, submit
+from topogate.testing.controlplane import ControlPlane
+from topogate.testing.localcluster import create_all, install_crds
+
+pytestmark = pytest.mark.cluster
+
+BLOCK, HOST = "example.com/block", "kubernetes.io/hostname"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    plane = ControlPlane.start(tmp_path_factory.mktemp("gangplane"), workloads=True)
+    try:
+        install_crds(plane.kubeconfig, jobset=False)
+        topology = {
+            "apiVersion": "topogate.dev/v1alpha1",
+            "kind": "Topology",
+            "metadata": {"name": "e2e"},
+            "spec": {"levels": [{"nodeLabel": BLOCK}, {"nodeLabel": RACK}, {"nodeLabel": HOST}]},
+        }
+        create_all(plane.kubeconfig, [topology])
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture
+def serve(cluster: ControlPlane, tmp_path: Path) -> Iterator[Serve]:
+    runner = Serve(cluster, tmp_path)
+    try:
+        with runner.stack:
+            yield runner
+    finally:
+        drop_webhooks(cluster)
+
+
+@pytest.fixture
+def pool(cluster: ControlPlane) -> Pool:
+    name = f"p{uuid.uuid4().hex[:6]}"
+    made = Pool(cluster, name, f"gangs-{name}")
+    made.setup()
+    return made
+
+
+def podgroups(pool: Pool) -> list[dict[str, Any]]:
+    custom = client.CustomObjectsApi(pool.api)
+    found: Any = custom.list_namespaced_custom_object(
+        "scheduling.k8s.io", "v1alpha2", pool.namespace, "podgroups"
+    )
+    return list(found["items"])
+
+
+SELECTOR = "batch.kubernetes.io/job-name=gang"
+
+
+def test_admitted_job_gets_a_podgroup_its_pods_join_and_all_bind(serve: Serve, pool: Pool) -> None:
+    serve.start()  # auto: this plane serves PodGroups
+    pool.nodes({("b0", "r0"): 1, ("b0", "r1"): 3})
+    submit(pool, job("gang", 3, annotations={"kueue.x-k8s.io/podset-required-topology": RACK}))
+    pods = eventually(lambda: all_bound(pool, SELECTOR, 3), 60)
+    workload = pool.workload_of("gang")
+    assert workload is not None
+    groups = podgroups(pool)
+    assert len(groups) == 1, groups
+    group = groups[0]
+    assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 3}}
+    # The deepest level the admission's domains share: the rack.
+    assert group["spec"]["schedulingConstraints"] == {"topology": [{"key": RACK}]}
+    owner = group["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"]) == ("Workload", workload["metadata"]["uid"])
+    for pod in pods:
+        assert pod.spec.scheduling_group.pod_group_name == group["metadata"]["name"]
+    assert {pool.node_labels()[p.spec.node_name][RACK] for p in pods} == {"r1"}
+    # Owned by the Workload: deleting the Job (and so its Workload) deletes the group too
+    # (kept by kube's podgroup-protection finalizer while its pods, here never stopped by a
+    # kubelet, are there).
+    batch = client.BatchV1Api(pool.api)
+    batch.delete_namespaced_job("gang", pool.namespace, propagation_policy="Background")
+    eventually(lambda: all(g["metadata"].get("deletionTimestamp") for g in podgroups(pool)), 60)
+
+
+def _race(serve: Serve, pool: Pool, mode: str) -> list[Any]:
+    """Admit a 2-pod gang onto a rack of two 8-GPU nodes, take one node whole before its pods
+    are released, and return the gang's pods once the scheduler has tried them all."""
+    serve.start(f"--native-gangs={mode}", "--ungate-interval=8")
+    nodes = pool.nodes({("b0", "r0"): 2})
+    submit(pool, job("gang", 2, annotations={"kueue.x-k8s.io/podset-required-topology": RACK}))
+    eventually(lambda: condition(pool.workload_of("gang"), "Admitted"), 30)
+    # Another scheduler's pod (bound by nodeName) takes all of the first node's GPUs.
+    other = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "other", "namespace": pool.namespace},
+        "spec": {
+            "nodeName": nodes[0],
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "example.com/other:1",
+                    "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                }
+            ],
+        },
+    }
+    create_all(pool.plane.kubeconfig, [other])
+
+    def tried() -> list[Any] | None:
+        pods = pool.pods(SELECTOR)
+        if len(pods) != 2 or any(p.spec.scheduling_gates for p in pods):
+            return None  # not all released yet
+        unschedulable = [
+            p
+            for p in pods
+            if any(
+                c.type == "PodScheduled" and c.reason == "Unschedulable"
+                for c in p.status.conditions or []
+            )
+        ]
+        return pods if unschedulable else None
+
+    eventually(tried, 60)
+    time.sleep(3)  # anything the scheduler would still bind, bound by now
+    return pool.pods(SELECTOR)
+
+
+def test_capacity_taken_after_admission_binds_no_pod_of_a_native_gang(
+    serve: Serve, pool: Pool
+) -> None:
+    pods = _race(serve, pool, "on")
+    assert [p.metadata.name for p in pods if p.spec.node_name] == []
+    assert all(p.spec.scheduling_group is not None for p in pods)
+    group = podgroups(pool)[0]
+    scheduled = [
+        c
+        for c in (group.get("status") or {}).get("conditions") or []
+        if c["type"] == "PodGroupScheduled"
+    ]
+    assert scheduled and scheduled[0]["status"] == "False", group.get("status")
+
+
+def test_capacity_taken_after_admission_binds_part_of_a_gang_without_native_gangs(
+    serve: Serve, pool: Pool
+) -> None:
+    pods = _race(serve, pool, "off")
+    assert len([p for p in pods if p.spec.node_name]) == 1
+    assert all(p.spec.scheduling_group is None for p in pods)
+    assert podgroups(pool) == []
+
+
+def test_native_gangs_on_without_podgroups_served_exits_2_naming_what_to_turn_on(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """The shared plane runs without the feature gates: `on` is refused before anything runs."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "topogate",
+            "serve",
+            f"--kubeconfig={control_plane.kubeconfig}",
+            "--native-gangs=on",
+            "--ops-port=0",
+            "--metrics-port=-1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "--native-gangs" in done.stderr
+    assert "--runtime-config=scheduling.k8s.io/v1alpha2=true" in done.stderr
+    assert "Traceback" not in done.stderr
