@@ -35,23 +35,22 @@ POOL = "e2e.topogate.dev/pool"
 GROUP, VERSION = "topogate.dev", "v1alpha1"
 
 
+def install_e2e_topology(plane: ControlPlane) -> None:
+    """topogate's CRDs and the block > rack > host Topology the e2e tests' flavors use."""
+    install_crds(plane.kubeconfig, jobset=False)
+    topology = {
+        "apiVersion": "topogate.dev/v1alpha1",
+        "kind": "Topology",
+        "metadata": {"name": "e2e"},
+        "spec": {"levels": [{"nodeLabel": BLOCK}, {"nodeLabel": RACK}, {"nodeLabel": HOST}]},
+    }
+    create_all(plane.kubeconfig, [topology])
+
+
 @pytest.fixture(scope="module")
 def cluster(control_plane: ControlPlane) -> Iterator[ControlPlane]:
     control_plane.start_jobset()  # JobSet's controller, webhooks and CRD, from its release
-    install_crds(control_plane.kubeconfig, jobset=False)
-    create_all(
-        control_plane.kubeconfig,
-        [
-            {
-                "apiVersion": "topogate.dev/v1alpha1",
-                "kind": "Topology",
-                "metadata": {"name": "e2e"},
-                "spec": {
-                    "levels": [{"nodeLabel": BLOCK}, {"nodeLabel": RACK}, {"nodeLabel": HOST}]
-                },
-            }
-        ],
-    )
+    install_e2e_topology(control_plane)
     yield control_plane
 
 

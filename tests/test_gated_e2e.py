@@ -16,11 +16,11 @@ from kubernetes import client
 
 from tests import test_e2e
 from tests.cluster import eventually
-from tests.test_e2e import BLOCK, HOST, POOL, RACK, Pool, Serve, all_bound, condition, submit
+from tests.test_e2e import HOST, POOL, RACK, Pool, Serve, all_bound, condition, submit
 from tests.test_preemption_e2e import kubelet, local_queue, priority_class, queue
 from topogate.api.kinds.lws import group_workload_name
 from topogate.testing.controlplane import ControlPlane
-from topogate.testing.localcluster import create_all, install_crds
+from topogate.testing.localcluster import create_all
 
 pytestmark = pytest.mark.cluster
 
@@ -35,20 +35,7 @@ pool = test_e2e.pool
 @pytest.fixture(scope="module")
 def cluster(control_plane: ControlPlane) -> Iterator[ControlPlane]:
     control_plane.start_lws()  # LeaderWorkerSet's controller, webhooks and CRDs, from its release
-    install_crds(control_plane.kubeconfig, jobset=False)
-    create_all(
-        control_plane.kubeconfig,
-        [
-            {
-                "apiVersion": "topogate.dev/v1alpha1",
-                "kind": "Topology",
-                "metadata": {"name": "e2e"},
-                "spec": {
-                    "levels": [{"nodeLabel": BLOCK}, {"nodeLabel": RACK}, {"nodeLabel": HOST}]
-                },
-            }
-        ],
-    )
+    test_e2e.install_e2e_topology(control_plane)
     yield control_plane
 
 

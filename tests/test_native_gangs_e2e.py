@@ -20,41 +20,26 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.cluster import drop_webhooks, eventually
+from tests import test_e2e
+from tests.cluster import eventually
 from tests.test_e2e import RACK, Pool, Serve, all_bound, condition, job, submit
 from topogate.testing.controlplane import ControlPlane
-from topogate.testing.localcluster import create_all, install_crds
+from topogate.testing.localcluster import create_all
 
 pytestmark = pytest.mark.cluster
-
-BLOCK, HOST = "example.com/block", "kubernetes.io/hostname"
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     plane = ControlPlane.start(tmp_path_factory.mktemp("gangplane"), workloads=True)
     try:
-        install_crds(plane.kubeconfig, jobset=False)
-        topology = {
-            "apiVersion": "topogate.dev/v1alpha1",
-            "kind": "Topology",
-            "metadata": {"name": "e2e"},
-            "spec": {"levels": [{"nodeLabel": BLOCK}, {"nodeLabel": RACK}, {"nodeLabel": HOST}]},
-        }
-        create_all(plane.kubeconfig, [topology])
+        test_e2e.install_e2e_topology(plane)
         yield plane
     finally:
         plane.stop()
 
 
-@pytest.fixture
-def serve(cluster: ControlPlane, tmp_path: Path) -> Iterator[Serve]:
-    runner = Serve(cluster, tmp_path)
-    try:
-        with runner.stack:
-            yield runner
-    finally:
-        drop_webhooks(cluster)
+serve = test_e2e.serve  # on this module's plane: fixtures resolve `cluster` here
 
 
 @pytest.fixture
