@@ -122,27 +122,11 @@ GROUPS = Resource("scheduling.k8s.io/v1alpha2", "podgroups")
 
 
 async def test_ungater_writes_the_group_before_any_pod_goes_and_drops_it_on_eviction() -> None:
-    from tests.test_shells import Harness, pod_template, workload
+    from tests.test_shells import Harness, admitted_with_a_gated_pod
     from topogate.ungater.controller import Ungater
 
     h = Harness()
-    h.kube.seed(WORKLOADS, workload("w", count=1))
-    h.deliver()
-    admitter, events = h.admitter()
-    await admitter.cycle()
-    await events.drain()
-    h.deliver()
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": "w-0",
-            "namespace": "ml",
-            "labels": {c.PODSET_LABEL: "main", c.JOB_COMPLETION_INDEX: "0"},
-            "annotations": {c.WORKLOAD_ANNOTATION: "w"},
-        },
-        "spec": {"schedulingGates": [{"name": c.TOPOLOGY_GATE}], **pod_template(4)["spec"]},
-    }
+    pod = await admitted_with_a_gated_pod(h)
     h.kube.seed(PODS, pod)
     # An earlier admission's group (another count): replaced, its spec being immutable.
     stale = podgroup(

@@ -334,17 +334,16 @@ async def test_job_sync_retries_after_a_broken_transport() -> None:
     assert len(h.kube.objects(WORKLOADS)) == 1
 
 
-async def test_the_ungater_plans_a_pod_again_after_a_broken_transport() -> None:
-    from topogate.ungater.controller import Ungater
-
-    h = Harness()
+async def admitted_with_a_gated_pod(h: Harness) -> Obj:
+    """Workload ml/w (one pod) admitted and seen, and its pod w-0 as the Job controller makes
+    it: marked and gated (not yet created)."""
     h.kube.seed(WORKLOADS, workload("w", count=1))
     h.deliver()
     admitter, events = h.admitter()
     await admitter.cycle()
     await events.drain()
     h.deliver()
-    pod = {
+    return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -353,11 +352,15 @@ async def test_the_ungater_plans_a_pod_again_after_a_broken_transport() -> None:
             "labels": {c.PODSET_LABEL: "main", c.JOB_COMPLETION_INDEX: "0"},
             "annotations": {c.WORKLOAD_ANNOTATION: "w"},
         },
-        "spec": {
-            "schedulingGates": [{"name": c.TOPOLOGY_GATE}],
-            **pod_template(4)["spec"],
-        },
+        "spec": {"schedulingGates": [{"name": c.TOPOLOGY_GATE}], **pod_template(4)["spec"]},
     }
+
+
+async def test_the_ungater_plans_a_pod_again_after_a_broken_transport() -> None:
+    from topogate.ungater.controller import Ungater
+
+    h = Harness()
+    pod = await admitted_with_a_gated_pod(h)
     h.kube.seed(PODS, pod)
     h.deliver()
     ungater = Ungater(h.kube, h.state, h.metrics)
