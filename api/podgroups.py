@@ -12,8 +12,11 @@ the admitted count, the topology key the deepest level all its domains (their no
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+from .times import parse_time
 
 GROUP = "scheduling.k8s.io"
 # Newest first: 1.37 serves v1beta1 (the same fields, as far as topogate uses them).
@@ -91,3 +94,102 @@ def same_spec(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
         and (have.get("schedulingConstraints") or {}).get("topology")
         == (want.get("schedulingConstraints") or {}).get("topology")
     )
+
+
+# --- a gang kube-scheduler cannot bind (`serve`'s gang-failure shell) ----------------------
+
+SCHEDULED = "PodGroupScheduled"  # the PodGroup's condition kube-scheduler writes
+
+
+@dataclass(frozen=True, slots=True)
+class StuckGang:
+    """A PodSet whose native gang kube-scheduler has tried and not bound: every pod of it
+    released, none bound, each marked unschedulable."""
+
+    podset: str
+    group: str  # the PodGroup its pods name
+    pods: int
+    since: float  # the latest of its pods' unschedulable transitions (POSIX seconds)
+    reason: str  # the scheduler's message on one of its pods
+
+
+def _unschedulable(pod: Mapping[str, Any]) -> tuple[float, str] | None:
+    """(since, message) of a pod kube-scheduler marked unschedulable, else None."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if (
+            isinstance(cond, dict)
+            and cond.get("type") == "PodScheduled"
+            and cond.get("status") == "False"
+            and cond.get("reason") == "Unschedulable"
+        ):
+            since = parse_time(cond.get("lastTransitionTime"))
+            return (since if since is not None else 0.0), str(cond.get("message") or "")
+    return None
+
+
+def stuck_gangs(
+    pods: Sequence[Mapping[str, Any]], counts: Mapping[str, int], gate: str, podset_label: str
+) -> list[StuckGang]:
+    """The PodSets (``counts``: admitted pods per PodSet) of an admitted Workload whose gang
+    kube-scheduler has not bound: at least the admitted count of live pods, every one joined
+    to a PodGroup, released (no ``gate``), unbound and unschedulable. A PodSet with one pod
+    bound is not a gang that failed to bind (a replaced pod is its job's business)."""
+    by_podset: dict[str, list[Mapping[str, Any]]] = {}
+    for pod in pods:
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        podset = str(((pod.get("metadata") or {}).get("labels") or {}).get(podset_label))
+        by_podset.setdefault(podset, []).append(pod)
+    out: list[StuckGang] = []
+    for podset, count in sorted(counts.items()):
+        members = by_podset.get(podset, [])
+        if count <= 0 or len(members) < count:
+            continue
+        marks = []
+        for pod in members:
+            spec = pod.get("spec") or {}
+            gates = [
+                g.get("name") for g in spec.get("schedulingGates") or [] if isinstance(g, dict)
+            ]
+            mark = _unschedulable(pod)
+            if spec.get("nodeName") or not spec.get("schedulingGroup") or gate in gates or not mark:
+                break
+            marks.append(mark)
+        else:
+            since, reason = max(marks)
+            group = str(
+                ((members[0].get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
+            )
+            out.append(StuckGang(podset, group, len(members), since, reason))
+    return out
+
+
+def scheduler_reason(group: Mapping[str, Any] | None) -> str | None:
+    """The message of a PodGroup's ``PodGroupScheduled=False`` condition, if it has one."""
+    for cond in ((group or {}).get("status") or {}).get("conditions") or []:
+        if isinstance(cond, dict) and (cond.get("type"), cond.get("status")) == (
+            SCHEDULED,
+            "False",
+        ):
+            return str(cond.get("message") or cond.get("reason") or "")
+    return None
+
+
+def domain_name(
+    levels: Sequence[str],
+    domains: Sequence[Sequence[str]],
+    level: str | None,
+    node_labels: Callable[[str], Mapping[str, str]],
+) -> str:
+    """The assigned domain in words: ``<level>=<value>`` when every assigned domain (its
+    values per level; an assignment down to hosts ends in the hostname, whose node's labels
+    give the levels above) has one value at ``level``; else the domains listed."""
+    values: set[str | None] = set()
+    for domain in domains:
+        labels = dict(zip(levels, domain, strict=False))
+        if level is not None and level not in labels and domain:
+            labels = {**node_labels(domain[-1]), **labels}
+        values.add(labels.get(level) if level is not None else None)
+    if level is not None and len(values) == 1 and None not in values:
+        return f"{level}={values.pop()}"
+    return ", ".join("/".join(d) for d in domains) or "no domain"

@@ -39,6 +39,7 @@ SHELLS = {
     "topogate.controllers.evictions": "admitter",
     "topogate.controllers.jobsync": "job sync",
     "topogate.controllers.nodefailures": "node failures",
+    "topogate.controllers.gangfailures": "gang failures",
     "topogate.ungater.controller": "ungater",
     "topogate.webhooks.server": "webhook server",
     "topogate.webhooks.serving": "webhook server",

@@ -161,3 +161,130 @@ async def test_ungater_writes_the_group_before_any_pod_goes_and_drops_it_on_evic
     assert "ml/w" in h.state.signals.take_ungates()
     await ungater.round(["ml/w"])
     assert h.kube.stored(GROUPS, "w-main", "ml") is None
+
+
+# --- a gang kube-scheduler cannot bind ----------------------------------------------------
+
+
+def _tried(pod: dict[str, Any], at: str, message: str = "0/2 placements") -> dict[str, Any]:
+    """``pod`` released into its group and marked unschedulable by kube-scheduler at ``at``."""
+    out = copy.deepcopy(pod)
+    out["spec"]["schedulingGates"] = []
+    out["spec"]["schedulingGroup"] = {"podGroupName": "w-main"}
+    out["status"] = {
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+                "lastTransitionTime": at,
+            }
+        ]
+    }
+    return out
+
+
+def _member(name: str, podset: str = "main") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {c.PODSET_LABEL: podset}},
+        "spec": {"schedulingGates": [{"name": c.TOPOLOGY_GATE}]},
+    }
+
+
+def test_a_gang_is_stuck_only_when_every_pod_was_released_and_none_bound() -> None:
+    from topogate.api.podgroups import StuckGang, stuck_gangs
+
+    def stuck(pods: list[dict[str, Any]], count: int = 2) -> list[StuckGang]:
+        return stuck_gangs(pods, {"main": count}, c.TOPOLOGY_GATE, c.PODSET_LABEL)
+
+    a = _tried(_member("a"), "2026-01-01T00:00:05Z", "0/2 placements are available")
+    b = _tried(_member("b"), "2026-01-01T00:00:09Z")
+    found = stuck([a, b])
+    assert [(g.podset, g.group, g.pods) for g in found] == [("main", "w-main", 2)]
+    assert found[0].since == 1767225609.0  # the latest pod's transition
+    assert stuck([a, _member("b")]) == []  # one still gated: not tried as a whole yet
+    assert stuck([a]) == []  # fewer pods than admitted: the job has not made them all
+    bound = copy.deepcopy(b)
+    bound["spec"]["nodeName"] = "n0"
+    assert stuck([a, bound]) == []
+    alone = copy.deepcopy(b)
+    del alone["spec"]["schedulingGroup"]  # no native gang: kube-scheduler binds one by one
+    assert stuck([a, alone]) == []
+    going = copy.deepcopy(b)
+    going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:10Z"
+    assert stuck([a, going]) == []
+    pending = copy.deepcopy(b)
+    pending["status"] = {}
+    assert stuck([a, pending]) == []
+    assert stuck([a, b], count=0) == []
+
+
+def test_domain_name_is_the_level_value_every_domain_shares() -> None:
+    from topogate.api.podgroups import domain_name
+
+    nodes = {"n0": {RACK: "r0", BLOCK: "b0"}, "n1": {RACK: "r0", BLOCK: "b0"}}
+    hosts = [("n0",), ("n1",)]
+    assert domain_name([HOST], hosts, RACK, lambda n: nodes[n]) == f"{RACK}=r0"
+    assert domain_name([BLOCK, RACK], [("b0", "r0")], RACK, lambda n: {}) == f"{RACK}=r0"
+    two = [("b0", "r0"), ("b0", "r1")]
+    assert domain_name([BLOCK, RACK], two, RACK, lambda n: {}) == "b0/r0, b0/r1"
+    assert domain_name([HOST], hosts, None, lambda n: {}) == "n0, n1"
+
+
+async def test_a_gang_unschedulable_past_the_grace_evicts_its_workload_naming_domain_and_reason() -> (
+    None
+):
+    from tests.test_shells import RACK as HARNESS_RACK
+    from tests.test_shells import Harness, admitted_with_a_gated_pod
+    from topogate.api.times import parse_time
+    from topogate.controllers.gangfailures import GANG_UNSCHEDULABLE, GangFailures
+    from topogate.kube.events import EventRecorder
+
+    h = Harness()
+    pod = await admitted_with_a_gated_pod(h)
+    events = EventRecorder(h.kube, "test")
+    at = "2026-01-01T00:00:00Z"
+    start = parse_time(at)
+    assert start is not None
+    now = [start + 5]
+    shell = GangFailures(h.kube, h.state, h.metrics, events, grace=30, clock=lambda: now[0])
+    shell.podgroups = GROUPS.api_version
+    group = podgroup(
+        GROUPS.api_version, {"metadata": {"name": "w", "namespace": "ml"}}, "main", 1, HARNESS_RACK
+    )
+    group["status"] = {
+        "conditions": [
+            {
+                "type": "PodGroupScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/2 placements are available",
+            }
+        ]
+    }
+    h.kube.seed(GROUPS, group)
+    h.kube.seed(PODS, _tried(pod, at, "pod message"))
+    h.deliver()
+    assert await shell.sweep() == 25  # within the grace: looked at again when it runs out
+    stored = h.kube.stored(WORKLOADS, "w", "ml")
+    assert stored is not None and not any(
+        cond["type"] == "Evicted" for cond in stored["status"]["conditions"]
+    )
+    now[0] = start + 31
+    assert await shell.sweep() is None
+    stored = h.kube.stored(WORKLOADS, "w", "ml")
+    assert stored is not None
+    evicted = [cond for cond in stored["status"]["conditions"] if cond["type"] == "Evicted"]
+    assert evicted and evicted[0]["status"] == "True"
+    assert evicted[0]["reason"] == GANG_UNSCHEDULABLE
+    message = evicted[0]["message"]
+    assert "PodGroup w-main" in message and "PodSet main" in message
+    # The domain, at the group's topology key (the assignment names the host: its node's rack).
+    assert f" in {HARNESS_RACK}=" in message
+    assert message.endswith(": 0/2 placements are available")  # the group's reason wins
+    h.deliver()
+    assert await shell.sweep() is None  # evicted once: not again
+    await events.drain()
+    reasons = [e.get("reason") for e in h.kube.objects(Resource("events.k8s.io/v1", "events"))]
+    assert GANG_UNSCHEDULABLE in reasons

@@ -23,6 +23,7 @@ from kubernetes import client
 from tests import test_e2e
 from tests.cluster import eventually
 from tests.test_e2e import RACK, Pool, Serve, all_bound, condition, job, submit
+from topogate.api.topology_assignment import decode
 from topogate.testing.controlplane import ControlPlane
 from topogate.testing.localcluster import create_all
 
@@ -87,20 +88,14 @@ def test_admitted_job_gets_a_podgroup_its_pods_join_and_all_bind(serve: Serve, p
     eventually(lambda: all(g["metadata"].get("deletionTimestamp") for g in podgroups(pool)), 60)
 
 
-def _race(serve: Serve, pool: Pool, mode: str) -> list[Any]:
-    """Admit a 2-pod gang onto a rack of two 8-GPU nodes, take one node whole before its pods
-    are released, and return the gang's pods once the scheduler has tried them all."""
-    serve.start(f"--native-gangs={mode}", "--ungate-interval=8")
-    nodes = pool.nodes({("b0", "r0"): 2})
-    submit(pool, job("gang", 2, annotations={"kueue.x-k8s.io/podset-required-topology": RACK}))
-    eventually(lambda: condition(pool.workload_of("gang"), "Admitted"), 30)
-    # Another scheduler's pod (bound by nodeName) takes all of the first node's GPUs.
+def take_node(pool: Pool, node: str) -> None:
+    """Another scheduler's pod (bound by nodeName) takes all of ``node``'s GPUs."""
     other = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "other", "namespace": pool.namespace},
+        "metadata": {"name": f"other-{node}"[:63], "namespace": pool.namespace},
         "spec": {
-            "nodeName": nodes[0],
+            "nodeName": node,
             "containers": [
                 {
                     "name": "c",
@@ -111,6 +106,16 @@ def _race(serve: Serve, pool: Pool, mode: str) -> list[Any]:
         },
     }
     create_all(pool.plane.kubeconfig, [other])
+
+
+def _race(serve: Serve, pool: Pool, mode: str) -> list[Any]:
+    """Admit a 2-pod gang onto a rack of two 8-GPU nodes, take one node whole before its pods
+    are released, and return the gang's pods once the scheduler has tried them all."""
+    serve.start(f"--native-gangs={mode}", "--ungate-interval=8")
+    nodes = pool.nodes({("b0", "r0"): 2})
+    submit(pool, job("gang", 2, annotations={"kueue.x-k8s.io/podset-required-topology": RACK}))
+    eventually(lambda: condition(pool.workload_of("gang"), "Admitted"), 30)
+    take_node(pool, nodes[0])
 
     def tried() -> list[Any] | None:
         pods = pool.pods(SELECTOR)
@@ -153,6 +158,47 @@ def test_capacity_taken_after_admission_binds_part_of_a_gang_without_native_gang
     assert len([p for p in pods if p.spec.node_name]) == 1
     assert all(p.spec.scheduling_group is None for p in pods)
     assert podgroups(pool) == []
+
+
+def _assigned_nodes(workload: dict[str, Any]) -> list[str]:
+    """The hosts of the first PodSet's admitted topology assignment."""
+    assignment = workload["status"]["admission"]["podSetAssignments"][0]
+    parsed = decode(assignment["topologyAssignment"])
+    return [d.values[-1] for d in parsed.domains]
+
+
+def test_a_native_gang_the_scheduler_cannot_bind_is_evicted_and_runs_in_another_rack(
+    serve: Serve, pool: Pool
+) -> None:
+    serve.start("--native-gangs=on", "--ungate-interval=8", "--gang-unschedulable-grace=3")
+    pool.nodes({("b0", "r0"): 2, ("b0", "r1"): 2})
+    submit(pool, job("gang", 2, annotations={"kueue.x-k8s.io/podset-required-topology": RACK}))
+    admitted = eventually(
+        lambda: (w := pool.workload_of("gang")) and condition(w, "Admitted") and w, 30
+    )
+    labels = pool.node_labels()
+    hosts = _assigned_nodes(admitted)
+    rack = labels[hosts[0]][RACK]
+    take_node(pool, hosts[0])  # before the ungater releases the pods (8 s)
+
+    def evicted() -> dict[str, Any] | None:
+        found = condition(pool.workload_of("gang"), "Evicted")
+        return found if found and found["status"] == "True" else None
+
+    eviction = eventually(evicted, 60)
+    assert eviction["reason"] == "GangUnschedulable"
+    message = eviction["message"]
+    assert f"in {RACK}={rack}:" in message, message
+    assert "kube-scheduler cannot bind PodGroup" in message and "PodSet main" in message
+    assert [p.metadata.name for p in pool.pods(SELECTOR) if p.spec.node_name] == []
+    events: Any = client.CustomObjectsApi(pool.api).list_namespaced_custom_object(
+        "events.k8s.io", "v1", pool.namespace, "events"
+    )
+    assert any(e.get("reason") == "GangUnschedulable" for e in events["items"])
+    # Requeued with the rack's capacity as now seen: the whole gang binds in the other rack.
+    pods = eventually(lambda: all_bound(pool, SELECTOR, 2), 90)
+    assert {labels[p.spec.node_name][RACK] for p in pods} == ({"r0", "r1"} - {rack})
+    assert all(p.spec.scheduling_group is not None for p in pods)
 
 
 def test_native_gangs_on_without_podgroups_served_exits_2_naming_what_to_turn_on(

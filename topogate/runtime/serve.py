@@ -130,6 +130,14 @@ def _gang_arguments(parser: argparse.ArgumentParser) -> None:
         "count in the domain topogate chose) that its pods join, so kube-scheduler binds "
         "all or none; auto: when the API server serves PodGroups (default: %(default)s)",
     )
+    parser.add_argument(
+        "--gang-unschedulable-grace",
+        type=_positive,
+        default=60.0,
+        metavar="SECONDS",
+        help="with native gangs, how long kube-scheduler may leave every pod of an admitted "
+        "gang unschedulable before the Workload is evicted and requeued",
+    )
 
 
 def _api_arguments(parser: argparse.ArgumentParser) -> None:
@@ -190,6 +198,7 @@ class Controller:
 
     def __init__(self, args: argparse.Namespace, kube: KubeApi, identity: str) -> None:
         from topogate.controllers.admitter import Admitter
+        from topogate.controllers.gangfailures import GangFailures
         from topogate.controllers.jobsync import JobSync
         from topogate.controllers.nodefailures import NodeFailures
         from topogate.files import load_discovery_config
@@ -229,6 +238,9 @@ class Controller:
             interval=args.ungate_interval,
             max_per_batch=args.ungate_max_per_batch,
         )
+        self.gang_failures = GangFailures(
+            writer, self.state, self.metrics, self.events, grace=args.gang_unschedulable_grace
+        )
         self.loops: list[Callable[[], Coroutine[Any, Any, None]]] = [
             Admitter(
                 writer,
@@ -249,6 +261,7 @@ class Controller:
                 exact_budget=args.exact_budget,
             ).run,
             self.ungater.run,
+            self.gang_failures.run,
         ]
         if discovery_types:
             self.loops.append(HyperNodeDiscovery(writer, self.state, discovery_types).run)
@@ -258,6 +271,7 @@ class Controller:
     def use_podgroups(self, api_version: str | None) -> None:
         """Native gangs on (PodGroups of ``api_version``) or off (None), before :meth:`run`."""
         self.ungater.podgroups = api_version
+        self.gang_failures.podgroups = api_version
 
     def _reflectors(self) -> dict[str, Reflector]:
         from topogate.kube.reflector import Reflector
