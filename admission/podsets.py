@@ -70,6 +70,8 @@ def annotation_field(template: Mapping[str, Any], path: str, name: str) -> str:
     """The field path of a topology annotation as the user wrote it (``kueue.x-k8s.io/`` or
     ``topogate.dev/``; Kueue's key when neither is present), for messages."""
     annotations = (template.get("metadata") or {}).get("annotations") or {}
+    if name == c.REQUIRED_TOPOLOGY and c.REQUIRED_TOPOLOGY_FROM in annotations:
+        return str(annotations[c.REQUIRED_TOPOLOGY_FROM])  # a native PodGroup's key
     for prefix in c.ANNOTATION_PREFIXES:
         if prefix + name in annotations:
             return f"{join(path, 'metadata.annotations')}[{prefix + name}]"

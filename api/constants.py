@@ -37,6 +37,9 @@ TOPOLOGY_ANNOTATIONS = (
     GROUP_NAME,
 )
 ANNOTATION_PREFIXES = (f"{GROUP}/", f"{KUEUE_GROUP}/")
+# Written by topogate on a PodSet's template when its required level comes from elsewhere
+# (a native PodGroup's topology key): the field to name in messages about that level.
+REQUIRED_TOPOLOGY_FROM = f"{GROUP}/required-topology-from"
 
 QUEUE_LABELS = (f"{GROUP}/queue-name", f"{KUEUE_GROUP}/queue-name")
 

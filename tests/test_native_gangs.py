@@ -288,3 +288,172 @@ async def test_a_gang_unschedulable_past_the_grace_evicts_its_workload_naming_do
     await events.drain()
     reasons = [e.get("reason") for e in h.kube.objects(Resource("events.k8s.io/v1", "events"))]
     assert GANG_UNSCHEDULABLE in reasons
+
+
+# --- a user's own PodGroup, queued -----------------------------------------------------------
+
+
+def native_group(name: str = "train", count: int = 2, key: str | None = None) -> dict[str, Any]:
+    from tests.test_shells import RACK as HARNESS_RACK
+
+    spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": count}}}
+    spec["schedulingConstraints"] = {"topology": [{"key": key or HARNESS_RACK}]}
+    return {
+        "apiVersion": GROUPS.api_version,
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}", "resourceVersion": "1"},
+        "spec": spec,
+    }
+
+
+def native_member(name: str, group: str = "train", gpus: int = 4) -> dict[str, Any]:
+    """A queued pod of no controller naming ``group``, as a user writes it (no topology key
+    of its own: the group's)."""
+    from tests.test_shells import pod_template
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "uid": f"uid-{name}",
+            "labels": {"kueue.x-k8s.io/queue-name": "q"},
+        },
+        "spec": {**pod_template(gpus)["spec"], "schedulingGroup": {"podGroupName": group}},
+        "status": {"phase": "Pending"},
+    }
+
+
+def _created(pod: dict[str, Any], native: bool) -> dict[str, Any]:
+    """The pod as stored after the mutating webhook (``add`` ops only)."""
+    out = copy.deepcopy(pod)
+    for op in _patch(pod, native):
+        assert op["op"] == "add"
+        *parents, last = [p.replace("~1", "/") for p in op["path"][1:].split("/")]
+        target: Any = out
+        for part in parents:
+            target = target[part]
+        if last == "-":
+            target.append(op["value"])
+        else:
+            target[last] = op["value"]
+    return out
+
+
+def test_a_pod_naming_its_own_podgroup_is_gated_into_it_only_with_native_gangs() -> None:
+    pod = native_member("a")
+    held = _created(pod, native=True)
+    assert held["spec"]["schedulingGates"] == [{"name": c.TOPOLOGY_GATE}]
+    assert held["metadata"]["annotations"][c.WORKLOAD_ANNOTATION] == "train"
+    assert held["spec"]["schedulingGroup"] == {"podGroupName": "train"}  # its own, kept
+    assert _patch(pod, native=False) == []  # off: kube-scheduler's alone, not queued
+    unqueued = copy.deepcopy(pod)
+    del unqueued["metadata"]["labels"]
+    assert _patch(unqueued, native=True) == []
+
+
+def _native_harness() -> Any:
+    from tests.test_shells import Harness
+    from topogate.kube.resources import native_podgroups
+
+    h = Harness()
+    deliver = h.state.handler(native_podgroups(GROUPS.api_version))
+    return h, deliver
+
+
+async def test_a_native_podgroups_pods_are_one_workload_of_its_min_count_at_its_level() -> None:
+    from tests.kit import written_domains
+    from tests.test_shells import RACK as HARNESS_RACK
+    from topogate.controllers.jobsync import JobSync
+    from topogate.kube.events import EventRecorder
+    from topogate.ungater.controller import Ungater
+
+    h, deliver_group = _native_harness()
+    sync = JobSync(h.kube, h.state, EventRecorder(h.kube, "test"))
+    for name in ("a", "b", "c"):  # one more than the gang: left out, as Kueue's excess pods
+        h.kube.seed(PODS, _created(native_member(name), native=True))
+    h.deliver()
+    await sync.reconcile("PodGroup", "ml/train")
+    assert h.kube.objects(WORKLOADS) == []  # its PodGroup is not there yet
+    group = native_group()
+    h.kube.seed(GROUPS, group)
+    deliver_group(None, group)
+    assert ("PodGroup", "ml/train") in h.state.signals.take_jobs()
+    await sync.reconcile("PodGroup", "ml/train")
+    [created] = h.kube.objects(WORKLOADS)
+    assert created["metadata"]["name"] == "train"
+    [podset] = created["spec"]["podSets"]
+    assert podset["count"] == 2
+    annotations = podset["template"]["metadata"]["annotations"]
+    assert annotations[f"{c.KUEUE_GROUP}/{c.REQUIRED_TOPOLOGY}"] == HARNESS_RACK
+    h.deliver()
+    admitter, _ = h.admitter()
+    await admitter.cycle()
+    h.deliver()
+    admission = h.state.ledger.admission_of("ml/train")
+    assert admission is not None
+    domains = written_domains(admission["podSetAssignments"][0]["topologyAssignment"])
+    assert sum(d["count"] for d in domains) == 2
+    ungater = Ungater(h.kube, h.state, h.metrics, podgroups=GROUPS.api_version)
+    await ungater.round(["ml/train"])
+    # The user's group is the gang: topogate writes none of its own, and releases the pods.
+    assert [g["metadata"]["name"] for g in h.kube.objects(GROUPS)] == ["train"]
+    released = [p for p in h.kube.objects(PODS) if not p["spec"]["schedulingGates"]]
+    assert len(released) == 2
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "words"),
+    [
+        (
+            {"schedulingPolicy": {"basic": {}}},
+            "spec.schedulingPolicy.gang",
+            "topogate queues a PodGroup as one gang",
+        ),
+        (
+            {"schedulingPolicy": {"gang": {"minCount": 0}}},
+            "spec.schedulingPolicy.gang.minCount",
+            "must be an integer above 0",
+        ),
+    ],
+)
+def test_a_native_podgroup_that_is_no_gang_is_refused_naming_it_and_the_field(
+    spec: dict[str, Any], field: str, words: str
+) -> None:
+    from topogate.api.kinds import POD_GROUP
+    from topogate.api.kinds import podgroup as plain
+
+    group = {**native_group(), "spec": spec}
+    pods = [_created(native_member(n), native=True) for n in ("a", "b")]
+    composed = plain.compose("ml", "train", pods, group)
+    with pytest.raises(InputError) as refused:
+        POD_GROUP.podsets(composed, "PodGroup train")
+    text = str(refused.value)
+    assert "PodGroup ml/train (scheduling.k8s.io)" in text and field in text and words in text
+
+
+async def test_a_native_podgroups_key_that_is_no_level_of_the_topology_is_refused_naming_it() -> (
+    None
+):
+    from topogate.admission.podsets import translate
+    from topogate.controllers.jobsync import JobSync
+    from topogate.kube.events import EventRecorder
+
+    h, deliver_group = _native_harness()
+    sync = JobSync(h.kube, h.state, EventRecorder(h.kube, "test"))
+    for name in ("a", "b"):
+        h.kube.seed(PODS, _created(native_member(name), native=True))
+    group = native_group(key="example.com/zone")
+    h.kube.seed(GROUPS, group)
+    deliver_group(None, group)
+    h.deliver()
+    await sync.reconcile("PodGroup", "ml/train")
+    h.deliver()
+    workload = h.state.store.objects(WORKLOADS)["ml/train"]
+    translation = translate(workload, "ml/train", h.state.catalogs.catalog())
+    assert translation.pending is None
+    assert (
+        "PodGroup ml/train (scheduling.k8s.io) spec.schedulingConstraints.topology[0].key: "
+        "'example.com/zone' is not a level of topology" in str(translation.problem)
+    ), translation.problem

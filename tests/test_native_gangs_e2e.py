@@ -108,6 +108,60 @@ def take_node(pool: Pool, node: str) -> None:
     create_all(pool.plane.kubeconfig, [other])
 
 
+def test_a_native_podgroup_is_queued_admitted_and_bound_in_one_rack(
+    serve: Serve, pool: Pool
+) -> None:
+    """Pods a user joined to a PodGroup of their own (a gang of 3, one rack) and queued: one
+    Workload, held until its PodGroup exists, admitted into the one rack with room, bound
+    there whole; topogate writes no PodGroup of its own."""
+    serve.start()  # auto: this plane serves PodGroups
+    pool.nodes({("b0", "r0"): 1, ("b0", "r1"): 3})
+    pods = [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"native-{i}",
+                "namespace": pool.namespace,
+                "labels": {"kueue.x-k8s.io/queue-name": "q", "app": "native"},
+            },
+            "spec": {
+                "schedulingGroup": {"podGroupName": "native"},
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "example.com/trainer:1",
+                        "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                    }
+                ],
+            },
+        }
+        for i in range(3)
+    ]
+    create_all(pool.plane.kubeconfig, pods)
+    held = pool.pods("app=native")
+    assert len(held) == 3 and all(p.spec.scheduling_gates for p in held)
+    time.sleep(2)
+    assert pool.workloads() == []  # its PodGroup is not there yet: no gang to queue
+    group = {
+        "apiVersion": "scheduling.k8s.io/v1alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": "native", "namespace": pool.namespace},
+        "spec": {
+            "schedulingPolicy": {"gang": {"minCount": 3}},
+            "schedulingConstraints": {"topology": [{"key": RACK}]},
+        },
+    }
+    create_all(pool.plane.kubeconfig, [group])
+    bound = eventually(lambda: all_bound(pool, "app=native", 3), 60)
+    assert {pool.node_labels()[p.spec.node_name][RACK] for p in bound} == {"r1"}
+    [workload] = pool.workloads()
+    assert workload["metadata"]["name"] == "native"
+    assert condition(workload, "Admitted")
+    assert [p["count"] for p in workload["spec"]["podSets"]] == [3]
+    assert [g["metadata"]["name"] for g in podgroups(pool)] == ["native"]
+
+
 def _race(serve: Serve, pool: Pool, mode: str) -> list[Any]:
     """Admit a 2-pod gang onto a rack of two 8-GPU nodes, take one node whole before its pods
     are released, and return the gang's pods once the scheduler has tried them all."""

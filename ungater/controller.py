@@ -31,7 +31,7 @@ from topogate.api.objects import (
     meta,
     workload_of_pod,
 )
-from topogate.api.podgroups import podgroup, same_spec, shared_level
+from topogate.api.podgroups import podgroup, podgroup_name, same_spec, shared_level
 from topogate.api.times import parse_time
 from topogate.api.topology_assignment import Assignment, decode
 from topogate.kube.errors import API_ERRORS, KubeError
@@ -193,7 +193,10 @@ class Ungater:
             return False
         owner = {**workload, "apiVersion": c.API_VERSION, "kind": "Workload"}
         written = self._written.setdefault(key, set())
+        pods = self.state.store.pods_of(key)
         for index, assignment in enumerate(admission.get("podSetAssignments") or []):
+            if _own_group(pods, str(assignment.get("name"))):
+                continue  # its pods name a PodGroup of their own (a user's): it is theirs
             level = None
             if assignment.get("topologyAssignment"):
                 try:
@@ -360,6 +363,18 @@ def _topology_requests(workload: Obj | None) -> dict[str, dict[str, Any]]:
     for podset in ((workload or {}).get("spec") or {}).get("podSets") or []:
         out[str(podset.get("name"))] = dict(podset.get("topologyRequest") or {})
     return out
+
+
+def _own_group(pods: Sequence[Obj], podset: str) -> bool:
+    """The PodSet's pods name a PodGroup other than the one topogate writes for it (its
+    Workload's, :func:`podgroup_name`): a user's native group, which is not written here."""
+    for pod in pods:
+        if (meta(pod).get("labels") or {}).get(c.PODSET_LABEL) != podset:
+            continue
+        group = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
+        workload = (meta(pod).get("annotations") or {}).get(c.WORKLOAD_ANNOTATION)
+        return bool(group) and group != podgroup_name(str(workload), podset)
+    return False
 
 
 def _field(index: int) -> str:

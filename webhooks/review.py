@@ -44,6 +44,7 @@ from topogate.api.kinds import (
     pod_podset,
     queue_name,
 )
+from topogate.api.kinds.podgroup import is_native_member
 from topogate.api.models import ClusterQueue, PodSet, ResourceFlavor, Topology
 from topogate.api.objects import annotations_of, as_mapping, labels_of
 from topogate.api.podgroups import podgroup_name
@@ -263,7 +264,8 @@ def _gate_pod(
 
 def mutate(review: Review, native_gangs: bool = False) -> dict[str, Any]:
     """A queued job suspended (or its templates marked), a marked pod gated; with
-    ``native_gangs`` the pod also joins its PodSet's PodGroup."""
+    ``native_gangs`` the pod also joins its PodSet's PodGroup, and a queued pod naming a
+    PodGroup of its own is gated as a member of that group."""
     if review.operation != "CREATE":
         return response(review.uid)
     patch: list[dict[str, Any]] = []
@@ -275,6 +277,8 @@ def mutate(review: Review, native_gangs: bool = False) -> dict[str, Any]:
             patch = kind.create_patch(review.obj)
     elif review.kind == "Pod" and review.group == "":
         member = gated_pod(review.obj)
+        if member is not None and not native_gangs and is_native_member(review.obj):
+            member = None  # a user's PodGroup is queued only with native gangs on
         if member is not None:
             patch = _gate_pod(review.obj, member[1], native_gangs)
         elif c.PODSET_LABEL in labels_of(review.obj):

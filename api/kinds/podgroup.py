@@ -18,6 +18,14 @@ plain pod the same way): its Workload is ``pod-<name>-<hash>``.
 
 The group is finished when ``total-count`` pods succeeded, or when none runs any more and a
 pod says ``kueue.x-k8s.io/retriable-in-group: "false"`` (then "Failed" when one failed).
+
+Kubernetes' own groups (`serve --native-gangs`): queued pods with no Kueue group that name a
+``scheduling.k8s.io`` PodGroup (``spec.schedulingGroup.podGroupName``) are that group's
+members, and its Workload is named after it. The PodGroup itself (watched by ``serve``) is
+composed in as ``podGroup``: its ``spec.schedulingPolicy.gang.minCount`` is the group's size
+(the total count), and its ``spec.schedulingConstraints.topology[0].key`` the required level of
+every PodSet (several PodSets share one domain, as the group must). Until it exists the group
+is not ready.
 """
 
 from __future__ import annotations
@@ -28,7 +36,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..constants import (
+    GROUP,
+    GROUP_NAME,
     IS_GROUP_WORKLOAD,
+    KUEUE_GROUP,
     POD_GROUP_NAME,
     POD_GROUP_POD_INDEX,
     POD_GROUP_POD_INDEX_LABEL,
@@ -37,6 +48,8 @@ from ..constants import (
     POD_GROUP_TOTAL_COUNT,
     PODSET_LABEL,
     QUEUE_LABELS,
+    REQUIRED_TOPOLOGY,
+    REQUIRED_TOPOLOGY_FROM,
     WORKLOAD_ANNOTATION,
 )
 from ..errors import InputError
@@ -47,14 +60,37 @@ from .reading import podset
 KIND = "PodGroup"
 
 
-def group_name(pod: Mapping[str, Any]) -> str | None:
-    """The group a pod says it belongs to (the label, or Kueue's annotation form)."""
+def kueue_group_name(pod: Mapping[str, Any]) -> str | None:
+    """The Kueue group a pod says it belongs to (the label, or Kueue's annotation form)."""
     meta = as_map(pod.get("metadata"))
     for where in ("labels", "annotations"):
         value = as_map(meta.get(where)).get(POD_GROUP_NAME)
         if isinstance(value, str) and value:
             return value
     return None
+
+
+def native_group_name(pod: Mapping[str, Any]) -> str | None:
+    """The ``scheduling.k8s.io`` PodGroup a queued pod of no Kueue group names itself
+    (``spec.schedulingGroup.podGroupName``); None for a pod topogate marked for another
+    Workload (a started job's pod, which joins the group topogate writes)."""
+    name = as_map(as_map(pod.get("spec")).get("schedulingGroup")).get("podGroupName")
+    if not isinstance(name, str) or not name or queue_name(pod) is None:
+        return None
+    if kueue_group_name(pod) is not None:
+        return None
+    marked = annotations_of(pod).get(WORKLOAD_ANNOTATION)
+    return name if marked in (None, name) else None
+
+
+def is_native_member(pod: Mapping[str, Any]) -> bool:
+    """A queued pod that belongs to the PodGroup it names (no Kueue group)."""
+    return native_group_name(pod) is not None
+
+
+def group_name(pod: Mapping[str, Any]) -> str | None:
+    """The group a pod belongs to: Kueue's, else the native PodGroup it names."""
+    return kueue_group_name(pod) or native_group_name(pod)
 
 
 def single_pod_workload(name: str) -> str:
@@ -140,9 +176,15 @@ def runnable(pod: Mapping[str, Any]) -> bool:
     return as_map(pod.get("status")).get("phase") != "Failed"
 
 
-def compose(namespace: str, name: str, pods: Sequence[Mapping[str, Any]]) -> Obj:
+def compose(
+    namespace: str,
+    name: str,
+    pods: Sequence[Mapping[str, Any]],
+    native: Mapping[str, Any] | None = None,
+) -> Obj:
     """The group object of ``pods`` (those marked with the group's Workload), sorted by name;
-    its labels and annotations are the first pod's queue label and total count."""
+    its labels and annotations are the first pod's queue label and total count. ``native``:
+    the ``scheduling.k8s.io`` PodGroup of that name, when its pods name one (``podGroup``)."""
     ordered = sorted(pods, key=lambda p: str(as_map(p.get("metadata")).get("name")))
     first = as_map(ordered[0].get("metadata")) if ordered else {}
     labels = {k: v for k, v in as_map(first.get("labels")).items() if k in QUEUE_LABELS}
@@ -152,7 +194,9 @@ def compose(namespace: str, name: str, pods: Sequence[Mapping[str, Any]]) -> Obj
         if k in (POD_GROUP_TOTAL_COUNT, POD_GROUP_RETRIABLE)
     }
     versions = ",".join(str(as_map(p.get("metadata")).get("resourceVersion")) for p in ordered)
-    return {
+    if native is not None:
+        versions += f";{as_map(native.get('metadata')).get('resourceVersion')}"
+    out: Obj = {
         "apiVersion": "v1",
         "kind": KIND,
         "metadata": {
@@ -166,6 +210,64 @@ def compose(namespace: str, name: str, pods: Sequence[Mapping[str, Any]]) -> Obj
         },
         "pods": [dict(p) for p in ordered],
     }
+    if native is not None:
+        out["podGroup"] = dict(native)
+    return out
+
+
+def is_native(group: Mapping[str, Any]) -> bool:
+    """The group is a ``scheduling.k8s.io`` PodGroup's: its pods name it."""
+    pods = group.get("pods")
+    members = [p for p in (pods if isinstance(pods, list) else []) if isinstance(p, Mapping)]
+    name = as_map(group.get("metadata")).get("name")
+    return bool(members and name) and native_group_name(members[0]) == name
+
+
+NATIVE_MIN_COUNT = "spec.schedulingPolicy.gang.minCount"
+NATIVE_TOPOLOGY = "spec.schedulingConstraints.topology[0].key"
+
+
+def _native_where(group: Mapping[str, Any]) -> str:
+    m = as_map(group.get("metadata"))
+    return f"PodGroup {m.get('namespace') or 'default'}/{m.get('name')} (scheduling.k8s.io)"
+
+
+def native_gang(group: Mapping[str, Any]) -> tuple[int, str | None]:
+    """(minCount, topology key or None) of a native group's PodGroup; InputError names the
+    PodGroup and the field when it is no gang topogate can queue."""
+    native = as_map(group.get("podGroup"))
+    where = _native_where(group)
+    spec = as_map(native.get("spec"))
+    policy = as_map(spec.get("schedulingPolicy"))
+    gang = policy.get("gang")
+    if not isinstance(gang, Mapping):
+        raise InputError(
+            "Required value: topogate queues a PodGroup as one gang; set "
+            f"{NATIVE_MIN_COUNT} (its policy is {sorted(policy) or 'empty'})",
+            where=where,
+            field="spec.schedulingPolicy.gang",
+        )
+    count = gang.get("minCount")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise InputError(
+            f"Invalid value: {count!r}: must be an integer above 0",
+            where=where,
+            field=NATIVE_MIN_COUNT,
+        )
+    constraints = as_map(spec.get("schedulingConstraints")).get("topology")
+    keys = [as_map(t).get("key") for t in constraints] if isinstance(constraints, list) else []
+    if len(keys) > 1:
+        raise InputError(
+            f"Invalid value: {len(keys)} constraints; one topology key is read",
+            where=where,
+            field="spec.schedulingConstraints.topology",
+        )
+    key = keys[0] if keys else None
+    if key is not None and (not isinstance(key, str) or not key):
+        raise InputError(
+            f"Invalid value: {key!r}: must be a node-label key", where=where, field=NATIVE_TOPOLOGY
+        )
+    return count, key
 
 
 def _where_pod(pod: Mapping[str, Any]) -> str:
@@ -173,7 +275,10 @@ def _where_pod(pod: Mapping[str, Any]) -> str:
 
 
 def total_count(group: Mapping[str, Any], where: str) -> int:
-    """The group's ``pod-group-total-count``: the same positive integer on every pod."""
+    """The group's ``pod-group-total-count``: the same positive integer on every pod (a native
+    group's: its PodGroup's ``minCount``)."""
+    if is_native(group):
+        return native_gang(group)[0]
     pods = group.get("pods")
     members = [p for p in (pods if isinstance(pods, list) else []) if isinstance(p, Mapping)]
     if len(members) == 1 and single(members[0]):
@@ -197,6 +302,34 @@ def total_count(group: Mapping[str, Any], where: str) -> int:
     return int(first)
 
 
+def _native_annotations(
+    group: Mapping[str, Any], key: str | None, meta: Mapping[str, Any], roles: int, path: str
+) -> dict[str, Any]:
+    """A native group's pod annotations with its PodGroup's topology key as the required
+    level (Kueue's annotation, its field named as the PodGroup's in messages) and, for several
+    roles, one PodSet group: the scheduler wants the whole PodGroup in one domain."""
+    annotations = dict(as_map(meta.get("annotations")))
+    if key is None:
+        return annotations
+    field = f"{_native_where(group)} {NATIVE_TOPOLOGY}"
+    for prefix in (f"{GROUP}/", f"{KUEUE_GROUP}/"):
+        said = annotations.get(prefix + REQUIRED_TOPOLOGY)
+        if said is not None and said != key:
+            raise InputError(
+                f"Invalid value: {said!r}: the pods' PodGroup says {key!r} ({NATIVE_TOPOLOGY}); "
+                "set it in one place",
+                where=_native_where(group),
+                field=f"{path}.metadata.annotations[{prefix + REQUIRED_TOPOLOGY}]",
+            )
+    annotations[f"{KUEUE_GROUP}/{REQUIRED_TOPOLOGY}"] = key
+    annotations[REQUIRED_TOPOLOGY_FROM] = field
+    if roles > 1:
+        annotations.setdefault(
+            f"{KUEUE_GROUP}/{GROUP_NAME}", str(as_map(group.get("metadata")).get("name"))
+        )
+    return annotations
+
+
 class PodGroupKind(Gated):
     kind = KIND
     group = ""
@@ -217,6 +350,8 @@ class PodGroupKind(Gated):
 
     def not_ready(self, job: Mapping[str, Any]) -> str | None:
         where = f"PodGroup {as_map(job.get('metadata')).get('name')}"
+        if is_native(job) and job.get("podGroup") is None:
+            return f"its pods name {_native_where(job)}, which does not exist yet"
         active = [p for p in self._members(job) if runnable(p)]
         try:
             total = total_count(job, where)
@@ -242,12 +377,15 @@ class PodGroupKind(Gated):
         roles: dict[str, list[Mapping[str, Any]]] = {}
         for pod in active:
             roles.setdefault(role(pod), []).append(pod)
+        native = native_gang(obj) if is_native(obj) else None
         out = []
         for name in sorted(roles):
             pod = roles[name][0]
             path = _where_pod(pod)
             meta = as_map(pod.get("metadata"))
             kept = {k: meta[k] for k in ("labels", "annotations") if k in meta}
+            if native is not None:
+                kept["annotations"] = _native_annotations(obj, native[1], kept, len(roles), path)
             template = {"metadata": kept, "spec": pod.get("spec")}
             out.append((podset(name, len(roles[name]), template, where, path), path))
         return out
@@ -304,7 +442,8 @@ class PodGroupKind(Gated):
         """One member's own fields, as the validating webhook sees it being created (the
         group is checked whole when its Workload is made): its total count, and the topology
         keys on its metadata (InputError names the field)."""
-        total = total_count({"pods": [pod]}, where)
+        # A native group's size is its PodGroup's, read when the group is composed.
+        total = 1 if is_native_member(pod) else total_count({"pods": [pod]}, where)
         meta = as_map(pod.get("metadata"))
         template = {"metadata": {"annotations": meta.get("annotations") or {}}, "spec": {}}
         podset(role(pod), total, template, where, "")
@@ -330,4 +469,14 @@ class PodGroupKind(Gated):
 
 POD_GROUP = PodGroupKind()
 
-__all__ = ["IS_GROUP_WORKLOAD", "KIND", "POD_GROUP", "compose", "group_name", "role_hash"]
+__all__ = [
+    "IS_GROUP_WORKLOAD",
+    "KIND",
+    "POD_GROUP",
+    "compose",
+    "group_name",
+    "is_native",
+    "is_native_member",
+    "native_group_name",
+    "role_hash",
+]

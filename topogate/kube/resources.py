@@ -73,6 +73,15 @@ HYPERNODES = Resource("topology.volcano.sh/v1alpha1", "hypernodes", namespaced=F
 KAI_TOPOLOGIES = Resource(
     KAI_API_VERSION, "topologies", namespaced=False, store_key=f"topologies.{KAI_GROUP}"
 )
+# Kubernetes' own PodGroups (`serve --native-gangs`): kept under one key whichever version
+# the API server serves (discovered at start).
+NATIVE_PODGROUPS_KEY = "podgroups.scheduling.k8s.io"
+
+
+def native_podgroups(api_version: str) -> Resource:
+    return Resource(api_version, "podgroups", store_key=NATIVE_PODGROUPS_KEY)
+
+
 # One resource per registered job kind (api/kinds), by kind name.
 JOB_RESOURCES: dict[str, Resource] = {k.kind: Resource.of(k) for k in JOB_KINDS}
 # Those served by a CRD a cluster may lack (JobSet's): followed once it exists.

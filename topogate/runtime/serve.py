@@ -269,9 +269,21 @@ class Controller:
         self.tasks: list[asyncio.Task[Any]] = []
 
     def use_podgroups(self, api_version: str | None) -> None:
-        """Native gangs on (PodGroups of ``api_version``) or off (None), before :meth:`run`."""
+        """Native gangs on (PodGroups of ``api_version``) or off (None), before :meth:`run`:
+        on, users' PodGroups are watched too (their pods are queued as one gang)."""
+        from topogate.kube.reflector import Reflector
+        from topogate.kube.resources import native_podgroups
+
         self.ungater.podgroups = api_version
         self.gang_failures.podgroups = api_version
+        if api_version is not None:
+            resource = native_podgroups(api_version)
+            self.reflectors[resource.key] = Reflector(
+                self.kube,
+                resource,
+                self.state.handler(resource),
+                on_relist=lambda: self.metrics.relists.labels(resource.key).inc(),
+            )
 
     def _reflectors(self) -> dict[str, Reflector]:
         from topogate.kube.reflector import Reflector

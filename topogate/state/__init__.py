@@ -26,12 +26,13 @@ import logging
 from collections.abc import Callable
 
 from topogate.api.errors import InputError
-from topogate.api.kinds import GATED_KINDS, JOB_KINDS
+from topogate.api.kinds import GATED_KINDS, JOB_KINDS, POD_GROUP
 from topogate.api.objects import is_admitted, is_finished, key_of, labels_changed, owner_job
 from topogate.cache.snapshot import CapacityCache
 from topogate.kube.resources import (
     HYPERNODES,
     JOB_RESOURCES,
+    NATIVE_PODGROUPS_KEY,
     NODES,
     PODS,
     WORKLOADS,
@@ -73,6 +74,7 @@ class ControllerState:
             PODS.key: self._on_pod,
             WORKLOADS.key: self._on_workload,
             HYPERNODES.key: self._on_hypernode,
+            NATIVE_PODGROUPS_KEY: self._on_native_podgroup,
         }
         for kind in JOB_KINDS:
             dispatch[JOB_RESOURCES[kind.kind].key] = self._job_handler(kind.kind)
@@ -141,6 +143,12 @@ class ControllerState:
             self.signals.ungate_workload(key)
         else:
             self.signals.admit()
+
+    def _on_native_podgroup(self, old: Obj | None, new: Obj | None) -> None:
+        """A user's PodGroup: its pods' group (keyed by the group's name) is composed again."""
+        obj = new if new is not None else old
+        assert obj is not None
+        self.signals.job(POD_GROUP.kind, key_of(obj))
 
     def _on_queue_object(self, old: Obj | None, new: Obj | None) -> None:
         self.signals.admit()

@@ -14,6 +14,7 @@ from topogate.kube.resources import (
     JOB_RESOURCES,
     KAI_TOPOLOGIES,
     LOCAL_QUEUES,
+    NATIVE_PODGROUPS_KEY,
     NODES,
     PODS,
     PRIORITY_CLASSES,
@@ -43,6 +44,8 @@ WATCHED: tuple[Resource, ...] = (
 class Store:
     def __init__(self) -> None:
         self._objects: dict[str, dict[str, Obj]] = {r.key: {} for r in WATCHED}
+        # Watched only with native gangs on (its version is discovered then).
+        self._objects[NATIVE_PODGROUPS_KEY] = {}
         self._pods_by_workload: dict[str, set[str]] = {}  # marked pods only
 
     def apply(self, resource: Resource, old: Obj | None, new: Obj | None) -> None:
@@ -82,7 +85,8 @@ class Store:
         if isinstance(registered, Gated) and registered.composed:
             pods = self.pods_of(key)
             namespace, name = key.split("/", 1)
-            return podgroup.compose(namespace, name, pods) if pods else None
+            native = self._objects[NATIVE_PODGROUPS_KEY].get(key)
+            return podgroup.compose(namespace, name, pods, native) if pods else None
         resource = JOB_RESOURCES.get(kind)
         return self._objects[resource.key].get(key) if resource is not None else None
 
