@@ -40,6 +40,9 @@ ANNOTATION_PREFIXES = (f"{GROUP}/", f"{KUEUE_GROUP}/")
 # Written by topogate on a PodSet's template when its required level comes from elsewhere
 # (a native PodGroup's topology key): the field to name in messages about that level.
 REQUIRED_TOPOLOGY_FROM = f"{GROUP}/required-topology-from"
+# Put by the pod webhook on a member of a user's own scheduling.k8s.io PodGroup, which tells it
+# apart from a started job's pod that joined the group topogate writes (named as its Workload).
+NATIVE_MEMBER_LABEL = f"{GROUP}/native-podgroup-member"
 
 QUEUE_LABELS = (f"{GROUP}/queue-name", f"{KUEUE_GROUP}/queue-name")
 

@@ -4,14 +4,14 @@ Kubernetes 1.36 serves ``scheduling.k8s.io/v1alpha2`` PodGroups behind feature g
 (``GenericWorkload``, ``GangScheduling``, ``TopologyAwareWorkloadScheduling``); a pod joins one
 by ``spec.schedulingGroup.podGroupName``, set at creation (the field is immutable), and
 kube-scheduler then binds the group all or nothing inside one domain of its topology key.
-topogate names the group of each PodSet after its Workload, so the mutating webhook can set
-the field before any admission exists, and writes the group on admission: ``gang.minCount``
-the admitted count, the topology key the deepest level all its domains (their nodes' labels) share.
+topogate writes one group per admitted Workload (every PodSet's pods: a JobSet or a leader with
+its workers binds as one gang), named as the Workload so the mutating webhook can set the field
+before any admission exists: ``gang.minCount`` the admitted count of all its PodSets, the
+topology key the deepest level all their domains (their nodes' labels) share.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,14 +27,10 @@ MANAGED_LABEL = "topogate.dev/podgroup-of"
 _MAX_NAME = 253
 
 
-def podgroup_name(workload: str, podset: str) -> str:
-    """The PodGroup of a Workload's PodSet: ``<workload>-<podset>``, a DNS subdomain (both
-    parts are); one too long keeps its head and a hash of the whole."""
-    name = f"{workload}-{podset}".lower()
-    if len(name) <= _MAX_NAME:
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
-    return f"{name[: _MAX_NAME - 11].rstrip('-.')}-{digest}"
+def podgroup_name(workload: str) -> str:
+    """The PodGroup of a Workload: one gang of all its PodSets, named as the Workload (a DNS
+    subdomain already), so the webhook can name it from a pod's marks alone."""
+    return workload.lower()
 
 
 def shared_level(levels: Sequence[str], placed: Sequence[Mapping[str, str]]) -> str | None:
@@ -53,12 +49,11 @@ def shared_level(levels: Sequence[str], placed: Sequence[Mapping[str, str]]) -> 
 def podgroup(
     api_version: str,
     workload: Mapping[str, Any],
-    podset: str,
     count: int,
     level: str | None,
 ) -> dict[str, Any]:
-    """The PodGroup of ``podset`` of the admitted ``workload`` (an object with name, namespace
-    and uid): a gang of ``count`` pods, inside one domain of ``level`` when one is given."""
+    """The PodGroup of the admitted ``workload`` (an object with name, namespace and uid): a
+    gang of ``count`` pods (all its PodSets'), inside one domain of ``level`` when given."""
     m = workload.get("metadata") or {}
     spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": count}}}
     if level is not None:
@@ -67,7 +62,7 @@ def podgroup(
         "apiVersion": api_version,
         "kind": "PodGroup",
         "metadata": {
-            "name": podgroup_name(str(m.get("name")), podset),
+            "name": podgroup_name(str(m.get("name"))),
             "namespace": m.get("namespace") or "default",
             "labels": {MANAGED_LABEL: str(m.get("name"))[:63].rstrip("-_.")},
             "ownerReferences": [

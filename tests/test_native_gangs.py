@@ -17,18 +17,16 @@ from topogate.api import constants as c
 from topogate.api.errors import InputError
 from topogate.api.podgroups import podgroup, podgroup_name, same_spec, shared_level
 from topogate.kube.errors import KubeError
-from topogate.kube.resources import PODS, WORKLOADS, Resource
-from topogate.runtime.serve import podgroup_version
+from topogate.kube.podgroups import podgroup_version
+from topogate.kube.resources import NODES, PODS, WORKLOADS, Resource
 from topogate.testing.fakekube import FakeKube
 from topogate.webhooks.review import Review, mutate
 
 RACK, BLOCK, HOST = "example.com/rack", "example.com/block", c.HOSTNAME_LABEL
 
 
-def test_name_is_workload_and_podset_and_long_ones_stay_valid_and_distinct() -> None:
-    assert podgroup_name("job-train-1a2b3", "main") == "job-train-1a2b3-main"
-    long_a, long_b = podgroup_name("w" * 260, "a"), podgroup_name("w" * 260, "b")
-    assert len(long_a) == 253 and long_a != long_b
+def test_the_group_is_named_as_its_workload() -> None:
+    assert podgroup_name("job-train-1a2b3") == "job-train-1a2b3"
 
 
 def test_shared_level_is_the_deepest_level_every_domain_shares() -> None:
@@ -50,20 +48,20 @@ def test_podgroup_is_a_gang_of_the_count_owned_by_the_workload() -> None:
         "kind": "Workload",
         "metadata": {"name": "job-a", "namespace": "ns", "uid": "u1"},
     }
-    group = podgroup("scheduling.k8s.io/v1alpha2", workload, "main", 4, RACK)
-    assert group["metadata"]["name"] == "job-a-main"
+    group = podgroup("scheduling.k8s.io/v1alpha2", workload, 4, RACK)
+    assert group["metadata"]["name"] == "job-a"
     assert group["metadata"]["namespace"] == "ns"
     assert group["metadata"]["ownerReferences"][0]["uid"] == "u1"
     assert group["spec"] == {
         "schedulingPolicy": {"gang": {"minCount": 4}},
         "schedulingConstraints": {"topology": [{"key": RACK}]},
     }
-    loose = podgroup("scheduling.k8s.io/v1alpha2", workload, "main", 4, None)
+    loose = podgroup("scheduling.k8s.io/v1alpha2", workload, 4, None)
     assert "schedulingConstraints" not in loose["spec"]
     # As the API server returns it (defaults added): the same; another count or level: stale.
     served = {**group, "spec": {**group["spec"], "disruptionMode": "Pod"}}
     assert same_spec(served, group)
-    assert not same_spec(served, podgroup("scheduling.k8s.io/v1alpha2", workload, "main", 3, RACK))
+    assert not same_spec(served, podgroup("scheduling.k8s.io/v1alpha2", workload, 3, RACK))
     assert not same_spec(served, loose)
 
 
@@ -86,11 +84,11 @@ def _patch(obj: dict[str, Any], native: bool) -> list[dict[str, Any]]:
     return list(json.loads(base64.b64decode(encoded))) if encoded else []
 
 
-def test_webhook_joins_a_marked_pod_to_its_podsets_group_only_with_native_gangs() -> None:
+def test_webhook_joins_a_marked_pod_to_its_workloads_group_only_with_native_gangs() -> None:
     join = {
         "op": "add",
         "path": "/spec/schedulingGroup",
-        "value": {"podGroupName": "job-a-workers"},
+        "value": {"podGroupName": "job-a"},
     }
     assert join in _patch(_pod(), native=True)
     assert join not in _patch(_pod(), native=False)
@@ -129,9 +127,7 @@ async def test_ungater_writes_the_group_before_any_pod_goes_and_drops_it_on_evic
     pod = await admitted_with_a_gated_pod(h)
     h.kube.seed(PODS, pod)
     # An earlier admission's group (another count): replaced, its spec being immutable.
-    stale = podgroup(
-        GROUPS.api_version, {"metadata": {"name": "w", "namespace": "ml"}}, "main", 5, None
-    )
+    stale = podgroup(GROUPS.api_version, {"metadata": {"name": "w", "namespace": "ml"}}, 5, None)
     h.kube.seed(GROUPS, stale)
     h.deliver()
     ungater = Ungater(h.kube, h.state, h.metrics, podgroups=GROUPS.api_version)
@@ -140,7 +136,7 @@ async def test_ungater_writes_the_group_before_any_pod_goes_and_drops_it_on_evic
     held = h.kube.stored(PODS, "w-0", "ml")
     assert held is not None and held["spec"]["schedulingGates"]
     assert await ungater.round(["ml/w"]) == set()
-    group = h.kube.stored(GROUPS, "w-main", "ml")
+    group = h.kube.stored(GROUPS, "w", "ml")
     assert group is not None
     assert group["spec"] == {
         "schedulingPolicy": {"gang": {"minCount": 1}},
@@ -160,7 +156,7 @@ async def test_ungater_writes_the_group_before_any_pod_goes_and_drops_it_on_evic
     h.deliver()
     assert "ml/w" in h.state.signals.take_ungates()
     await ungater.round(["ml/w"])
-    assert h.kube.stored(GROUPS, "w-main", "ml") is None
+    assert h.kube.stored(GROUPS, "w", "ml") is None
 
 
 # --- a gang kube-scheduler cannot bind ----------------------------------------------------
@@ -170,7 +166,7 @@ def _tried(pod: dict[str, Any], at: str, message: str = "0/2 placements") -> dic
     """``pod`` released into its group and marked unschedulable by kube-scheduler at ``at``."""
     out = copy.deepcopy(pod)
     out["spec"]["schedulingGates"] = []
-    out["spec"]["schedulingGroup"] = {"podGroupName": "w-main"}
+    out["spec"]["schedulingGroup"] = {"podGroupName": "w"}
     out["status"] = {
         "conditions": [
             {
@@ -201,7 +197,7 @@ def test_a_gang_is_stuck_only_when_every_pod_was_released_and_none_bound() -> No
     a = _tried(_member("a"), "2026-01-01T00:00:05Z", "0/2 placements are available")
     b = _tried(_member("b"), "2026-01-01T00:00:09Z")
     found = stuck([a, b])
-    assert [(g.podset, g.group, g.pods) for g in found] == [("main", "w-main", 2)]
+    assert [(g.podset, g.group, g.pods) for g in found] == [("main", "w", 2)]
     assert found[0].since == 1767225609.0  # the latest pod's transition
     assert stuck([a, _member("b")]) == []  # one still gated: not tried as a whole yet
     assert stuck([a]) == []  # fewer pods than admitted: the job has not made them all
@@ -251,7 +247,7 @@ async def test_a_gang_unschedulable_past_the_grace_evicts_its_workload_naming_do
     shell = GangFailures(h.kube, h.state, h.metrics, events, grace=30, clock=lambda: now[0])
     shell.podgroups = GROUPS.api_version
     group = podgroup(
-        GROUPS.api_version, {"metadata": {"name": "w", "namespace": "ml"}}, "main", 1, HARNESS_RACK
+        GROUPS.api_version, {"metadata": {"name": "w", "namespace": "ml"}}, 1, HARNESS_RACK
     )
     group["status"] = {
         "conditions": [
@@ -279,7 +275,7 @@ async def test_a_gang_unschedulable_past_the_grace_evicts_its_workload_naming_do
     assert evicted and evicted[0]["status"] == "True"
     assert evicted[0]["reason"] == GANG_UNSCHEDULABLE
     message = evicted[0]["message"]
-    assert "PodGroup w-main" in message and "PodSet main" in message
+    assert "PodGroup w " in message and "PodSet main" in message
     # The domain, at the group's topology key (the assignment names the host: its node's rack).
     assert f" in {HARNESS_RACK}=" in message
     assert message.endswith(": 0/2 placements are available")  # the group's reason wins
@@ -457,3 +453,56 @@ async def test_a_native_podgroups_key_that_is_no_level_of_the_topology_is_refuse
         "PodGroup ml/train (scheduling.k8s.io) spec.schedulingConstraints.topology[0].key: "
         "'example.com/zone' is not a level of topology" in str(translation.problem)
     ), translation.problem
+
+
+async def test_one_group_holds_every_podset_of_a_workload_so_it_binds_as_one_gang() -> None:
+    """A JobSet's (or a leader's and its workers') PodSets: one PodGroup of all their admitted
+    pods, at the deepest level all their domains share, that every pod joins."""
+    from tests.test_shells import RACK as HARNESS_RACK
+    from tests.test_shells import Harness, pod_template, workload
+    from topogate.ungater.controller import Ungater
+
+    h = Harness()
+    two = workload("js", count=2)
+    two["spec"]["podSets"].append({"name": "workers", "count": 2, "template": pod_template(4)})
+    h.kube.seed(WORKLOADS, two)
+    h.deliver()
+    admitter, events = h.admitter()
+    await admitter.cycle()
+    await events.drain()
+    h.deliver()
+    admission = h.state.ledger.admission_of("ml/js")
+    assert admission is not None and len(admission["podSetAssignments"]) == 2
+    for podset in ("main", "workers"):
+        for i in range(2):
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{podset}-{i}",
+                    "namespace": "ml",
+                    "labels": {c.PODSET_LABEL: podset, c.JOB_COMPLETION_INDEX: str(i)},
+                    "annotations": {c.WORKLOAD_ANNOTATION: "js"},
+                },
+                "spec": {
+                    "schedulingGates": [{"name": c.TOPOLOGY_GATE}],
+                    "schedulingGroup": {"podGroupName": podgroup_name("js")},
+                    **pod_template(4)["spec"],
+                },
+            }
+            h.kube.seed(PODS, pod)
+    h.deliver()
+    ungater = Ungater(h.kube, h.state, h.metrics, podgroups=GROUPS.api_version)
+    assert await ungater.round(["ml/js"]) == set()
+    [group] = h.kube.objects(GROUPS)
+    assert group["metadata"]["name"] == "js"
+    assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 4}}
+    racks = set()
+    nodes: Any = h.state.store.objects(NODES)
+    for pod in h.kube.objects(PODS):
+        spec: Any = pod["spec"]
+        assert not spec["schedulingGates"]  # every pod out, into the one group
+        racks.add(nodes[spec["nodeSelector"][HOST]]["metadata"]["labels"][HARNESS_RACK])
+    key = group["spec"].get("schedulingConstraints", {}).get("topology", [{}])[0].get("key")
+    # The deepest level shared by both PodSets' domains: their rack when they share one.
+    assert key == (HARNESS_RACK if len(racks) == 1 else None), (key, racks)

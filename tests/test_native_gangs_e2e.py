@@ -21,10 +21,10 @@ import pytest
 from kubernetes import client
 
 from tests import test_e2e
-from tests.cluster import eventually
-from tests.test_e2e import RACK, Pool, Serve, all_bound, condition, job, submit
+from tests.cluster import api_client, drop_webhooks, eventually
+from tests.test_e2e import BLOCK, RACK, Pool, Serve, all_bound, condition, job, submit
 from topogate.api.topology_assignment import decode
-from topogate.testing.controlplane import ControlPlane
+from topogate.testing.controlplane import ControlPlane, free_port
 from topogate.testing.localcluster import create_all
 
 pytestmark = pytest.mark.cluster
@@ -34,6 +34,7 @@ pytestmark = pytest.mark.cluster
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     plane = ControlPlane.start(tmp_path_factory.mktemp("gangplane"), workloads=True)
     try:
+        plane.start_jobset()  # JobSet's controller, webhooks and CRD, from its release
         test_e2e.install_e2e_topology(plane)
         yield plane
     finally:
@@ -162,6 +163,45 @@ def test_a_native_podgroup_is_queued_admitted_and_bound_in_one_rack(
     assert [g["metadata"]["name"] for g in podgroups(pool)] == ["native"]
 
 
+def test_a_jobsets_podsets_bind_as_one_gang_through_one_podgroup(serve: Serve, pool: Pool) -> None:
+    """Two replicated jobs (two PodSets), one PodGroup: every pod of the JobSet joins the
+    Workload's group, a gang of all three, so kube-scheduler binds all of them or none."""
+    serve.start()
+    pool.nodes({("b0", "r0"): 1, ("b0", "r1"): 3})
+    rack = {"kueue.x-k8s.io/podset-required-topology": RACK}
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "ring", "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "leader",
+                    "replicas": 1,
+                    "template": {"spec": job("l", 1, annotations=rack)["spec"]},
+                },
+                {
+                    "name": "workers",
+                    "replicas": 1,
+                    "template": {"spec": job("w", 2, annotations=rack)["spec"]},
+                },
+            ]
+        },
+    }
+    submit(pool, jobset)
+    pods = eventually(lambda: all_bound(pool, "jobset.sigs.k8s.io/jobset-name=ring", 3), 90)
+    workload = pool.workload_of("ring")
+    assert workload is not None
+    assert [p["name"] for p in workload["spec"]["podSets"]] == ["leader", "workers"]
+    [group] = podgroups(pool)
+    assert group["metadata"]["name"] == workload["metadata"]["name"]
+    assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 3}}
+    assert {p.spec.scheduling_group.pod_group_name for p in pods} == {group["metadata"]["name"]}
+    racks = {pool.node_labels()[p.spec.node_name][RACK] for p in pods}
+    key = RACK if len(racks) == 1 else BLOCK  # the deepest level both PodSets' domains share
+    assert group["spec"]["schedulingConstraints"] == {"topology": [{"key": key}]}
+
+
 def _race(serve: Serve, pool: Pool, mode: str) -> list[Any]:
     """Admit a 2-pod gang onto a rack of two 8-GPU nodes, take one node whole before its pods
     are released, and return the gang's pods once the scheduler has tried them all."""
@@ -253,6 +293,57 @@ def test_a_native_gang_the_scheduler_cannot_bind_is_evicted_and_runs_in_another_
     pods = eventually(lambda: all_bound(pool, SELECTOR, 2), 90)
     assert {labels[p.spec.node_name][RACK] for p in pods} == ({"r0", "r1"} - {rack})
     assert all(p.spec.scheduling_group is not None for p in pods)
+
+
+def test_the_standalone_webhook_joins_marked_pods_to_their_workloads_group(
+    cluster: ControlPlane, tmp_path: Path
+) -> None:
+    """`topogate webhook` (no `serve`) discovers the served PodGroups as `serve` does and sets
+    the group on the pods it marks."""
+    port = free_port()
+    argv = [
+        sys.executable, "-m", "topogate", "webhook", "--host", "127.0.0.1", "--port", str(port),
+        "--cert-dir", str(tmp_path / "certs"), "--ip", "127.0.0.1",
+        "--kubeconfig", str(cluster.kubeconfig), "--register-url", f"https://127.0.0.1:{port}",
+    ]  # fmt: skip
+    with open(tmp_path / "webhook.log", "w") as log:
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True)
+    try:
+        assert process.stdout is not None
+        said = [process.stdout.readline(), process.stdout.readline()]
+        assert said[0].startswith("native gangs on (scheduling.k8s.io/v1alpha2"), said
+        assert "webhooks ready" in said[1], (tmp_path / "webhook.log").read_text()
+        namespace = f"hook-{uuid.uuid4().hex[:6]}"
+        api = api_client(cluster)
+        create_all(
+            cluster.kubeconfig,
+            [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}],
+        )
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "p",
+                "namespace": namespace,
+                "labels": {"topogate.dev/podset": "main"},
+                "annotations": {"topogate.dev/workload": "job-x-1a2b3"},
+            },
+            "spec": {"containers": [{"name": "c", "image": "example.com/x:1"}]},
+        }
+
+        def created() -> Any:
+            create_all(cluster.kubeconfig, [pod])  # retried until the webhook is registered
+            return client.CoreV1Api(api).read_namespaced_pod("p", namespace)
+
+        stored = eventually(created, 30, interval=1)
+        assert stored.spec.scheduling_group.pod_group_name == "job-x-1a2b3"
+        assert [g.name for g in stored.spec.scheduling_gates] == ["topogate.dev/topology"]
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()
+        drop_webhooks(cluster)
 
 
 def test_native_gangs_on_without_podgroups_served_exits_2_naming_what_to_turn_on(

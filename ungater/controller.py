@@ -23,6 +23,7 @@ from typing import Any
 from topogate.api import constants as c
 from topogate.api.errors import InputError
 from topogate.api.gpus import ALLOCATION_ANNOTATION, GpuAssignment
+from topogate.api.kinds.podgroup import is_native_member
 from topogate.api.objects import (
     gpu_assignment_of,
     is_evicted,
@@ -183,50 +184,49 @@ class Ungater:
         return out
 
     async def _gangs_written(self, key: str) -> bool:
-        """With native gangs, the PodGroup of each admitted PodSet of ``key`` exists as its
-        admission wants it (written, or a stale one of an earlier admission replaced)."""
+        """With native gangs, the Workload's PodGroup (one gang of all its admitted PodSets)
+        exists as its admission wants it (written, or a stale one of an earlier admission
+        replaced)."""
         if self.podgroups is None:
             return True
         admission = self.state.ledger.admission_of(key)
         workload = self.state.store.objects(WORKLOADS).get(key)
         if admission is None or workload is None:
             return False
+        if _own_group(self.state.store.pods_of(key), str(meta(workload).get("name"))):
+            return True  # its pods name a PodGroup of their own (a user's): it is theirs
         owner = {**workload, "apiVersion": c.API_VERSION, "kind": "Workload"}
+        assignments = admission.get("podSetAssignments") or []
+        placed: list[dict[str, str]] = []
+        levels: Sequence[str] = ()
+        for index, assignment in enumerate(assignments):
+            if not assignment.get("topologyAssignment"):
+                levels = ()  # a PodSet placed without topology: no domain holds the gang
+                break
+            try:
+                parsed = decode(assignment["topologyAssignment"], f"Workload {key}", _field(index))
+            except InputError:
+                return False  # its pods stay gated (plan logs why)
+            levels = self._placed(assignment, parsed, placed)
+        level = shared_level(levels, placed) if levels else None
+        count = sum(int(a.get("count") or 0) for a in assignments)
+        body = podgroup(self.podgroups, owner, count, level)
         written = self._written.setdefault(key, set())
-        pods = self.state.store.pods_of(key)
-        for index, assignment in enumerate(admission.get("podSetAssignments") or []):
-            if _own_group(pods, str(assignment.get("name"))):
-                continue  # its pods name a PodGroup of their own (a user's): it is theirs
-            level = None
-            if assignment.get("topologyAssignment"):
-                try:
-                    parsed = decode(
-                        assignment["topologyAssignment"], f"Workload {key}", _field(index)
-                    )
-                except InputError:
-                    return False  # its pods stay gated (plan logs why)
-                level = self._shared_level(assignment, parsed)
-            body = podgroup(
-                self.podgroups,
-                owner,
-                str(assignment.get("name")),
-                int(assignment.get("count") or 0),
-                level,
-            )
-            mark = json.dumps([body["metadata"]["name"], body["spec"]], sort_keys=True)
-            if mark in written:
-                continue
-            if not await self._write_group(key, body):
-                return False
-            written.add(mark)
+        mark = json.dumps([body["metadata"]["name"], body["spec"]], sort_keys=True)
+        if mark in written:
+            return True
+        if not await self._write_group(key, body):
+            return False
+        written.add(mark)
         return True
 
-    def _shared_level(self, assignment: Obj, parsed: Assignment) -> str | None:
-        """The deepest level of the flavor's topology all the assigned domains share. An
-        assignment down to hosts names only the hostname level (as Kueue writes it): the
-        levels above come from those nodes' labels."""
+    def _placed(
+        self, assignment: Obj, parsed: Assignment, placed: list[dict[str, str]]
+    ) -> Sequence[str]:
+        """Add the labels of each assigned domain to ``placed`` and return the levels of the
+        flavor's topology. An assignment down to hosts names only the hostname level (as Kueue
+        writes it): the levels above come from those nodes' labels."""
         nodes = self.state.store.objects(NODES)
-        placed: list[dict[str, str]] = []
         for domain in parsed.domains:
             labels = dict(zip(parsed.levels, domain.values, strict=True))
             node = nodes.get(domain.values[-1]) if parsed.levels[-1] == c.HOSTNAME_LABEL else None
@@ -238,7 +238,7 @@ class Ungater:
             source = sources.get(flavor.spec.topology_name or "") if flavor else None
             if source is not None and source.kind == "labels":
                 levels = source.level_keys
-        return shared_level(levels, placed)
+        return levels
 
     async def _drop_groups_if_evicted(self, key: str) -> bool:
         """An evicted (or preempted) Workload's PodGroups are deleted: its next admission may
@@ -365,15 +365,16 @@ def _topology_requests(workload: Obj | None) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _own_group(pods: Sequence[Obj], podset: str) -> bool:
-    """The PodSet's pods name a PodGroup other than the one topogate writes for it (its
-    Workload's, :func:`podgroup_name`): a user's native group, which is not written here."""
+def _own_group(pods: Sequence[Obj], workload: str) -> bool:
+    """The Workload's pods name a PodGroup other than the one topogate writes for it
+    (:func:`podgroup_name`), or are a user's native group's members (whose Workload is named
+    after that group): the group is theirs, not written here."""
     for pod in pods:
-        if (meta(pod).get("labels") or {}).get(c.PODSET_LABEL) != podset:
-            continue
+        if is_native_member(pod):
+            return True
         group = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
-        workload = (meta(pod).get("annotations") or {}).get(c.WORKLOAD_ANNOTATION)
-        return bool(group) and group != podgroup_name(str(workload), podset)
+        if group and group != podgroup_name(workload):
+            return True
     return False
 
 

@@ -130,3 +130,15 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
         "ca_secret": args.webhook_ca_secret,
         "renew_interval": args.webhook_renew_interval,
     }
+
+
+def native_gangs_argument(parser: Any) -> None:
+    """`--native-gangs` (`serve` and `webhook`): pods join their gang's PodGroup at creation."""
+    parser.add_argument(
+        "--native-gangs",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="give every admitted gang a scheduling.k8s.io PodGroup (a gang of the admitted "
+        "count in the domain topogate chose) that its pods join, so kube-scheduler binds "
+        "all or none; auto: when the API server serves PodGroups (default: %(default)s)",
+    )

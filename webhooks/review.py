@@ -199,7 +199,7 @@ def _gate_pod(
 ) -> list[dict[str, Any]]:
     """Gate a pod and mark it with its Workload and PodSet: from the marks of its gated kind
     (``marks``), else from what its job's template gave it. With ``native_gangs`` it also
-    joins its PodSet's PodGroup (:func:`podgroup_name`), written on admission."""
+    joins its Workload's PodGroup (:func:`podgroup_name`), written on admission."""
     labels = labels_of(obj)
     annotations = annotations_of(obj)
     spec = as_mapping(obj.get("spec"))
@@ -248,7 +248,7 @@ def _gate_pod(
         return patch  # already bound (a gate would be refused): nothing to hold back
     if native_gangs and workload and "schedulingGroup" not in spec:
         # Only at creation (the field is immutable); a group the pod names itself is kept.
-        group = {"podGroupName": podgroup_name(workload, podset)}
+        group = {"podGroupName": podgroup_name(workload)}
         patch.append({"op": "add", "path": "/spec/schedulingGroup", "value": group})
     if not any(isinstance(g, dict) and g.get("name") == c.TOPOLOGY_GATE for g in gates):
         if gates:
@@ -264,7 +264,7 @@ def _gate_pod(
 
 def mutate(review: Review, native_gangs: bool = False) -> dict[str, Any]:
     """A queued job suspended (or its templates marked), a marked pod gated; with
-    ``native_gangs`` the pod also joins its PodSet's PodGroup, and a queued pod naming a
+    ``native_gangs`` the pod also joins its Workload's PodGroup, and a queued pod naming a
     PodGroup of its own is gated as a member of that group."""
     if review.operation != "CREATE":
         return response(review.uid)

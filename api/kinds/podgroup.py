@@ -40,6 +40,7 @@ from ..constants import (
     GROUP_NAME,
     IS_GROUP_WORKLOAD,
     KUEUE_GROUP,
+    NATIVE_MEMBER_LABEL,
     POD_GROUP_NAME,
     POD_GROUP_POD_INDEX,
     POD_GROUP_POD_INDEX_LABEL,
@@ -72,15 +73,18 @@ def kueue_group_name(pod: Mapping[str, Any]) -> str | None:
 
 def native_group_name(pod: Mapping[str, Any]) -> str | None:
     """The ``scheduling.k8s.io`` PodGroup a queued pod of no Kueue group names itself
-    (``spec.schedulingGroup.podGroupName``); None for a pod topogate marked for another
-    Workload (a started job's pod, which joins the group topogate writes)."""
+    (``spec.schedulingGroup.podGroupName``); once marked, only a pod the webhook marked as
+    such a member (not a started job's pod, which joins the group topogate writes)."""
     name = as_map(as_map(pod.get("spec")).get("schedulingGroup")).get("podGroupName")
     if not isinstance(name, str) or not name or queue_name(pod) is None:
         return None
     if kueue_group_name(pod) is not None:
         return None
     marked = annotations_of(pod).get(WORKLOAD_ANNOTATION)
-    return name if marked in (None, name) else None
+    if marked is None:
+        return name  # not marked yet: the webhook is looking at it
+    labels = as_map(as_map(pod.get("metadata")).get("labels"))
+    return name if marked == name and labels.get(NATIVE_MEMBER_LABEL) == "true" else None
 
 
 def is_native_member(pod: Mapping[str, Any]) -> bool:
@@ -410,6 +414,8 @@ class PodGroupKind(Gated):
         index_label = annotations_of(pod).get(POD_GROUP_POD_INDEX_LABEL)
         if isinstance(index_label, str) and isinstance(labels.get(index_label), str):
             extra[POD_GROUP_POD_INDEX] = labels[index_label]
+        if is_native_member(pod):
+            extra[NATIVE_MEMBER_LABEL] = "true"
         # A single pod's one PodSet is Kueue's default name, as for a single Pod in `plan`.
         return PodMarks(name, "main" if single(pod) else role_hash(pod), extra)
 

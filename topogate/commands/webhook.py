@@ -13,7 +13,7 @@ import signal
 from pathlib import Path
 
 from topogate.webhooks.options import add_arguments as webhook_options
-from topogate.webhooks.options import options
+from topogate.webhooks.options import native_gangs_argument, options
 from topogate.webhooks.serving import serving
 
 
@@ -38,11 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="put the CA into the webhook configurations named NAME (in-cluster)",
     )
     parser.add_argument("--reload-interval", type=float, default=5.0)
+    native_gangs_argument(parser)
     webhook_options(parser, prefix="--")
 
 
 async def _run(args: argparse.Namespace) -> int:
     from topogate.kube.client import Kube
+    from topogate.kube.podgroups import podgroup_version
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -50,8 +52,12 @@ async def _run(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     # A shared CA lives in a Secret: it needs the client even without the other flags.
     use_api = args.kubeconfig or args.register_url or args.inject_ca or args.webhook_ca_secret
+    use_api = use_api or args.native_gangs == "on"  # in-cluster: PodGroups looked for there
     kube = await Kube.connect(args.kubeconfig) if use_api else None
     try:
+        # As `serve`'s webhook: pods join their gang's PodGroup when PodGroups are served
+        # (auto with no cluster to ask is off).
+        podgroups = await podgroup_version(kube, args.native_gangs) if kube else None
         async with serving(
             args.host,
             args.port,
@@ -62,8 +68,11 @@ async def _run(args: argparse.Namespace) -> int:
             register_url=args.register_url,
             inject_ca_into=args.inject_ca,
             reload_interval=args.reload_interval,
+            native_gangs=podgroups is not None,
             **options(args),
         ):
+            if podgroups:
+                print(f"native gangs on ({podgroups} PodGroups)", flush=True)
             print(f"webhooks ready on https://{args.host}:{args.port}", flush=True)
             await stop.wait()
     finally:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from topogate.webhooks.options import add_arguments as webhook_options
+from topogate.webhooks.options import native_gangs_argument
 
 if TYPE_CHECKING:
     from topogate.kube.protocol import KubeApi
@@ -122,14 +123,7 @@ def _positive(text: str) -> float:
 
 
 def _gang_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--native-gangs",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="give every admitted PodSet a scheduling.k8s.io PodGroup (a gang of the admitted "
-        "count in the domain topogate chose) that its pods join, so kube-scheduler binds "
-        "all or none; auto: when the API server serves PodGroups (default: %(default)s)",
-    )
+    native_gangs_argument(parser)
     parser.add_argument(
         "--gang-unschedulable-grace",
         type=_positive,
@@ -377,39 +371,6 @@ async def _until(work: Coroutine[Any, Any, Any], stop: asyncio.Event) -> bool:
     return False
 
 
-async def podgroup_version(kube: KubeApi, mode: str) -> str | None:
-    """The ``scheduling.k8s.io`` version whose PodGroups topogate writes (`--native-gangs`):
-    the newest one the API server serves (a list of one answers), or None when ``mode`` is
-    off or, with auto, none is served; on without one is a usage error."""
-    from topogate.api.errors import InputError
-    from topogate.api.podgroups import GROUP, VERSIONS
-    from topogate.kube.errors import API_ERRORS, KubeError
-    from topogate.kube.resources import Resource
-
-    if mode == "off":
-        return None
-    refused: list[str] = []
-    for version in VERSIONS:
-        api_version = f"{GROUP}/{version}"
-        try:
-            await kube.list(Resource(api_version, "podgroups"), limit=1)
-            return api_version
-        except KubeError as error:
-            refused.append(f"{api_version}: {error}")
-        except API_ERRORS as error:
-            refused.append(f"{api_version}: {type(error).__name__} {error}")
-    if mode == "on":
-        raise InputError(
-            "the API server serves no PodGroups (" + "; ".join(refused) + "): on Kubernetes "
-            "1.36 start it with --feature-gates=GenericWorkload=true,GangScheduling=true,"
-            "TopologyAwareWorkloadScheduling=true and "
-            "--runtime-config=scheduling.k8s.io/v1alpha2=true",
-            field="--native-gangs",
-        )
-    log.info("native gangs off: the API server serves no PodGroups")
-    return None
-
-
 async def _serve(args: argparse.Namespace) -> int:
     from topogate.kube.client import Kube
 
@@ -427,6 +388,8 @@ async def _serve(args: argparse.Namespace) -> int:
 
 
 async def _run_controller(args: argparse.Namespace, kube: KubeApi, identity: str) -> int:
+    from topogate.kube.podgroups import podgroup_version
+
     from .ops import OpsServer, make_metrics_app, make_ops_app, start_ops_server
 
     controller = Controller(args, kube, identity)  # refuses bad arguments before any call
