@@ -506,3 +506,18 @@ async def test_one_group_holds_every_podset_of_a_workload_so_it_binds_as_one_gan
     key = group["spec"].get("schedulingConstraints", {}).get("topology", [{}])[0].get("key")
     # The deepest level shared by both PodSets' domains: their rack when they share one.
     assert key == (HARNESS_RACK if len(racks) == 1 else None), (key, racks)
+
+
+def test_only_a_users_podgroup_brings_its_pods_group_to_the_job_sync() -> None:
+    """topogate's own groups are named as their Workloads (a Job's too): their events must not
+    make the job sync read that Workload's pods as a pod group."""
+    from topogate.kube.resources import native_podgroups
+    from topogate.state import ControllerState
+
+    state = ControllerState()
+    deliver = state.handler(native_podgroups(GROUPS.api_version))
+    ours = podgroup(GROUPS.api_version, {"metadata": {"name": "job-x", "namespace": "ml"}}, 2, None)
+    deliver(None, ours)
+    assert state.signals.take_jobs() == set()
+    deliver(None, native_group())
+    assert state.signals.take_jobs() == {("PodGroup", "ml/train")}

@@ -27,7 +27,15 @@ from collections.abc import Callable
 
 from topogate.api.errors import InputError
 from topogate.api.kinds import GATED_KINDS, JOB_KINDS, POD_GROUP
-from topogate.api.objects import is_admitted, is_finished, key_of, labels_changed, owner_job
+from topogate.api.objects import (
+    is_admitted,
+    is_finished,
+    key_of,
+    labels_changed,
+    labels_of,
+    owner_job,
+)
+from topogate.api.podgroups import MANAGED_LABEL
 from topogate.cache.snapshot import CapacityCache
 from topogate.kube.resources import (
     HYPERNODES,
@@ -145,10 +153,12 @@ class ControllerState:
             self.signals.admit()
 
     def _on_native_podgroup(self, old: Obj | None, new: Obj | None) -> None:
-        """A user's PodGroup: its pods' group (keyed by the group's name) is composed again."""
+        """A user's PodGroup: its pods' group (keyed by the group's name) is composed again.
+        topogate's own groups (named as their Workloads, of any kind) are no one's pods."""
         obj = new if new is not None else old
         assert obj is not None
-        self.signals.job(POD_GROUP.kind, key_of(obj))
+        if MANAGED_LABEL not in labels_of(obj):
+            self.signals.job(POD_GROUP.kind, key_of(obj))
 
     def _on_queue_object(self, old: Obj | None, new: Obj | None) -> None:
         self.signals.admit()
