@@ -422,6 +422,8 @@ def test_a_native_podgroup_that_is_no_gang_is_refused_naming_it_and_the_field(
 
     group = {**native_group(), "spec": spec}
     pods = [_created(native_member(n), native=True) for n in ("a", "b")]
+    with pytest.raises(InputError, match="Not found: its pods name this PodGroup"):
+        POD_GROUP.podsets(plain.compose("ml", "train", pods), "PodGroup train")  # as `plan`
     composed = plain.compose("ml", "train", pods, group)
     with pytest.raises(InputError) as refused:
         POD_GROUP.podsets(composed, "PodGroup train")

@@ -239,8 +239,10 @@ def _native_where(group: Mapping[str, Any]) -> str:
 def native_gang(group: Mapping[str, Any]) -> tuple[int, str | None]:
     """(minCount, topology key or None) of a native group's PodGroup; InputError names the
     PodGroup and the field when it is no gang topogate can queue."""
-    native = as_map(group.get("podGroup"))
     where = _native_where(group)
+    if group.get("podGroup") is None:
+        raise InputError("Not found: its pods name this PodGroup, which is not known", where=where)
+    native = as_map(group.get("podGroup"))
     spec = as_map(native.get("spec"))
     policy = as_map(spec.get("schedulingPolicy"))
     gang = policy.get("gang")
