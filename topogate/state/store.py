@@ -13,6 +13,7 @@ from topogate.kube.resources import (
     HYPERNODES,
     JOB_RESOURCES,
     KAI_TOPOLOGIES,
+    KUEUE_COHORTS,
     LOCAL_QUEUES,
     NODES,
     PODS,
@@ -37,6 +38,7 @@ WATCHED: tuple[Resource, ...] = (
     PRIORITY_CLASSES,
     HYPERNODES,
     KAI_TOPOLOGIES,
+    KUEUE_COHORTS,
 )
 
 
