@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .fairshare import Share, tree_shares
-from .quota import QueueSpec, QuotaBook, queue_local, queue_quota
+from .quota import CohortSpec, CohortTree, QueueSpec, QuotaBook, queue_local, queue_quota
 
 CLUSTER_QUEUE, COHORT, LOCAL_QUEUE = "ClusterQueue", "Cohort", "LocalQueue"
 
@@ -89,6 +89,34 @@ def queue_tree(
     roots = [cohort_node(name) for name in sorted(tree.cohorts) if tree.parent[name] is None]
     alone = sorted((q for q in book.queues.values() if not q.cohort), key=lambda q: q.name)
     return roots + [queue_node(q) for q in alone]
+
+
+def tree_warnings(tree: CohortTree, objects: Mapping[str, CohortSpec]) -> list[str]:
+    """What a user likely did not mean, one line each: a ``parentName`` no Cohort object
+    holds (Kueue makes it a root without quota; often a typo), and each cycle once, with the
+    ClusterQueues it stops. ``objects``: the Cohort objects, by name."""
+    warnings = [
+        f"Cohort {name}: parentName {cohort.parent} names no Cohort; {cohort.parent} is a "
+        "root cohort without quota of its own"
+        for name, cohort in sorted(objects.items())
+        if cohort.parent and cohort.parent not in objects
+    ]
+    said: set[frozenset[str]] = set()
+    for name in sorted(tree.cycles):
+        cycle = tree.cycles[name]
+        if frozenset(cycle) in said or name != cycle[0]:
+            continue  # said, or a cohort that only leads into the cycle
+        said.add(frozenset(cycle))
+        stopped = sorted(
+            q
+            for q in tree.inactive
+            if frozenset(tree.cycles[tree.queues[q].cohort or ""]) == frozenset(cycle)
+        )
+        warnings.append(
+            f"Cohort {name} is in a cycle ({' -> '.join(cycle)}): ClusterQueues "
+            f"{', '.join(stopped) or '(none)'} are inactive and admit nothing"
+        )
+    return warnings
 
 
 class _Figures:

@@ -24,7 +24,14 @@ from typing import Any
 import yaml
 
 from topogate.admission.podsets import build_catalog
-from topogate.admission.queuetree import COHORT, LOCAL_QUEUE, Figures, TreeNode, queue_tree
+from topogate.admission.queuetree import (
+    COHORT,
+    LOCAL_QUEUE,
+    Figures,
+    TreeNode,
+    queue_tree,
+    tree_warnings,
+)
 from topogate.admission.quota import CohortTree, QuotaBook, QuotaRow, quota_rows, usage_of
 from topogate.api.constants import (
     API_VERSION,
@@ -643,7 +650,7 @@ def queue_report(
             waiting_local[key] = waiting_local.get(key, 0) + 1
     usage = usage_of(admitted)
     tree = CohortTree(catalog.queues, catalog.cohorts)
-    warnings += _tree_warnings(tree, catalog.cohorts)
+    warnings += tree_warnings(tree, catalog.cohorts)
     shares = any("fairSharing" in _dict(obj.get("status")) for obj in (*queue_objs, *cohort_objs))
     book = QuotaBook(catalog.queues, usage, tree)
     return QueueReport(
@@ -652,33 +659,6 @@ def queue_report(
         shares,
         warnings,
     )
-
-
-def _tree_warnings(tree: CohortTree, objects: Mapping[str, Any]) -> list[str]:
-    """A parent no Cohort object holds (Kueue makes it a root without quota; often a typo),
-    and each cycle once, with the queues it stops."""
-    warnings = [
-        f"Cohort {name}: parentName {cohort.parent} names no Cohort; {cohort.parent} is a "
-        "root cohort without quota of its own"
-        for name, cohort in sorted(objects.items())
-        if cohort.parent and cohort.parent not in objects
-    ]
-    said: set[frozenset[str]] = set()
-    for name in sorted(tree.cycles):
-        cycle = tree.cycles[name]
-        if frozenset(cycle) in said or name != cycle[0]:
-            continue
-        said.add(frozenset(cycle))
-        stopped = sorted(
-            q
-            for q in tree.inactive
-            if frozenset(tree.cycles[tree.queues[q].cohort or ""]) == frozenset(cycle)
-        )
-        warnings.append(
-            f"Cohort {name} is in a cycle ({' -> '.join(cycle)}): ClusterQueues "
-            f"{', '.join(stopped) or '(none)'} are inactive and admit nothing"
-        )
-    return warnings
 
 
 def _figure(resource: str, amount: int) -> str:
