@@ -123,6 +123,8 @@ class _Figures:
     def __init__(self, book: QuotaBook) -> None:
         self.book, self.tree = book, book.tree
         self._lent: dict[tuple[str, str, str], int] = {}  # cohort's, per flavor and resource
+        self._borrowing: dict[tuple[str, str, str], int] = {}  # all children's, per cohort
+        self._pair_cache: dict[str, set[tuple[str, str]]] = {}
 
     def of_queue(self, queue: QueueSpec) -> list[Figures]:
         out = []
@@ -158,13 +160,16 @@ class _Figures:
         ]
 
     def _pairs(self, cohort: str) -> set[tuple[str, str]]:
-        tree = self.tree
-        pairs = {(f.flavor, r) for f in tree.cohorts[cohort].flavors for r in f.nominal}
-        for queue in tree.child_queues[cohort]:
-            pairs |= {(f.flavor, r) for f in queue.flavors for r in f.nominal}
-        for child in tree.child_cohorts[cohort]:
-            pairs |= self._pairs(child)
-        return pairs
+        found = self._pair_cache.get(cohort)
+        if found is None:
+            tree = self.tree
+            found = {(f.flavor, r) for f in tree.cohorts[cohort].flavors for r in f.nominal}
+            for queue in tree.child_queues[cohort]:
+                found |= {(f.flavor, r) for f in queue.flavors for r in f.nominal}
+            for child in tree.child_cohorts[cohort]:
+                found |= self._pairs(child)
+            self._pair_cache[cohort] = found
+        return found
 
     def _cohort_lent(self, cohort: str, flavor: str, resource: str) -> int:
         key = (cohort, flavor, resource)
@@ -186,17 +191,24 @@ class _Figures:
     def _demand(self, parent: str, flavor: str, resource: str, child: QueueSpec | str) -> int:
         """What the parent's pool gives out beyond its members' own quota, other than to
         ``child``: its other children's borrowing, plus what it lends on to its parent."""
-        tree, book = self.tree, self.book
-        total = self._cohort_lent(parent, flavor, resource)
-        for cohort in tree.child_cohorts[parent]:
-            if cohort != child:
-                used = book.cohort_used(cohort, flavor, resource)
-                total += max(0, used - tree.subtree(cohort, flavor, resource))
-        for queue in tree.child_queues[parent]:
-            if queue is child or queue_quota(queue, flavor) is None:
-                continue
-            quota = queue_quota(queue, flavor)
-            assert quota is not None
-            used = book.used(queue.name, flavor, resource)
-            total += max(0, used - quota.nominal.get(resource, 0))
-        return total
+        key = (parent, flavor, resource)
+        total = self._borrowing.get(key)
+        if total is None:
+            total = sum(self._borrowed(c, flavor, resource) for c in self._children(parent))
+            self._borrowing[key] = total
+        own = self._borrowed(child, flavor, resource)
+        return total - own + self._cohort_lent(parent, flavor, resource)
+
+    def _children(self, cohort: str) -> list[QueueSpec | str]:
+        return [*self.tree.child_cohorts[cohort], *self.tree.child_queues[cohort]]
+
+    def _borrowed(self, node: QueueSpec | str, flavor: str, resource: str) -> int:
+        """A child's usage beyond its own quota (a cohort's: beyond its subtree quota)."""
+        if isinstance(node, str):
+            used = self.book.cohort_used(node, flavor, resource)
+            return max(0, used - self.tree.subtree(node, flavor, resource))
+        quota = queue_quota(node, flavor)
+        if quota is None:
+            return 0
+        used = self.book.used(node.name, flavor, resource)
+        return max(0, used - quota.nominal.get(resource, 0))
