@@ -170,3 +170,16 @@ def test_a_status_only_update_is_told_apart() -> None:
     new["spec"]["cohortName"] = "other"
     assert not status_only(old, new)
     assert not status_only(None, old)
+
+
+async def test_a_queue_made_again_under_its_old_name_gets_its_share_again() -> None:
+    h, admitter = _tree()
+    await admitter.cycle()
+    h.deliver()
+    await h.kube.delete(CLUSTER_QUEUES, "lender")
+    h.deliver()
+    await admitter.cycle()  # the share said for the old lender is forgotten
+    h.kube.seed(CLUSTER_QUEUES, _cq("lender", 16, "team"))
+    h.deliver()
+    await admitter.cycle()
+    assert _shares(h)["clusterqueues/lender"] == 0

@@ -10,12 +10,16 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.test_status import _queue, _usage_workload
+from tests.test_status import _queue, _run, _usage_workload, fake
 from topogate.cli import main
 from topogate.commands.status import queue_report, render_queues
+from topogate.kube.errors import KubeError
+from topogate.kube.resources import CLUSTER_QUEUES, COHORTS, KUEUE_COHORTS
+from topogate.testing.fakekube import FakeKube
 
 GPU = "nvidia.com/gpu"
 Obj = dict[str, Any]
+__all__ = ["fake"]  # the fixture: status connected to a FakeKube
 
 
 def _cohort(name: str, parent: str | None = None, gpus: int = 0, **limits: int) -> Obj:
@@ -164,3 +168,33 @@ def test_a_bad_cohort_file_is_refused_naming_it(
 def test_cluster_files_need_queues(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["status", "--cluster", "x.yaml"]) == 2
     assert capsys.readouterr().err == "topogate status: error: --cluster needs --queues\n"
+
+
+def test_live_cohorts_of_both_groups_and_kueues_forbidden(
+    fake: FakeKube, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """topogate's Cohort team under Kueue's org (16 GPUs); Kueue's own team is shadowed by
+    topogate's. A user who may not list Kueue's Cohorts still gets the tree, without them."""
+    fake.seed(CLUSTER_QUEUES, _queue("a", 8))
+    fake.seed(COHORTS, _cohort("team", "org"))
+    kueue = "kueue.x-k8s.io/v1beta2"
+    fake.seed(KUEUE_COHORTS, {**_cohort("org", gpus=16), "apiVersion": kueue})
+    fake.seed(KUEUE_COHORTS, {**_cohort("team", gpus=99), "apiVersion": kueue})
+    assert _run(capsys, "--queues") == (
+        0,
+        "NODE            FLAVOR  RESOURCE        NOMINAL  USED  BORROWED  LENT  PENDING\n"
+        "cohort org      h100    nvidia.com/gpu  24       0     0         0     0\n"
+        "└─ cohort team  h100    nvidia.com/gpu  8        0     0         0     0\n"
+        "   └─ cq a      h100    nvidia.com/gpu  8        0     0         0     0\n",
+        "",
+    )
+    fake.fail_next("list", KubeError(403, "Forbidden", "not yours"), resource=KUEUE_COHORTS)
+    code, out, err = _run(capsys, "--queues")
+    org = "cohort org      h100    nvidia.com/gpu  8        0     0         0     0"
+    assert (code, out.splitlines()[1]) == (0, org)  # no quota of its own now
+    assert err == (
+        "topogate status: warning: Cohort team: parentName org names no Cohort; org is a root "
+        "cohort without quota of its own\n"
+        "topogate status: warning: Kueue's Cohorts are not drawn: listing them is forbidden "
+        "(not yours)\n"
+    )

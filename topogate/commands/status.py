@@ -761,15 +761,24 @@ async def fetch_queues(connection: Connection) -> QueueReport:
         queues = await _list_all(kube, CLUSTER_QUEUES, None)
         local = await _list_all(kube, LOCAL_QUEUES, None)
         workloads = await _list_all(kube, WORKLOADS, None)
-        cohorts = [
-            *await _optional_list(kube, COHORTS),
-            *await _optional_list(kube, KUEUE_COHORTS),
-        ]
+        cohorts = await _optional_list(kube, COHORTS)
+        kueue: list[Obj] | str
+        try:
+            kueue = await _optional_list(kube, KUEUE_COHORTS)
+        except KubeError as error:
+            if error.status != 403:
+                raise
+            # Another project's kind: a user allowed topogate's objects only still gets them.
+            kueue = f"Kueue's Cohorts are not drawn: listing them is forbidden ({error.message})"
     except API_READ_ERRORS as error:
         raise _api_error(server, error, "clusterqueues") from None
     except KubeconfigError as error:
         raise StatusError(f"cannot authenticate to {server}: {_one_line(str(error))}") from None
-    return queue_report(queues, local, workloads, _unshadowed(cohorts))
+    if isinstance(kueue, str):
+        report = queue_report(queues, local, workloads, cohorts)
+        report.warnings.append(kueue)
+        return report
+    return queue_report(queues, local, workloads, _unshadowed([*cohorts, *kueue]))
 
 
 async def _optional_list(kube: KubeApi, resource: Resource) -> list[Obj]:

@@ -79,6 +79,8 @@ class ShareStatus:
         )
 
     def _queue(self, wanted: Mapping[Target, int | None]) -> None:
+        for target in [t for t in self._said if self._target(*t) is None]:
+            del self._said[target]  # the object is gone: a namesake starts afresh
         for target, share in wanted.items():
             obj = self._target(*target)
             if obj is None or (target in self._said and self._said[target] == share):
