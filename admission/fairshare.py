@@ -180,3 +180,13 @@ class FairShares:
 
 def _queue_resources(queue: QueueSpec) -> frozenset[FlavorResource]:
     return frozenset((f.flavor, r) for f in queue.flavors for r in f.nominal)
+
+
+def tree_shares(book: QuotaBook) -> tuple[dict[str, Share], dict[str, Share]]:
+    """Every ClusterQueue's share and every cohort's (named or with an object) over the
+    book's usage, with nothing added: what ``status.fairSharing`` and `status --queues`
+    report. A queue without a cohort, and a root cohort, have share 0."""
+    fair = FairShares(book)
+    queues = {name: fair.queue_share(queue) for name, queue in book.queues.items()}
+    cohorts = {name: fair.cohort_share(name) for name in book.tree.cohorts}
+    return queues, cohorts

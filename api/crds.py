@@ -52,7 +52,6 @@ KINDS = (
         ("co",),
         False,
         (("Parent", "string", ".spec.parentName"),),
-        status=False,
     ),
     Kind(
         LocalQueue,

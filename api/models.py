@@ -382,12 +382,24 @@ class QueueStatus(ApiModel):
     conditions: list[Condition] = Field(default_factory=list)
 
 
+class FairSharingStatus(ApiModel):
+    """Kueue's ``status.fairSharing`` of a ClusterQueue or Cohort, written by `serve
+    --fair-sharing`: the weighted dominant resource share, rounded up (the int64 maximum for
+    a borrower of weight 0). Not checked when read: a status never keeps its object out."""
+
+    weighted_share: int | None = None
+
+
+class ClusterQueueStatus(QueueStatus):
+    fair_sharing: FairSharingStatus | None = None
+
+
 class ClusterQueue(ApiModel):
     api_version: Literal["topogate.dev/v1alpha1"] = "topogate.dev/v1alpha1"
     kind: Literal["ClusterQueue"] = "ClusterQueue"
     metadata: ObjectMeta
     spec: ClusterQueueSpec = Field(default_factory=ClusterQueueSpec)
-    status: QueueStatus | None = None
+    status: ClusterQueueStatus | None = None
 
 
 class LocalQueueSpec(ApiModel):
@@ -459,6 +471,10 @@ class CohortSpec(ApiModel):
         return groups
 
 
+class CohortStatus(ApiModel):
+    fair_sharing: FairSharingStatus | None = None
+
+
 class Cohort(ApiModel):
     """topogate's Cohort, or Kueue's (``kueue.x-k8s.io/v1beta2``): the same shape."""
 
@@ -466,6 +482,7 @@ class Cohort(ApiModel):
     kind: Literal["Cohort"] = "Cohort"
     metadata: ObjectMeta
     spec: CohortSpec = Field(default_factory=CohortSpec)
+    status: CohortStatus | None = None
 
     @field_validator("api_version")
     @classmethod

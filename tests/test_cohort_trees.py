@@ -573,6 +573,22 @@ def test_plan_refuses_a_queue_whose_cohort_is_in_a_cycle(
     )
 
 
+def test_plan_warns_of_a_parent_no_cohort_holds_and_of_a_cycle_elsewhere(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # team's parent is misspelt: team is not under org, whose 16 GPUs it needed.
+    tree = (_gpu_cohort("team", "orgg"), _gpu_cohort("org", None, gpus=16))
+    loop = (_gpu_cohort("x", "y"), _gpu_cohort("y", "x"))
+    assert _plan_with(tmp_path, *tree, *loop) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "topogate plan: warning: Cohort team: parentName orgg names no Cohort; orgg is a root "
+        "cohort without quota of its own",
+        "topogate plan: warning: Cohort x is in a cycle (x -> y -> x): ClusterQueues (none) "
+        "are inactive and admit nothing",
+    ]
+
+
 def test_plan_refuses_a_bad_cohort_naming_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

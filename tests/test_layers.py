@@ -37,6 +37,7 @@ SHELLS = {
     "topogate.controllers.admitter": "admitter",
     "topogate.controllers.pending": "admitter",
     "topogate.controllers.evictions": "admitter",
+    "topogate.controllers.fairstatus": "admitter",
     "topogate.controllers.jobsync": "job sync",
     "topogate.controllers.nodefailures": "node failures",
     "topogate.controllers.gangfailures": "gang failures",

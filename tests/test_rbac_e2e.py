@@ -91,6 +91,7 @@ def test_serve_under_config_rbac_is_never_refused(
                 f"--webhook-ca-secret={NAMESPACE}/topogate-webhook-ca",
                 "--webhook-ip=127.0.0.1",
                 "--node-failure-grace=1",
+                "--fair-sharing",  # its shares are written on ClusterQueues' status
             ],
             webhook_dir=tmp_path / "certs",
             webhook_port=port,
@@ -121,7 +122,7 @@ def test_serve_under_config_rbac_is_never_refused(
     assert refused == []
     used = {(e["verb"], e["objectRef"].get("resource")) for e in events}
     # The scenario went through the ServiceAccount: it made a Workload, ungated and deleted
-    # pods, renewed its Lease, injected its CA and kept it in the Secret.
+    # pods, renewed its Lease, injected its CA and kept it in the Secret, wrote shares.
     for needed in [
         ("create", "workloads"),
         ("patch", "pods"),
@@ -129,5 +130,6 @@ def test_serve_under_config_rbac_is_never_refused(
         ("update", "leases"),
         ("patch", "mutatingwebhookconfigurations"),
         ("get", "secrets"),
+        ("patch", "clusterqueues"),  # status.fairSharing
     ]:
         assert needed in used, sorted(used)

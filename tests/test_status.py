@@ -854,9 +854,11 @@ def test_queues_against_fakekube(fake: FakeKube, capsys: pytest.CaptureFixture[s
     _seed(fake, [_usage_workload("big", "a", 12), _usage_workload("waiting", None, 0)], [])
     assert _run(capsys, "--queues") == (
         0,
-        "CLUSTERQUEUE  COHORT  FLAVOR  RESOURCE        NOMINAL  USED  BORROWED  AVAILABLE  PENDING\n"
-        "a             team    h100    nvidia.com/gpu  8        12    4         4          1\n"
-        "b             team    h100    nvidia.com/gpu  8        0     0         4          0\n",
+        "NODE           FLAVOR  RESOURCE        NOMINAL  USED  BORROWED  LENT  PENDING\n"
+        "cohort team    h100    nvidia.com/gpu  16       12    0         0     1\n"
+        "├─ cq a        h100    nvidia.com/gpu  8        12    4         0     1\n"
+        "│  └─ lq ml/q                                                         1\n"
+        "└─ cq b        h100    nvidia.com/gpu  8        0     0         4     0\n",
         "",
     )
     fake.fail_next("list", KubeError(403, "Forbidden", "no"), resource=LOCAL_QUEUES)
@@ -1170,11 +1172,14 @@ def test_queue_report_shows_usage_borrowing_and_pending_per_queue() -> None:
             _usage_workload("done", "b", 8, finished=True),
         ],
     )
+    # b lends the 4 GPUs a borrows; solo has no cohort to lend to.
     assert render_queues(rows, "table") == (
-        "CLUSTERQUEUE  COHORT  FLAVOR  RESOURCE        NOMINAL  USED  BORROWED  AVAILABLE  PENDING\n"
-        "a             team    h100    nvidia.com/gpu  8        12    4         4          1\n"
-        "b             team    h100    nvidia.com/gpu  8        0     0         4          0\n"
-        "solo          -       h100    nvidia.com/gpu  4        0     0         4          0\n"
+        "NODE           FLAVOR  RESOURCE        NOMINAL  USED  BORROWED  LENT  PENDING\n"
+        "cohort team    h100    nvidia.com/gpu  16       12    0         0     1\n"
+        "├─ cq a        h100    nvidia.com/gpu  8        12    4         0     1\n"
+        "│  └─ lq ml/q                                                         1\n"
+        "└─ cq b        h100    nvidia.com/gpu  8        0     0         4     0\n"
+        "cq solo        h100    nvidia.com/gpu  4        0     0         0     0\n"
     )
     document = json.loads(render_queues(rows, "json"))
     assert document["clusterQueues"][0] == {

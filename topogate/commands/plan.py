@@ -30,7 +30,8 @@ from topogate.admission.podsets import (
     translate,
     wanted_by,
 )
-from topogate.admission.quota import CohortSpec, QueueSpec, Usage, usage_of
+from topogate.admission.queuetree import tree_warnings
+from topogate.admission.quota import CohortSpec, CohortTree, QueueSpec, Usage, usage_of
 from topogate.admission.request import (
     Mode,
     PlacementDecision,
@@ -273,6 +274,7 @@ def plan_on_queue(
     forest = cluster.build_forest()
     warnings = _input_warnings(cluster, forest)
     catalog = _catalog(cluster, forest)
+    warnings += tree_warnings(CohortTree(catalog.queues, catalog.cohorts), catalog.cohorts)
     workload = source.workload
     workload.spec.queue_name = queue
     namespace = workload.metadata.namespace or "default"

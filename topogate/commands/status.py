@@ -24,15 +24,38 @@ from typing import Any
 import yaml
 
 from topogate.admission.podsets import build_catalog
-from topogate.admission.quota import QuotaRow, quota_rows, usage_of
-from topogate.api.constants import GROUP, PODSET_LABEL, TOPOLOGY_GATE, VERSION, WORKLOAD_ANNOTATION
+from topogate.admission.queuetree import (
+    COHORT,
+    LOCAL_QUEUE,
+    Figures,
+    TreeNode,
+    queue_tree,
+    tree_warnings,
+)
+from topogate.admission.quota import CohortTree, QuotaBook, QuotaRow, quota_rows, usage_of
+from topogate.api.constants import (
+    API_VERSION,
+    GROUP,
+    PODSET_LABEL,
+    TOPOLOGY_GATE,
+    VERSION,
+    WORKLOAD_ANNOTATION,
+)
 from topogate.api.errors import InputError
 from topogate.api.kinds import JOB_KINDS
 from topogate.api.quantity import format_units
 from topogate.api.topology_assignment import decode
 from topogate.kube.errors import API_ERRORS, KubeError
 from topogate.kube.protocol import KubeApi
-from topogate.kube.resources import CLUSTER_QUEUES, LOCAL_QUEUES, PODS, WORKLOADS, Resource
+from topogate.kube.resources import (
+    CLUSTER_QUEUES,
+    COHORTS,
+    KUEUE_COHORTS,
+    LOCAL_QUEUES,
+    PODS,
+    WORKLOADS,
+    Resource,
+)
 
 Obj = Mapping[str, Any]
 
@@ -433,8 +456,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--queues",
         action="store_true",
-        help="per ClusterQueue, flavor and resource: cohort, nominal quota, used, borrowed, "
-        "available and pending workloads (instead of Workloads)",
+        help="the cohort tree (cohorts, ClusterQueues, LocalQueues) with nominal quota, used, "
+        "borrowed, lent, fair share and pending workloads per node (instead of Workloads)",
+    )
+    parser.add_argument(
+        "--cluster",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="PATH",
+        help="with --queues: read ClusterQueues, Cohorts, LocalQueues and Workloads from a file "
+        "or directory (- reads stdin) instead of the API server",
     )
 
 
@@ -578,12 +610,30 @@ async def fetch(
     return summarize(workloads, pods)
 
 
+@dataclass(slots=True)
+class QueueReport:
+    """`status --queues`: the flat rows per ClusterQueue, the cohort tree, whether shares
+    are shown, and what was wrong in the queue objects (one line each)."""
+
+    rows: list[QuotaRow]
+    tree: list[TreeNode]
+    shares: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+
 def queue_report(
-    cluster_queues: Iterable[Obj], local_queues: Iterable[Obj], workloads: Iterable[Obj]
-) -> list[QuotaRow]:
-    """The quota rows of every ClusterQueue that parses (a bad one is left out)."""
-    catalog, _ = build_catalog(list(cluster_queues), list(local_queues), [], [], None)
+    cluster_queues: Iterable[Obj],
+    local_queues: Iterable[Obj],
+    workloads: Iterable[Obj],
+    cohorts: Iterable[Obj] = (),
+) -> QueueReport:
+    """Quota rows and the tree of every ClusterQueue and Cohort that parses (a bad one is
+    left out, with a warning). Shares are shown when a ClusterQueue or Cohort carries
+    ``status.fairSharing`` (`serve --fair-sharing` writes it)."""
+    queue_objs, cohort_objs = list(cluster_queues), list(cohorts)
+    catalog, warnings = build_catalog(queue_objs, list(local_queues), [], [], None, (), cohort_objs)
     waiting: dict[str, int] = {}
+    waiting_local: dict[str, int] = {}
     admitted = []
     for workload in workloads:
         if admission_state(workload)[0] == "Finished":
@@ -596,10 +646,87 @@ def queue_report(
         cq, _ = catalog.cluster_queue(_namespace(workload), queue)
         if cq is not None:
             waiting[cq] = waiting.get(cq, 0) + 1
-    return quota_rows(catalog.queues, usage_of(admitted), waiting)
+            key = f"{_namespace(workload)}/{queue}"
+            waiting_local[key] = waiting_local.get(key, 0) + 1
+    usage = usage_of(admitted)
+    tree = CohortTree(catalog.queues, catalog.cohorts)
+    warnings += tree_warnings(tree, catalog.cohorts)
+    shares = any("fairSharing" in _dict(obj.get("status")) for obj in (*queue_objs, *cohort_objs))
+    book = QuotaBook(catalog.queues, usage, tree)
+    return QueueReport(
+        quota_rows(catalog.queues, usage, waiting, catalog.cohorts),
+        queue_tree(book, waiting, catalog.local_queues, waiting_local, shares),
+        shares,
+        warnings,
+    )
 
 
-def render_queues(rows: Sequence[QuotaRow], output: str) -> str:
+def _figure(resource: str, amount: int) -> str:
+    return format_units(resource, amount)
+
+
+def _tree_records(nodes: Sequence[TreeNode], shares: bool) -> list[dict[str, Any]]:
+    records = []
+    for node in nodes:
+        record: dict[str, Any] = {"kind": node.kind, "name": node.name}
+        if node.kind != LOCAL_QUEUE:
+            record["resources"] = [
+                {
+                    "flavor": f.flavor,
+                    "resource": f.resource,
+                    "nominal": _figure(f.resource, f.nominal),
+                    "used": _figure(f.resource, f.used),
+                    "borrowed": _figure(f.resource, f.borrowed),
+                    "lent": _figure(f.resource, f.lent),
+                }
+                for f in node.figures
+            ]
+        if shares and node.share is not None:
+            record["weightedShare"] = node.share.rounded
+        record["pendingWorkloads"] = node.pending
+        if node.problem:
+            record["problem"] = node.problem
+        if node.children:
+            record["children"] = _tree_records(node.children, shares)
+        records.append(record)
+    return records
+
+
+def _tree_table(nodes: Sequence[TreeNode], shares: bool) -> list[list[str]]:
+    """Rows of the tree table: a node's first (flavor, resource) on its own line, the others
+    below it, under the tree's lines."""
+    table: list[list[str]] = []
+
+    def walk(node: TreeNode, lead: str, branch: str, below: str) -> None:
+        word = {COHORT: "cohort", LOCAL_QUEUE: "lq"}.get(node.kind, "cq")
+        name = f"{lead}{branch}{word} {node.name}" + (f" ({node.problem})" if node.problem else "")
+        share = ""
+        if shares and node.share is not None:
+            share = str(node.share.rounded)
+        figures: list[Figures | None] = [*node.figures] or [None]
+        for i, f in enumerate(figures):
+            first = i == 0
+            cells = [name if first else f"{lead}{below}"]
+            if f is None:
+                cells += ["", "", "", "", "", ""]
+            else:
+                cells += [f.flavor, f.resource]
+                cells += [_figure(f.resource, v) for v in (f.nominal, f.used, f.borrowed, f.lent)]
+            if shares:
+                cells.append(share if first else "")
+            cells.append(str(node.pending) if first else "")
+            table.append(cells)
+        for j, child in enumerate(node.children):
+            last = j == len(node.children) - 1
+            walk(child, lead + below, "└─ " if last else "├─ ", "   " if last else "│  ")
+
+    for root in nodes:
+        walk(root, "", "", "")
+    return table
+
+
+def render_queues(report: QueueReport, output: str) -> str:
+    rows = report.rows
     records = [
         {
             "clusterQueue": r.queue,
@@ -614,19 +741,19 @@ def render_queues(rows: Sequence[QuotaRow], output: str) -> str:
         }
         for r in rows
     ]
+    document = {"clusterQueues": records, "tree": _tree_records(report.tree, report.shares)}
     if output == "json":
-        return json.dumps({"clusterQueues": records}, indent=2) + "\n"
+        return json.dumps(document, indent=2) + "\n"
     if output == "yaml":
-        return yaml.safe_dump({"clusterQueues": records}, sort_keys=False)
-    if not rows:
+        return yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
+    if not report.tree:
         return "No ClusterQueues.\n"
-    header = ["CLUSTERQUEUE", "COHORT", "FLAVOR", "RESOURCE", "NOMINAL", "USED", "BORROWED"]
-    header += ["AVAILABLE", "PENDING"]
-    table = [header] + [[str(v) or "-" for v in record.values()] for record in records]
-    return "\n".join(_table(table, "")) + "\n"
+    header = ["NODE", "FLAVOR", "RESOURCE", "NOMINAL", "USED", "BORROWED", "LENT"]
+    header += ["SHARE", "PENDING"] if report.shares else ["PENDING"]
+    return "\n".join(_table([header, *_tree_table(report.tree, report.shares)], "")) + "\n"
 
 
-async def fetch_queues(connection: Connection) -> list[QuotaRow]:
+async def fetch_queues(connection: Connection) -> QueueReport:
     from topogate.kube.client import KubeconfigError
 
     kube, server = connection.kube, connection.server
@@ -634,11 +761,87 @@ async def fetch_queues(connection: Connection) -> list[QuotaRow]:
         queues = await _list_all(kube, CLUSTER_QUEUES, None)
         local = await _list_all(kube, LOCAL_QUEUES, None)
         workloads = await _list_all(kube, WORKLOADS, None)
+        cohorts = await _optional_list(kube, COHORTS)
+        kueue: list[Obj] | str
+        try:
+            kueue = await _optional_list(kube, KUEUE_COHORTS)
+        except KubeError as error:
+            if error.status != 403:
+                raise
+            # Another project's kind: a user allowed topogate's objects only still gets them.
+            kueue = f"Kueue's Cohorts are not drawn: listing them is forbidden ({error.message})"
     except API_READ_ERRORS as error:
         raise _api_error(server, error, "clusterqueues") from None
     except KubeconfigError as error:
         raise StatusError(f"cannot authenticate to {server}: {_one_line(str(error))}") from None
-    return queue_report(queues, local, workloads)
+    if isinstance(kueue, str):
+        report = queue_report(queues, local, workloads, cohorts)
+        report.warnings.append(kueue)
+        return report
+    return queue_report(queues, local, workloads, _unshadowed([*cohorts, *kueue]))
+
+
+async def _optional_list(kube: KubeApi, resource: Resource) -> list[Obj]:
+    """Every object of a kind a cluster may not serve (none when its CRD is missing)."""
+    try:
+        return await _list_all(kube, resource, None)
+    except KubeError as error:
+        if error.status == 404:
+            return []
+        raise
+
+
+def _unshadowed(cohorts: Sequence[Obj]) -> list[Obj]:
+    """One Cohort per name, the first given (topogate's before Kueue's, as serve reads them)."""
+    seen: set[str] = set()
+    out = []
+    for obj in cohorts:
+        name = str(_dict(obj.get("metadata")).get("name"))
+        if name not in seen:
+            seen.add(name)
+            out.append(obj)
+    return out
+
+
+def queues_from_files(paths: Sequence[Path]) -> QueueReport:
+    """The report from files (``kubectl get clusterqueues,cohorts,localqueues,workloads -A -o
+    yaml``), topogate's or Kueue's objects: one that does not parse, or a name given twice, is
+    an error here naming the file and document (InputError)."""
+    from topogate.api.models import ClusterQueue, Cohort, LocalQueue
+    from topogate.api.validation import parse_model
+    from topogate.commands.loader import READ_AS
+    from topogate.files import documents
+
+    models: dict[str, Any] = {"ClusterQueue": ClusterQueue, "LocalQueue": LocalQueue}
+    models["Cohort"] = Cohort
+    kinds: dict[str, list[Obj]] = {kind: [] for kind in (*models, "Workload")}
+    seen: dict[tuple[str, str], str] = {}
+    for path in paths:
+        for doc in documents(path):
+            kind = str(doc.obj.get("kind"))
+            if kind not in kinds or doc.obj.get("apiVersion") not in READ_AS[kind]:
+                continue
+            same = {**doc.obj, "apiVersion": API_VERSION}  # Kueue's: the same fields
+            if kind in models:
+                try:
+                    parse_model(models[kind], same, "")
+                except InputError as error:
+                    raise InputError(error.message, where=doc.where, field=error.field) from None
+                key = (kind, f"{_namespace(same) if kind == 'LocalQueue' else ''}/{_name(same)}")
+                if key in seen:
+                    raise InputError(
+                        f"{kind} {key[1].lstrip('/')} is given twice (also in {seen[key]})",
+                        where=doc.where,
+                    )
+                seen[key] = doc.where
+            kinds[kind].append(same)
+    report = queue_report(
+        kinds["ClusterQueue"], kinds["LocalQueue"], kinds["Workload"], kinds["Cohort"]
+    )
+    bad = [w.removeprefix("ignoring ") for w in report.warnings if w.startswith("ignoring ")]
+    if bad:  # parsed, but a quota the cache cannot count
+        raise InputError("; ".join(bad), where=", ".join(str(p) for p in paths))
+    return report
 
 
 def run(args: argparse.Namespace) -> int:
@@ -655,7 +858,25 @@ def run(args: argparse.Namespace) -> int:
             "topogate status: error: NAME cannot be combined with --all-namespaces", file=sys.stderr
         )
         return EXIT_USAGE
+    if args.cluster:
+        return _from_files(args)
     return asyncio.run(_connected(args))
+
+
+def _from_files(args: argparse.Namespace) -> int:
+    """`status --queues --cluster PATH`: the report from files; exit 2 on a bad object."""
+    if not args.queues:
+        print("topogate status: error: --cluster needs --queues", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        report = queues_from_files(args.cluster)
+    except InputError as error:
+        print(f"topogate status: error: {error.describe()}", file=sys.stderr)
+        return EXIT_USAGE
+    for warning in report.warnings:
+        print(f"topogate status: warning: {warning}", file=sys.stderr)
+    sys.stdout.write(render_queues(report, args.output))
+    return EXIT_OK
 
 
 async def _connected(args: argparse.Namespace) -> int:
@@ -674,7 +895,10 @@ async def report(connection: Connection, args: argparse.Namespace) -> int:
     """The report on stdout (exit 0), or one error line on stderr (exit 1)."""
     try:
         if args.queues:
-            sys.stdout.write(render_queues(await fetch_queues(connection), args.output))
+            queues = await fetch_queues(connection)
+            for warning in queues.warnings:
+                print(f"topogate status: warning: {warning}", file=sys.stderr)
+            sys.stdout.write(render_queues(queues, args.output))
             return EXIT_OK
         namespace = None if args.all_namespaces else args.namespace or connection.namespace
         workloads = await fetch(connection, namespace, args.name)

@@ -30,10 +30,11 @@ from topogate import clock
 from topogate.admission.assignments import node_usage, pod_set_assignments
 from topogate.admission.cycle import Admitted, admission_cycle
 from topogate.admission.exact import EXACT_BUDGET
+from topogate.admission.fairshare import tree_shares
 from topogate.admission.gpuplace import assignment_of
-from topogate.admission.podsets import build_placer
+from topogate.admission.podsets import Catalog, build_placer
 from topogate.admission.preemption import Preemption, Victim
-from topogate.admission.quota import QueueSpec
+from topogate.admission.quota import CohortTree, QueueSpec, QuotaBook
 from topogate.admission.request import PlacementRequest
 from topogate.api.gpus import GpuAssignment
 from topogate.api.models import Admission
@@ -48,6 +49,7 @@ from topogate.metrics import Metrics
 from topogate.state import ControllerState
 
 from .evictions import evict, preemptor
+from .fairstatus import ShareStatus
 from .pending import PENDING_WRITES_PER_SECOND, PendingMessages
 from .writes import NewestCopies, new_condition, write_gpu_assignment, write_status
 
@@ -78,6 +80,8 @@ class Admitter:
         self._writes = asyncio.Semaphore(write_concurrency)
         self.copies = NewestCopies(state.store.objects(WORKLOADS))
         self.messages = PendingMessages(kube, state, events, self.copies, pending_qps)
+        # status.fairSharing of ClusterQueues and Cohorts, at the pending messages' rate.
+        self.shares = ShareStatus(kube, state, pending_qps)
         self._left: set[str] = set()  # stopped waiting; what is kept for them goes soon
         self.cycles = 0
         # Per Workload, the last write spawned (the next one waits for it).
@@ -119,8 +123,10 @@ class Admitter:
 
     async def settle(self) -> None:
         """Wait until every write spawned so far has finished."""
-        while self._chains or self.messages.describers:
+        while self._chains or self.messages.describers or self.shares.writer:
             tasks = [*self._chains.values(), *self.messages.describers]
+            if self.shares.writer is not None:
+                tasks.append(self.shares.writer)
             await asyncio.gather(*tasks, return_exceptions=True)
 
     def _spawn(self, key: str, write: Callable[[], Awaitable[None]]) -> None:
@@ -157,6 +163,8 @@ class Admitter:
         self._forget()
         if not queue.lanes and not queue.problems:
             self._gauges(catalog.queues, {})
+            if describe:
+                self._report_shares(catalog)
             return
         snapshot = self.state.ledger.snapshot()
         named = queue.lanes.topologies()
@@ -191,6 +199,23 @@ class Admitter:
         for key, plan in result.preemptions:
             self._preempt(key, plan)
         self._gauges(catalog.queues, admitted)
+        if describe:  # with what this cycle admitted held
+            self._report_shares(catalog)
+
+    def _report_shares(self, catalog: Catalog) -> None:
+        """Bring status.fairSharing up to date: the shares over the quota held now with fair
+        sharing on, none with it off."""
+        if not self.fair_sharing:
+            self.shares.clear()
+            return
+        tree = CohortTree(catalog.queues, catalog.cohorts)
+        queues, cohorts = tree_shares(
+            QuotaBook(catalog.queues, self.state.workloads.quota_in_use(), tree)
+        )
+        self.shares.update(
+            {name: share.rounded for name, share in queues.items()},
+            {name: share.rounded for name, share in cohorts.items()},
+        )
 
     def _forget(self) -> None:
         """Drop what is kept per Workload once it waits no more and has no write left."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from topogate.api.constants import API_VERSION, KAI_API_VERSION, KAI_GROUP
+from topogate.api.constants import API_VERSION, KAI_API_VERSION, KAI_GROUP, KUEUE_GROUP
 from topogate.api.kinds import JOB, JOB_KINDS, JobKind
 from topogate.api.objects import Obj, key_of
 
@@ -69,6 +69,11 @@ RESOURCE_FLAVORS = Resource(API_VERSION, "resourceflavors", namespaced=False)
 TOPOLOGIES = Resource(API_VERSION, "topologies", namespaced=False)
 # The cohort tree's inner nodes; a cluster whose CRDs predate them lacks the kind (optional).
 COHORTS = Resource(API_VERSION, "cohorts", namespaced=False)
+# Kueue's Cohorts (v1beta2, the only version that has them), read as topogate's own: a
+# cluster without Kueue's CRDs lacks the kind (optional).
+KUEUE_COHORTS = Resource(
+    f"{KUEUE_GROUP}/v1beta2", "cohorts", namespaced=False, store_key=f"cohorts.{KUEUE_GROUP}"
+)
 HYPERNODES = Resource("topology.volcano.sh/v1alpha1", "hypernodes", namespaced=False)
 KAI_TOPOLOGIES = Resource(
     KAI_API_VERSION, "topologies", namespaced=False, store_key=f"topologies.{KAI_GROUP}"

@@ -281,14 +281,20 @@ class Controller:
 
     def _reflectors(self) -> dict[str, Reflector]:
         from topogate.kube.reflector import Reflector
-        from topogate.kube.resources import COHORTS, HYPERNODES, JOB_CRD_RESOURCES, KAI_TOPOLOGIES
+        from topogate.kube.resources import (
+            COHORTS,
+            HYPERNODES,
+            JOB_CRD_RESOURCES,
+            KAI_TOPOLOGIES,
+            KUEUE_COHORTS,
+        )
         from topogate.state.store import WATCHED
 
         def counter(plural: str) -> Callable[[], None]:
             return lambda: self.metrics.relists.labels(plural).inc()
 
         # CRDs a cluster may lack: followed once they exist (looked for again every 30 s).
-        optional = (*JOB_CRD_RESOURCES, HYPERNODES, KAI_TOPOLOGIES, COHORTS)
+        optional = (*JOB_CRD_RESOURCES, HYPERNODES, KAI_TOPOLOGIES, COHORTS, KUEUE_COHORTS)
         return {
             r.key: Reflector(
                 self.kube,

@@ -38,8 +38,11 @@ from topogate.api.objects import (
 from topogate.api.podgroups import MANAGED_LABEL
 from topogate.cache.snapshot import CapacityCache
 from topogate.kube.resources import (
+    CLUSTER_QUEUES,
+    COHORTS,
     HYPERNODES,
     JOB_RESOURCES,
+    KUEUE_COHORTS,
     NATIVE_PODGROUPS_KEY,
     NODES,
     PODS,
@@ -89,12 +92,17 @@ class ControllerState:
         on_event = dispatch.get(resource.key, self._on_queue_object)
         classify = resource.key == WORKLOADS.key
 
+        status_written = resource.key in STATUS_WRITTEN
+
         def on_change(old: Obj | None, new: Obj | None) -> None:
             self.store.apply(resource, old, new)
-            if resource.key in CATALOG_INPUTS:
+            # Our own status writes: nothing the catalog or a cycle reads changed.
+            read = not (status_written and status_only(old, new))
+            if read and resource.key in CATALOG_INPUTS:
                 self.catalogs.inputs_changed()
             try:
-                on_event(old, new)
+                if read:
+                    on_event(old, new)
             except InputError as error:
                 log.warning("ignoring %s: %s", resource.key, error.describe())
             finally:
@@ -162,6 +170,27 @@ class ControllerState:
 
     def _on_queue_object(self, old: Obj | None, new: Obj | None) -> None:
         self.signals.admit()
+
+
+# Queue objects whose status `serve` writes (fair sharing's shares).
+STATUS_WRITTEN = frozenset(r.key for r in (CLUSTER_QUEUES, COHORTS, KUEUE_COHORTS))
+_VOLATILE_META = ("resourceVersion", "managedFields", "generation")
+
+
+def status_only(old: Obj | None, new: Obj | None) -> bool:
+    """An update that changed the object's status (and bookkeeping metadata) alone."""
+    if old is None or new is None:
+        return False
+    rest = ("status", "metadata")
+    if {k: v for k, v in old.items() if k not in rest} != {
+        k: v for k, v in new.items() if k not in rest
+    }:
+        return False
+    old_meta, new_meta = (
+        {k: v for k, v in (o.get("metadata") or {}).items() if k not in _VOLATILE_META}
+        for o in (old, new)
+    )
+    return old_meta == new_meta
 
 
 def gated_pod_owner(pod: Obj) -> tuple[str, str] | None:

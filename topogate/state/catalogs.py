@@ -20,6 +20,7 @@ from topogate.kube.resources import (
     COHORTS,
     HYPERNODES,
     KAI_TOPOLOGIES,
+    KUEUE_COHORTS,
     LOCAL_QUEUES,
     RESOURCE_FLAVORS,
     TOPOLOGIES,
@@ -41,6 +42,7 @@ CATALOG_INPUTS = frozenset(
         TOPOLOGIES,
         HYPERNODES,
         KAI_TOPOLOGIES,
+        KUEUE_COHORTS,
     )
 )
 
@@ -77,11 +79,26 @@ class Catalogs:
                 list(objects(TOPOLOGIES).values()),
                 forest,
                 list(objects(KAI_TOPOLOGIES).values()),
-                list(objects(COHORTS).values()),
+                self.cohort_objects(),
             )
             for warning in warnings:
                 log.warning("%s", warning)
         return self._catalog
+
+    def cohort_objects(self) -> list[Obj]:
+        """topogate's Cohorts and Kueue's (v1beta2), one per name: topogate's wins a name both
+        hold (the other is named in a warning whenever the catalog is parsed)."""
+        objects = self._store.objects
+        ours = objects(COHORTS)
+        kueue = objects(KUEUE_COHORTS)
+        for name in sorted(ours.keys() & kueue.keys()):
+            log.warning(
+                "ignoring Cohort %s of %s: a %s Cohort has its name",
+                name,
+                KUEUE_COHORTS.api_version,
+                COHORTS.api_version,
+            )
+        return [*ours.values(), *(c for k, c in kueue.items() if k not in ours)]
 
     def catalog_for(self, namespace: str, queue: str) -> Catalog | None:
         """The webhook view's catalog: the whole catalog, whatever the namespace and queue

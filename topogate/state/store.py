@@ -13,6 +13,7 @@ from topogate.kube.resources import (
     HYPERNODES,
     JOB_RESOURCES,
     KAI_TOPOLOGIES,
+    KUEUE_COHORTS,
     LOCAL_QUEUES,
     NATIVE_PODGROUPS_KEY,
     NODES,
@@ -38,6 +39,7 @@ WATCHED: tuple[Resource, ...] = (
     PRIORITY_CLASSES,
     HYPERNODES,
     KAI_TOPOLOGIES,
+    KUEUE_COHORTS,
 )
 
 

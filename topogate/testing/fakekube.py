@@ -83,6 +83,8 @@ DEFAULT_STATUS_SUBRESOURCES: frozenset[str] = frozenset(
         "clusterqueues",
         "localqueues",
         "hypernodes",
+        "cohorts",
+        "cohorts.kueue.x-k8s.io",  # Kueue's v1beta2 Cohorts (their store key)
     }
 )
 METHODS: frozenset[str] = frozenset(
