@@ -35,7 +35,7 @@ def template(annotations: dict[str, str] | None = None) -> Obj:
     }
 
 
-def pytorchjob(**specs: Obj) -> Obj:
+def pytorchjob(**specs: Obj | None) -> Obj:
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
@@ -49,7 +49,7 @@ def pytorchjob(**specs: Obj) -> Obj:
     }
 
 
-def mpijob(run_launcher_as_worker: bool | None = None, **specs: Obj) -> Obj:
+def mpijob(run_launcher_as_worker: bool | None = None, **specs: Obj | None) -> Obj:
     obj = pytorchjob()
     obj["apiVersion"], obj["kind"] = "kubeflow.org/v2beta1", "MPIJob"
     obj["spec"] = {"mpiReplicaSpecs": specs}
