@@ -252,3 +252,21 @@ def test_no_offset_without_run_launcher_as_worker_or_with_a_podset_group() -> No
     assert patch_of(mpijob(True, **grouped)) == suspend
     # No worker: nothing to offset.
     assert patch_of(mpijob(True, Launcher={"template": template({})})) == suspend
+
+
+def test_priority_is_the_run_policys_class_then_the_templates() -> None:
+    """Kueue's Kubeflow PriorityClass: runPolicy.schedulingPolicy.priorityClass first, then
+    the replica templates' priorityClassName in Kueue's order; the Kueue label above all."""
+    values = {"low": 10, "high": 1000, "urgent": 5000}
+    worker = template()
+    worker["spec"]["priorityClassName"] = "low"
+    obj = pytorchjob(Worker={"template": worker})
+    assert desired_workload(obj, values.get)["spec"]["priority"] == 10
+    master = template()
+    master["spec"]["priorityClassName"] = "urgent"
+    obj["spec"]["pytorchReplicaSpecs"]["Master"] = {"template": master}
+    assert desired_workload(obj, values.get)["spec"]["priority"] == 5000  # Master first
+    obj["spec"]["runPolicy"] = {"schedulingPolicy": {"priorityClass": "high"}}
+    assert desired_workload(obj, values.get)["spec"]["priority"] == 1000
+    obj["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "low"
+    assert desired_workload(obj, values.get)["spec"]["priority"] == 10

@@ -82,6 +82,13 @@ class KubeflowJobKind(Suspendable):
         specs = as_map(as_map(obj.get("spec")).get(self.replica_specs))
         return [(self._path(t), as_map(specs.get(t)).get("template")) for t in self._present(specs)]
 
+    def priority_class_names(self, job: Obj) -> list[str]:
+        """Kueue's Kubeflow ``PriorityClass``: ``runPolicy.schedulingPolicy.priorityClass``,
+        then the templates' in replica type order."""
+        policy = as_map(as_map(as_map(job.get("spec")).get("runPolicy")).get("schedulingPolicy"))
+        first = [str(policy["priorityClass"])] if policy.get("priorityClass") else []
+        return [*first, *super().priority_class_names(job)]
+
     # --- suspend: spec.runPolicy.suspend -----------------------------------------------------
 
     def is_suspended(self, job: Mapping[str, Any]) -> bool:
