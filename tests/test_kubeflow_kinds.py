@@ -13,12 +13,17 @@ from typing import Any
 
 import pytest
 
+from tests import test_shells as shells
 from topogate.admission.integration import desired_workload
 from topogate.api import constants as c
 from topogate.api.errors import InputError
 from topogate.api.jobs import workload_from_object
 from topogate.api.keywarnings import key_warnings
 from topogate.api.kinds import MPIJOB, PYTORCHJOB, pod_podset
+from topogate.api.objects import condition
+from topogate.controllers.jobsync import JobSync
+from topogate.kube.events import EventRecorder
+from topogate.kube.resources import JOB_RESOURCES, WORKLOADS
 from topogate.webhooks.review import Review, mutate
 
 Obj = dict[str, Any]
@@ -270,3 +275,77 @@ def test_priority_is_the_run_policys_class_then_the_templates() -> None:
     assert desired_workload(obj, values.get)["spec"]["priority"] == 1000
     obj["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "low"
     assert desired_workload(obj, values.get)["spec"]["priority"] == 10
+
+
+# -- the job sync against FakeKube ----------------------------------------------------------
+
+
+def gpu_template(gpus: int) -> Obj:
+    resources = {"requests": {"cpu": "1", "nvidia.com/gpu": str(gpus)}}
+    return {
+        "metadata": {"annotations": {REQUIRED: shells.RACK}},
+        "spec": {"containers": [{"name": "pytorch", "image": "x", "resources": resources}]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("obj", "names"),
+    [
+        (
+            pytorchjob(
+                Master={"template": gpu_template(4)},
+                Worker={"replicas": 2, "template": gpu_template(4)},
+            ),
+            ["master", "worker"],
+        ),
+        (
+            mpijob(
+                None,
+                Launcher={"template": gpu_template(0)},
+                Worker={"replicas": 3, "template": gpu_template(4)},
+            ),
+            ["launcher", "worker"],
+        ),
+    ],
+    ids=["PyTorchJob", "MPIJob"],
+)
+async def test_job_sync_carries_a_kubeflow_job_from_queued_to_started_to_finished(
+    obj: Obj, names: list[str]
+) -> None:
+    h = shells.Harness()
+    obj = copy.deepcopy(obj)
+    obj["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "q"}
+    resource = JOB_RESOURCES[obj["kind"]]
+    name = obj["metadata"]["name"]
+    h.kube.seed(resource, obj)  # running without an admission (no webhook here)
+    h.deliver()
+    events = EventRecorder(h.kube, "test")
+    sync = JobSync(h.kube, h.state, events)
+    await sync.reconcile(obj["kind"], f"ml/{name}")
+    job = h.kube.stored(resource, name, "ml")
+    assert job is not None and job["spec"]["runPolicy"] == {"suspend": True}
+    assert "suspend" not in job["spec"]  # not a Kubeflow field
+    [created] = h.kube.objects(WORKLOADS)
+    assert [p["name"] for p in created["spec"]["podSets"]] == names
+    h.deliver()
+    admitter, _ = h.admitter()
+    await admitter.cycle()
+    h.deliver()
+    await sync.reconcile(obj["kind"], f"ml/{name}")
+    job = h.kube.stored(resource, name, "ml")
+    assert job is not None and job["spec"]["runPolicy"]["suspend"] is False
+    kind = PYTORCHJOB if obj["kind"] == "PyTorchJob" else MPIJOB
+    for podset, template in kind.pod_templates(copy.deepcopy(job)):
+        assert template["metadata"]["labels"][c.PODSET_LABEL] == podset
+        assert template["spec"]["schedulingGates"] == [{"name": c.TOPOLOGY_GATE}]
+        assert template["spec"]["nodeSelector"] == {"pool": "gpu"}
+    h.deliver()
+    done = copy.deepcopy(job)
+    done["status"] = {"conditions": [{"type": "Succeeded", "status": "True"}]}
+    h.kube.seed(resource, done)
+    h.deliver()
+    await sync.reconcile(obj["kind"], f"ml/{name}")
+    await events.drain()
+    stored = h.kube.stored(WORKLOADS, created["metadata"]["name"], "ml")
+    finished = condition(stored, "Finished")
+    assert finished is not None and finished["reason"] == "Succeeded"
