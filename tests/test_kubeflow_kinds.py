@@ -23,7 +23,7 @@ from topogate.api.kinds import MPIJOB, PYTORCHJOB, pod_podset
 from topogate.api.objects import condition
 from topogate.controllers.jobsync import JobSync
 from topogate.kube.events import EventRecorder
-from topogate.kube.resources import JOB_RESOURCES, WORKLOADS
+from topogate.kube.resources import JOB_RESOURCES, PODS, WORKLOADS
 from topogate.webhooks.review import Review, mutate
 
 Obj = dict[str, Any]
@@ -349,3 +349,33 @@ async def test_job_sync_carries_a_kubeflow_job_from_queued_to_started_to_finishe
     stored = h.kube.stored(WORKLOADS, created["metadata"]["name"], "ml")
     finished = condition(stored, "Finished")
     assert finished is not None and finished["reason"] == "Succeeded"
+
+
+async def test_the_end_of_a_marked_pod_brings_its_job_back() -> None:
+    """An evicted job is requeued once its pods are gone; the training-operator writes
+    nothing on the PyTorchJob when they are, so the pod's deletion must signal the job."""
+    h = shells.Harness()
+    body = desired_workload(pytorchjob(Worker={"template": gpu_template(4)}), lambda n: None)
+    h.kube.seed(WORKLOADS, body)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "finetune-worker-0",
+            "namespace": "ml",
+            "labels": {c.PODSET_LABEL: "worker"},
+            "annotations": {c.WORKLOAD_ANNOTATION: body["metadata"]["name"]},
+        },
+        "spec": {"containers": []},
+    }
+    h.kube.seed(PODS, pod)
+    h.deliver()
+    h.state.signals.take_jobs()
+    running = copy.deepcopy(pod)
+    running["status"] = {"phase": "Running"}
+    h.kube.seed(PODS, running)
+    h.deliver()
+    assert h.state.signals.take_jobs() == set()  # a live pod's change is not the job's
+    await h.kube.delete(PODS, "finetune-worker-0", "ml")
+    h.deliver()
+    assert h.state.signals.take_jobs() == {("PyTorchJob", "ml/finetune")}
