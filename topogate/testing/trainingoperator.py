@@ -135,8 +135,14 @@ def start(plane: ControlPlane, bin_dir: Path) -> None:
     """Install the CRD, the certificate Secret and the webhook configuration, start the
     operator (PyTorchJob only) on loopback ports, and wait until its webhook refuses a bad
     PyTorchJob (its controllers start once the rotator is satisfied, before readiness)."""
-    from topogate.testing.controlplane import free_port  # a cycle at import time otherwise
+    # Imported here: controlplane imports this module.
+    from topogate.testing.controlplane import ControlPlaneError, free_port
 
+    if not (bin_dir / NAME).is_file():
+        raise ControlPlaneError(
+            f"{bin_dir / NAME} is missing: run hack/controlplane/build.sh and point "
+            f"$TOPOGATE_CONTROLPLANE_BIN at the bin directory it prints"
+        )
     crd = yaml.safe_load((bin_dir / "training-operator-crd.yaml").read_text())
     plane._apply("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
     plane._wait_for(
