@@ -9,6 +9,7 @@ operator deletes its pods, and it waits in its queue until it runs again.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -184,3 +185,35 @@ def test_a_preempted_pytorchjob_is_suspended_loses_its_pods_and_runs_again(
     assert read(pool, "low")["spec"]["runPolicy"]["suspend"] is False
     again = next(w for w in pool.workloads() if w["metadata"]["name"] == name)
     assert condition(again, "Admitted")["status"] == "True"  # type: ignore[index]
+
+
+def test_a_pytorchjob_asking_for_an_unknown_level_is_refused_naming_its_template(
+    serve: Serve, pool: Pool
+) -> None:
+    """topogate's validating webhook reads the replica templates as the Workload will, and
+    names the one at fault; MPIJob, whose CRD this plane lacks, is logged once as not
+    watched (no crash loop)."""
+    serve.start()
+    job = pytorchjob("typo", workers=1)
+    for spec in job["spec"]["pytorchReplicaSpecs"].values():  # one group: both alike
+        spec["template"]["metadata"]["annotations"][REQUIRED] = "example.com/row"
+    job["metadata"]["namespace"] = pool.namespace
+    custom = client.CustomObjectsApi(pool.api)
+
+    def refusal() -> str | None:
+        """The webhook's refusal, once it has seen this test's queue (until then it leaves
+        the job to the admitter, which reports it as Pending); a dry run makes nothing."""
+        try:
+            custom.create_namespaced_custom_object(
+                "kubeflow.org", "v1", pool.namespace, "pytorchjobs", job, dry_run="All"
+            )
+        except client.ApiException as refused:
+            return str(json.loads(refused.body or "{}")["message"])
+        return None
+
+    message = eventually(refusal, 30)
+    assert "PyTorchJob" in message and "typo" in message, message
+    assert "spec.pytorchReplicaSpecs[Master].template.metadata.annotations" in message, message
+    assert "'example.com/row' is not a level of topology" in message, message
+    said = [line for line in serve.log().splitlines() if "mpijobs" in line and "served" in line]
+    assert len(said) == 1 and "its CRD is not installed" in said[0], said
