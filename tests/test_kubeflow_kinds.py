@@ -91,6 +91,20 @@ def test_an_mpijob_is_launcher_then_worker() -> None:
     assert podsets(obj) == [("launcher", 1), ("worker", 8)]
 
 
+def test_an_mpijobs_other_replica_types_have_no_podset_as_in_kueue() -> None:
+    """Kueue's MPIJob webhook tests admit an "Extra" replica spec (the PodSets read Launcher
+    and Worker only); the training-operator refuses a PyTorchJob's, and so does topogate."""
+    obj = mpijob(
+        True,
+        Launcher={"template": template({})},
+        Worker={"replicas": 2, "template": template()},
+        Extra={},
+    )
+    assert podsets(obj) == [("launcher", 1), ("worker", 2)]
+    with pytest.raises(InputError, match="Unsupported value: 'Extra'"):
+        workload_from_object(pytorchjob(Worker={"template": template()}, Extra={}))
+
+
 def test_topology_is_read_per_replica_template_and_ranked_by_replica_index() -> None:
     obj = pytorchjob(
         Master={"replicas": 1, "template": template({})},
