@@ -9,7 +9,6 @@ equivalents live in ``pkg/controller/jobframework`` (the reconciler) and
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -113,9 +112,10 @@ def desired_workload(
 
 def _priority(job: Mapping[str, Any], priority_of: Callable[[str], int | None]) -> int:
     labels = (job.get("metadata") or {}).get("labels") or {}
+    kind = _kind(job)
     names = [labels.get(PRIORITY_CLASS_LABEL)]
-    for _, template in _templates(copy.deepcopy(dict(job))):
-        names.append((template.get("spec") or {}).get("priorityClassName"))
+    if kind is not None:
+        names.extend(kind.priority_class_names(dict(job)))
     for name in names:
         if name:
             value = priority_of(str(name))

@@ -341,7 +341,8 @@ def test_bound_pods_count_as_usage(
             lambda job: job.update({"kind": "Deployment", "apiVersion": "apps/v1"}),
             "Deployment ml/train: kind 'Deployment' with apiVersion 'apps/v1' is not a workload; "
             "expected batch/v1 Job, jobset.x-k8s.io/v1alpha2 JobSet, leaderworkerset.x-k8s.io/v1 "
-            "LeaderWorkerSet, v1 Pod (alone or in a group) or "
+            "LeaderWorkerSet, kubeflow.org/v1 PyTorchJob, kubeflow.org/v2beta1 MPIJob, v1 Pod "
+            "(alone or in a group) or "
             "topogate.dev/v1alpha1 Workload",
         ),
     ],
@@ -740,5 +741,40 @@ def test_a_leaderworkerset_is_planned_as_one_group(
     # Leader and worker in one rack: together they fill both hosts of the first one.
     hosts = [
         d["values"][0] for a in (leader, worker) for d in written_domains(a["topologyAssignment"])
+    ]
+    assert sorted(hosts) == ["h000", "h001"]
+
+
+def test_a_pytorchjob_is_planned_master_then_workers(
+    cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def replica(replicas: int) -> dict[str, Any]:
+        annotations = {
+            "kueue.x-k8s.io/podset-required-topology": RACK,
+            "kueue.x-k8s.io/podset-group-name": "g",
+        }
+        container = {"name": "pytorch", "resources": {"limits": {"nvidia.com/gpu": 8}}}
+        return {
+            "replicas": replicas,
+            "template": {
+                "metadata": {"annotations": annotations},
+                "spec": {"containers": [container]},
+            },
+        }
+
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "finetune", "namespace": "ml"},
+        "spec": {"pytorchReplicaSpecs": {"Worker": replica(1), "Master": replica(1)}},
+    }
+    argv = ["plan", "--cluster", str(cluster), "--workload", str(_write(tmp_path, job))]
+    assert main([*argv, "-o", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    [master, worker] = out["status"]["admission"]["podSetAssignments"]
+    assert [(a["name"], a["count"]) for a in (master, worker)] == [("master", 1), ("worker", 1)]
+    # Master and worker in one rack: together they fill both hosts of the first one.
+    hosts = [
+        d["values"][0] for a in (master, worker) for d in written_domains(a["topologyAssignment"])
     ]
     assert sorted(hosts) == ["h000", "h001"]

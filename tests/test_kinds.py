@@ -24,6 +24,8 @@ from topogate.api.kinds import (
     JOB_KINDS,
     JOBSET,
     LEADERWORKERSET,
+    MPIJOB,
+    PYTORCHJOB,
     JobKind,
     PartialAdmission,
     PodSetsInfo,
@@ -95,6 +97,29 @@ SAMPLES: dict[str, Obj] = {
             },
         },
     },
+    "PyTorchJob": {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": meta("finetune"),
+        "spec": {
+            "pytorchReplicaSpecs": {
+                # The map's order is not Kueue's: Master comes first all the same.
+                "Worker": {"replicas": 3, "template": template()},
+                "Master": {"replicas": 1, "template": template()},
+            }
+        },
+    },
+    "MPIJob": {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": meta("allreduce"),
+        "spec": {
+            "mpiReplicaSpecs": {
+                "Worker": {"replicas": 4, "template": template()},
+                "Launcher": {"replicas": 1, "template": template({})},
+            }
+        },
+    },
 }
 
 
@@ -116,6 +141,8 @@ def test_kinds_are_registered_once_by_name_resource_and_group_kind() -> None:
         "batch/v1",
         "jobset.x-k8s.io/v1alpha2",
         "leaderworkerset.x-k8s.io/v1",
+        "kubeflow.org/v1",
+        "kubeflow.org/v2beta1",
     ]
 
 
@@ -144,7 +171,12 @@ def test_the_registry_knows_no_other_kind(name: Any) -> None:
 def test_the_reflectors_watch_every_kind_and_wait_for_custom_resources() -> None:
     assert [JOB_RESOURCES[k.kind].plural for k in JOB_KINDS] == [k.plural for k in JOB_KINDS]
     # batch/v1 is always served
-    assert [r.plural for r in JOB_CRD_RESOURCES] == ["jobsets", "leaderworkersets"]
+    assert [r.plural for r in JOB_CRD_RESOURCES] == [
+        "jobsets",
+        "leaderworkersets",
+        "pytorchjobs",
+        "mpijobs",
+    ]
 
 
 def test_an_unknown_kind_is_refused_as_before() -> None:
@@ -154,6 +186,7 @@ def test_an_unknown_kind_is_refused_as_before() -> None:
     assert str(refused.value.describe()).endswith(
         "kind 'Thing' with apiVersion 'example.com/v1' is not a workload; expected batch/v1 "
         "Job, jobset.x-k8s.io/v1alpha2 JobSet, leaderworkerset.x-k8s.io/v1 LeaderWorkerSet, "
+        "kubeflow.org/v1 PyTorchJob, kubeflow.org/v2beta1 MPIJob, "
         "v1 Pod (alone or in a group) or topogate.dev/v1alpha1 Workload"
     )
     # A registered kind under a version topogate does not read is refused the same way.
@@ -182,7 +215,8 @@ def test_the_podsets_templates_and_template_fields_agree(kind: JobKind) -> None:
     assert [p.name for p, _ in read] == [name for name, _ in templates]
     assert [path for _, path in read] == [path for path, _ in fields]
     assert [p.template for p, _ in read] == [t for _, t in templates] == [t for _, t in fields]
-    pattern = re.escape(kind.template_pattern).replace(r"\[\*\]", r"\[\d+\]")
+    # [*]: a list index, or a map key (Kubeflow's replica types).
+    pattern = re.escape(kind.template_pattern).replace(r"\[\*\]", r"\[(\d+|[A-Z][a-z]+)\]")
     # {a,b}: one of the two (a LeaderWorkerSet's leader and worker templates).
     pattern = re.sub(r"\\\{(.*?),(.*?)\\\}", r"(\1|\2)", pattern)
     assert all(re.fullmatch(pattern, path) for path, _ in fields)
@@ -208,8 +242,10 @@ def test_template_fields_read_a_malformed_object_without_failing(kind: JobKind) 
             LEADERWORKERSET,
             "spec.leaderWorkerTemplate.{leaderTemplate,workerTemplate}.metadata.annotations",
         ),
+        (PYTORCHJOB, "spec.pytorchReplicaSpecs[*].template.metadata.annotations"),
+        (MPIJOB, "spec.mpiReplicaSpecs[*].template.metadata.annotations"),
     ],
-    ids=["Job", "JobSet", "LeaderWorkerSet"],
+    ids=["Job", "JobSet", "LeaderWorkerSet", "PyTorchJob", "MPIJob"],
 )
 def test_a_misplaced_template_key_points_at_the_kinds_templates(kind: JobKind, hint: str) -> None:
     obj = sample(kind)
@@ -221,6 +257,39 @@ def test_a_misplaced_template_key_points_at_the_kinds_templates(kind: JobKind, h
 
 
 SUSPENDABLE = [k for k in JOB_KINDS if isinstance(k, Suspendable)]
+# Kubeflow's v1 kinds keep their switch under spec.runPolicy (absent from the samples).
+SUSPEND_OPS = {
+    "Job": {"op": "add", "path": "/spec/suspend", "value": True},
+    "JobSet": {"op": "add", "path": "/spec/suspend", "value": True},
+    "PyTorchJob": {"op": "add", "path": "/spec/runPolicy", "value": {"suspend": True}},
+    "MPIJob": {"op": "add", "path": "/spec/runPolicy", "value": {"suspend": True}},
+}
+
+
+def apply_adds(obj: Obj, ops: list[Obj]) -> Obj:
+    """``obj`` with JSON patch "add" operations applied (what the webhook answers with)."""
+    out = copy.deepcopy(obj)
+    for op in ops:
+        assert op["op"] == "add"
+        *parents, last = [
+            p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]
+        ]
+        target = out
+        for part in parents:
+            target = target[part]
+        target[last] = copy.deepcopy(op["value"])
+    return out
+
+
+def merge_patch(obj: Obj, patch: Mapping[str, Any]) -> Obj:
+    """``obj`` with a JSON merge patch applied (RFC 7386, without deletions)."""
+    out = copy.deepcopy(obj)
+    for key, value in patch.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = merge_patch(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
 
 
 @pytest.mark.parametrize("kind", SUSPENDABLE, ids=lambda k: k.kind)
@@ -228,11 +297,10 @@ def test_suspend_start_and_suspend_again_round_trip(kind: Suspendable) -> None:
     created = sample(kind)
     assert not kind.is_suspended(created)
 
-    # The webhook's answer to the creation suspends it.
+    # The webhook's answer to the creation suspends it, where the kind's switch is.
     [op] = kind.suspend_on_create(created)
-    assert op == {"op": "add", "path": "/spec/suspend", "value": True}
-    queued = copy.deepcopy(created)
-    queued["spec"]["suspend"] = op["value"]
+    assert op == SUSPEND_OPS[kind.kind]
+    queued = apply_adds(created, [op])
     assert kind.is_suspended(queued)
     assert kind.suspend_on_create(queued) == []
     assert not kind.is_marked(queued)
@@ -262,7 +330,7 @@ def test_suspend_start_and_suspend_again_round_trip(kind: Suspendable) -> None:
     # Run without an admission: the suspend patch stops it and keeps the marks.
     patch = kind.suspend_patch(started)
     assert "metadata" not in patch  # the shell adds its resourceVersion guard
-    stopped = {**started, "spec": {**started["spec"], **patch["spec"]}}
+    stopped = merge_patch(started, patch)
     assert kind.is_suspended(stopped) and kind.is_marked(stopped)
 
 
@@ -270,7 +338,10 @@ def test_suspend_start_and_suspend_again_round_trip(kind: Suspendable) -> None:
 def test_the_job_integration_asks_the_kind(kind: JobKind) -> None:
     """admission.integration's functions answer as the kind does."""
     obj = sample(kind)
-    obj["spec"]["suspend"] = True
+    if isinstance(kind, Suspendable):
+        obj = apply_adds(obj, kind.suspend_on_create(obj))
+    else:
+        obj["spec"]["suspend"] = True
     assert integration.is_suspended(obj) == (
         isinstance(kind, Suspendable) and kind.is_suspended(obj)
     )

@@ -416,6 +416,12 @@ def test_name_resolves_to_the_workload_or_its_owning_job_or_jobset() -> None:
     assert names(select(workloads, "nothing")) == []
 
 
+def test_a_pytorchjob_name_resolves_to_its_workload() -> None:
+    owner = {**_owner("PyTorchJob", "finetune"), "apiVersion": "kubeflow.org/v1"}
+    workloads = [_workload("pytorchjob-finetune-1a2b3", owners=[owner])]
+    assert names(select(workloads, "finetune")) == ["pytorchjob-finetune-1a2b3"]
+
+
 def test_a_leaderworkerset_name_resolves_to_every_groups_workload() -> None:
     workloads = [
         _workload("leaderworkerset-serve-0-aaaaa", owners=[_owner("LeaderWorkerSet", "serve")]),

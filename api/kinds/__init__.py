@@ -26,6 +26,7 @@ from .base import (
 )
 from .job import JOB
 from .jobset import JOBSET
+from .kubeflow import MPIJOB, PYTORCHJOB
 from .lws import LEADERWORKERSET
 from .podgroup import POD_GROUP
 
@@ -37,7 +38,9 @@ __all__ = [
     "JOBSET",
     "JOB_KINDS",
     "LEADERWORKERSET",
+    "MPIJOB",
     "POD_GROUP",
+    "PYTORCHJOB",
     "Gated",
     "JobKind",
     "PartialAdmission",
@@ -54,7 +57,7 @@ __all__ = [
 
 # Every kind served as an API resource, in the order the reflectors watch them and messages
 # list them.
-JOB_KINDS: tuple[JobKind, ...] = (JOB, JOBSET, LEADERWORKERSET)
+JOB_KINDS: tuple[JobKind, ...] = (JOB, JOBSET, LEADERWORKERSET, PYTORCHJOB, MPIJOB)
 # Kinds with no object of their own: the state composes one from their pods.
 COMPOSED_KINDS: tuple[Gated, ...] = (POD_GROUP,)
 ALL_KINDS: tuple[JobKind, ...] = (*JOB_KINDS, *COMPOSED_KINDS)

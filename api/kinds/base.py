@@ -153,6 +153,17 @@ class JobKind(ABC):
         read-only and tolerant (a value may be missing or of any type; the path is said
         anyway)."""
 
+    def priority_class_names(self, job: Obj) -> list[str]:
+        """The PriorityClass names the job asks for, first match first (Kueue's
+        ``PriorityClass``): by default each pod template's ``priorityClassName``. Reads a
+        copy; ``job`` is not changed."""
+        names = []
+        for _, template in self.pod_templates(copy.deepcopy(job)):
+            name = as_map(template.get("spec")).get("priorityClassName")
+            if name:
+                names.append(str(name))
+        return names
+
     # What ``between_templates`` holds, for a warning ("a Job template").
     between_name = ""
 

@@ -12,9 +12,12 @@
 #   lws-controller                  sigs.k8s.io/lws (LeaderWorkerSet; a wrapper module, as JobSet),
 #     lws-crd.yaml                  with its CRD and webhook configurations from the same module
 #     lws-webhooks.yaml             (config/crd/bases, kustomize build config/webhook)
+#   training-operator               github.com/kubeflow/training-operator (Kubeflow v1 jobs; a
+#     training-operator-crd.yaml    wrapper module), with its PyTorchJob CRD and validating
+#     training-operator-webhooks.yaml  webhooks (manifests/base/crds, kustomize build manifests/base/webhook)
 #
 # Outputs live outside the repository, keyed by version:
-#   ${TOPOGATE_CACHE:-~/.cache/topogate}/controlplane/kube-<v>-etcd-<v>-kustomize-<v>-jobset-<v>-lws-<v>/bin
+#   ${TOPOGATE_CACHE:-~/.cache/topogate}/controlplane/kube-<v>-etcd-<v>-kustomize-<v>-jobset-<v>-lws-<v>-training-operator-<v>/bin
 # A warm machine returns at once; a cold one needs the Go module proxy and many minutes.
 set -euo pipefail
 
@@ -29,18 +32,22 @@ KUSTOMIZE_VERSION=${KUSTOMIZE_VERSION:-v5.7.1}
 JOBSET_VERSION=${JOBSET_VERSION:-v0.12.0}
 # v0.9.0: the newest LeaderWorkerSet the module proxy here serves (v0.10.0 is refused).
 LWS_VERSION=${LWS_VERSION:-v0.9.0}
+# v1.8.1: the last release of Kubeflow's v1 training-operator (PyTorchJob kubeflow.org/v1); the
+# module proxy here serves it (the v2 Trainer moved to github.com/kubeflow/trainer/v2).
+TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-v1.8.1}
 CACHE=${TOPOGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/topogate}
-OUT=$CACHE/controlplane/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-kustomize-$KUSTOMIZE_VERSION-jobset-$JOBSET_VERSION-lws-$LWS_VERSION
+OUT=$CACHE/controlplane/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-kustomize-$KUSTOMIZE_VERSION-jobset-$JOBSET_VERSION-lws-$LWS_VERSION-training-operator-$TRAINING_OPERATOR_VERSION
 BIN=$OUT/bin
 
 KUBE_TOOLS="kube-apiserver kube-scheduler kube-controller-manager"
 complete() {
   local tool
-  for tool in $KUBE_TOOLS etcd kustomize jobset-controller lws-controller; do
+  for tool in $KUBE_TOOLS etcd kustomize jobset-controller lws-controller training-operator; do
     [ -x "$1/$tool" ] || return 1
   done
   [ -s "$1/jobset-crd.yaml" ] && [ -s "$1/jobset-webhooks.yaml" ] && [ -s "$1/lws-crd.yaml" ] &&
-    [ -s "$1/lws-webhooks.yaml" ]
+    [ -s "$1/lws-webhooks.yaml" ] && [ -s "$1/training-operator-crd.yaml" ] &&
+    [ -s "$1/training-operator-webhooks.yaml" ]
 }
 if complete "$BIN"; then
   echo "$BIN"
@@ -147,6 +154,20 @@ build_lws() {
   chmod 644 "$staging/lws-crd.yaml" "$staging/lws-webhooks.yaml"
 }
 
+build_training_operator() {
+  tool_module training-operator github.com/kubeflow/training-operator "$TRAINING_OPERATOR_VERSION" \
+    github.com/kubeflow/training-operator/cmd/training-operator.v1
+  log "compiling the Kubeflow training-operator $TRAINING_OPERATOR_VERSION"
+  go build -p 2 -trimpath -ldflags "-s -w" -o "$staging/training-operator" \
+    github.com/kubeflow/training-operator/cmd/training-operator.v1
+  local dir
+  dir=$(go list -m -f '{{.Dir}}' github.com/kubeflow/training-operator)
+  # PyTorchJob's CRD only: the tests run the operator with --enable-scheme=pytorchjob.
+  cp "$dir/manifests/base/crds/kubeflow.org_pytorchjobs.yaml" "$staging/training-operator-crd.yaml"
+  "$staging/kustomize" build "$dir/manifests/base/webhook" >"$staging/training-operator-webhooks.yaml"
+  chmod 644 "$staging/training-operator-crd.yaml" "$staging/training-operator-webhooks.yaml"
+}
+
 started=$(date +%s)
 # Reuse what previous cache entries of the same versions already built (only the missing
 # parts are compiled): each part is keyed by its own version in the entry's name.
@@ -164,6 +185,8 @@ reuse "kube-$KUBE_VERSION-*" $KUBE_TOOLS
 reuse "*-kustomize-$KUSTOMIZE_VERSION*" kustomize
 reuse "*-jobset-$JOBSET_VERSION*" jobset-controller jobset-crd.yaml jobset-webhooks.yaml
 reuse "*-lws-$LWS_VERSION" lws-controller lws-crd.yaml lws-webhooks.yaml
+reuse "*-training-operator-$TRAINING_OPERATOR_VERSION*" training-operator training-operator-crd.yaml \
+  training-operator-webhooks.yaml
 [ -x "$staging/etcd" ] || build_etcd
 for tool in $KUBE_TOOLS; do
   if [ ! -x "$staging/$tool" ]; then build_kube; break; fi
@@ -171,6 +194,8 @@ done
 [ -x "$staging/kustomize" ] || build_kustomize
 [ -x "$staging/jobset-controller" ] && [ -s "$staging/jobset-webhooks.yaml" ] || build_jobset
 [ -x "$staging/lws-controller" ] && [ -s "$staging/lws-webhooks.yaml" ] || build_lws
+[ -x "$staging/training-operator" ] && [ -s "$staging/training-operator-webhooks.yaml" ] ||
+  build_training_operator
 chmod 755 "$staging"
 rm -rf "$BIN"
 mv "$staging" "$BIN"

@@ -133,6 +133,14 @@ class ControllerState:
             gated = gated_pod_owner(new if new is not None else old or {})
             if gated is not None:
                 self.signals.job(*gated)
+            elif new is None or (new.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                # An evicted job is requeued once its pods have ended; a controller that
+                # writes nothing on its object then (Kubeflow's training-operator) would
+                # leave it waiting, so the pod's end brings its job back.
+                stored = self.store.objects(WORKLOADS).get(workload)
+                owner = owner_job(stored) if stored is not None else None
+                if owner is not None:
+                    self.signals.job(*owner)
             return
         obj = new if new is not None else old
         assert obj is not None

@@ -12,6 +12,7 @@ admission plugins stay on, so the API server calls topogate's webhooks exactly a
 presenting a client certificate (its admission configuration) that they can require.
 
     python -m topogate.testing.controlplane start --dir DIR [--jobset] [--lws] [--workloads]
+        [--training-operator]
     python -m topogate.testing.controlplane stop --dir DIR
 """
 
@@ -154,6 +155,7 @@ class ControlPlane:
         jobset: bool = False,
         lws: bool = False,
         workloads: bool = False,
+        training_operator: bool = False,
     ) -> ControlPlane:
         directory.mkdir(parents=True, exist_ok=True)
         bin_dir = bin_dir or binaries()
@@ -164,16 +166,22 @@ class ControlPlane:
                 plane.start_jobset()
             if lws:
                 plane.start_lws()
+            if training_operator:
+                plane.start_training_operator()
         except BaseException:
             plane.stop()
             raise
         return plane
 
-    def _spawn(self, name: str, argv: Sequence[str]) -> None:
+    def _spawn(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None) -> None:
         self.argv[name] = list(argv)
         log = open(self.directory / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
         process = subprocess.Popen(
-            list(argv), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            list(argv),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=None if env is None else {**os.environ, **env},
         )
         log.close()
         self.processes.append(process)
@@ -529,6 +537,19 @@ class ControlPlane:
         # Set by LeaderWorkerSet's webhook only (the CRD does not default it).
         return bool((made["spec"].get("networkConfig") or {}).get("subdomainPolicy"))
 
+    # --- Kubeflow's training-operator ---------------------------------------------------
+
+    def start_training_operator(self, bin_dir: Path | None = None) -> None:
+        """Kubeflow's v1 training-operator (PyTorchJobs only) with its CRD and validating
+        webhook (:mod:`topogate.testing.trainingoperator`): it makes a PyTorchJob's pods and
+        Services while the job is not suspended, and deletes them when it is suspended. Does
+        nothing if it runs already."""
+        from topogate.testing import trainingoperator
+
+        if trainingoperator.NAME in self.pids:
+            return
+        trainingoperator.start(self, bin_dir or self.bin_dir or binaries())
+
     # --- requests as the admin -----------------------------------------------------------
 
     def _admin_context(self) -> ssl.SSLContext:
@@ -668,6 +689,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--lws", action="store_true", help="with LeaderWorkerSet's controller, CRD and webhooks"
     )
     parser.add_argument(
+        "--training-operator",
+        action="store_true",
+        help="with Kubeflow's training-operator (PyTorchJob), its CRD and webhook",
+    )
+    parser.add_argument(
         "--workloads",
         action="store_true",
         help=f"Kubernetes' own gangs: {WORKLOAD_GATES} and {WORKLOAD_API} served",
@@ -681,6 +707,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 jobset=args.jobset,
                 lws=args.lws,
                 workloads=args.workloads,
+                training_operator=args.training_operator,
             )
         except ControlPlaneError as error:
             print(f"controlplane: {error}", file=sys.stderr)
