@@ -53,7 +53,12 @@ __all__ = [
     "Preemption",
     "PreemptionPolicy",
     "Running",
+    "Search",
     "Victim",
+    "allowed",
+    "candidate_order",
+    "fill_back",
+    "needed_resources",
     "plan_preemption",
 ]
 from .request import PlacementDecision
@@ -98,7 +103,7 @@ Simulate = Callable[[str, Sequence[Running]], PlacementDecision | None]
 
 
 @dataclass(slots=True)
-class _Search:
+class Search:
     preemptor: PendingWorkload
     queue: QueueSpec
     policy: PreemptionPolicy
@@ -154,7 +159,7 @@ class _Search:
         return decision is None or decision.fits
 
 
-def _allowed(policy: str, preemptor: PendingWorkload, candidate: Running) -> bool:
+def allowed(policy: str, preemptor: PendingWorkload, candidate: Running) -> bool:
     lower = candidate.priority < preemptor.priority
     if policy == LOWER_PRIORITY:
         return lower
@@ -164,7 +169,7 @@ def _allowed(policy: str, preemptor: PendingWorkload, candidate: Running) -> boo
     return policy == ANY
 
 
-def _needed(search: _Search, quota: FlavorQuota) -> set[str]:
+def needed_resources(search: Search, quota: FlavorQuota) -> set[str]:
     """Resources whose quota does not fit now; all demanded ones when only the topology is
     in the way."""
     book = search.book_without(())
@@ -174,7 +179,7 @@ def _needed(search: _Search, quota: FlavorQuota) -> set[str]:
 
 
 def _candidates(
-    search: _Search, quota: FlavorQuota, running: Sequence[Running], needed: set[str]
+    search: Search, quota: FlavorQuota, running: Sequence[Running], needed: set[str]
 ) -> list[tuple[Running, str]]:
     """(candidate, reason) in Kueue's order, before the dynamic checks."""
     policy, preemptor, queue = search.policy, search.preemptor, search.queue
@@ -188,29 +193,30 @@ def _candidates(
         if candidate.flavor != quota.flavor or not needed & set(candidate.usage):
             continue
         if candidate.cluster_queue == queue.name:
-            if _allowed(policy.within_cluster_queue, preemptor, candidate):
+            if allowed(policy.within_cluster_queue, preemptor, candidate):
                 out.append((candidate, IN_CLUSTER_QUEUE))
             continue
         other = search.queues.get(candidate.cluster_queue)
         if other is None or not queue.cohort or other.cohort != queue.cohort:
             continue
-        if not _allowed(policy.reclaim_within_cohort, preemptor, candidate):
+        if not allowed(policy.reclaim_within_cohort, preemptor, candidate):
             continue
         out.append((candidate, _reclaim_reason(policy, preemptor, candidate, own_fits)))
-    out.sort(
-        key=lambda pair: (
-            not pair[0].evicted,
-            pair[0].cluster_queue == queue.name,
-            pair[0].priority,
-            _newest_first(pair[0].admitted),
-            pair[0].key,
-        )
-    )
+    out.sort(key=lambda pair: candidate_order(pair[0], queue.name))
     return out
 
 
-def _newest_first(timestamp: str) -> tuple[int, ...]:
-    return tuple(-ord(ch) for ch in timestamp)
+def candidate_order(candidate: Running, own: str) -> tuple[bool, bool, int, tuple[int, ...], str]:
+    """Kueue's CandidatesOrdering, lowest first: already evicted, then other queues before
+    the preemptor's own ``own``, lower priority, most recently admitted, then by key."""
+    newest_first = tuple(-ord(ch) for ch in candidate.admitted)
+    return (
+        not candidate.evicted,
+        candidate.cluster_queue == own,
+        candidate.priority,
+        newest_first,
+        candidate.key,
+    )
 
 
 def _reclaim_reason(
@@ -227,7 +233,7 @@ def _reclaim_reason(
 
 
 def _valid(
-    search: _Search,
+    search: Search,
     quota: FlavorQuota,
     candidate: Running,
     reason: str,
@@ -251,7 +257,7 @@ def _valid(
 
 
 def _attempts(
-    search: _Search, quota: FlavorQuota, candidates: list[tuple[Running, str]], needed: set[str]
+    search: Search, quota: FlavorQuota, candidates: list[tuple[Running, str]], needed: set[str]
 ) -> list[bool]:
     """Kueue's order of attempts (True: the preemptor may borrow to fit)."""
     own = search.queue.name
@@ -267,7 +273,7 @@ def _attempts(
 
 
 def _first_fit(
-    search: _Search,
+    search: Search,
     quota: FlavorQuota,
     candidates: list[tuple[Running, str]],
     needed: set[str],
@@ -294,8 +300,8 @@ def _first_fit(
     return chosen[:low]
 
 
-def _fill_back(
-    search: _Search, quota: FlavorQuota, victims: list[tuple[Running, str]], borrow: bool
+def fill_back(
+    search: Search, quota: FlavorQuota, victims: list[tuple[Running, str]], borrow: bool
 ) -> list[tuple[Running, str]]:
     """Put back each victim but the last, newest first, when the preemptor fits without
     evicting it (Kueue's fillBackWorkloads). A victim whose nodes the preemptor's current
@@ -352,17 +358,17 @@ def plan_preemption(
     Quota is counted over ``tree`` (flat cohorts without one); candidates of other queues
     still come from the preemptor's own cohort only."""
     tree = tree if tree is not None else CohortTree(queues)
-    search = _Search(preemptor, queue, policy, queues, usage, simulate, tree)
+    search = Search(preemptor, queue, policy, queues, usage, simulate, tree)
     for quota in queue.flavors:
         if set(preemptor.demand()) - set(quota.nominal):
             continue
-        needed = _needed(search, quota)
+        needed = needed_resources(search, quota)
         candidates = _candidates(search, quota, running, needed)
         for borrow in _attempts(search, quota, candidates, needed):
             victims = _first_fit(search, quota, candidates, needed, borrow)
             if victims is None:
                 continue
-            victims = _fill_back(search, quota, victims, borrow)
+            victims = fill_back(search, quota, victims, borrow)
             # Every set kept was simulated on the way (the search only keeps fitting ones).
             decision = search.decisions[_key([c for c, _ in victims])]
             reasons = tuple(
