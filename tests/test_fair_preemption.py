@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.kit import GPU, HOST, RACK, node, podset
+from topogate.admission.cycle import admission_cycle
 from topogate.admission.fairpreemption import (
     IN_COHORT_FAIR_SHARING,
     LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,
@@ -358,3 +359,195 @@ def test_second_strategy_only_with_two() -> None:
     assert _plan_case(case) == {("y1", IN_COHORT_FAIR_SHARING), ("x1", IN_COHORT_FAIR_SHARING)}
     one = dict(case, strategies=[LESS_THAN_OR_EQUAL_TO_FINAL_SHARE])
     assert _plan_case(one) == set()
+
+
+# --- The cycle: Kueue's pkg/scheduler/scheduler_fs_test.go (TestScheduleForFairSharing) ------
+# The cases of its table that preempt, through admission_cycle with fair sharing on and the
+# fair planner as the cycle's preemption hook (quota only, as Kueue's cases). Limits written
+# Resource(cpu, nominal, borrowingLimit) in Kueue's builders are ``borrowing`` here.
+
+
+def _fq(flavor: str, nominal: Mapping[str, str], borrowing: Mapping[str, str] = {}) -> FlavorQuota:
+    return FlavorQuota(
+        flavor,
+        {r: to_units(r, v) for r, v in nominal.items()},
+        {r: to_units(r, v) for r, v in borrowing.items()},
+    )
+
+
+def _cycle(
+    queues: Sequence[QueueSpec], admitted: Sequence[Running], pending: Sequence[PendingWorkload]
+) -> tuple[dict[str, set[tuple[str, str]]], list[str]]:
+    """(preemptor -> its victims and reasons, the workloads admitted)."""
+    specs = {q.name: q for q in queues}
+    tree = CohortTree(specs)
+
+    def preempt(workload: PendingWorkload, queue: QueueSpec, usage: Usage, held: Any) -> Any:
+        return plan_fair_preemption(workload, queue, specs, usage, admitted, _quota_only, tree)
+
+    result = admission_cycle(
+        specs, pending, _usage(admitted), lambda *_: None, preempt, fair_sharing=True
+    )
+    plans = {key: {(v.key, v.reason) for v in plan.victims} for key, plan in result.preemptions}
+    return plans, [a.key for a in result.admitted]
+
+
+def _cpu_running(key: str, cq: str, flavor: str, amount: str, priority: int = 0) -> Running:
+    return Running(key, cq, flavor, priority, ADMITTED, {"cpu": to_units("cpu", amount)})
+
+
+def _eng() -> list[QueueSpec]:
+    """The table's eng cohort: eng-alpha, eng-beta (which preempts) and eng-gamma."""
+    beta_policy = PreemptionPolicy("LowerPriority", "Any")
+    return [
+        QueueSpec(
+            "eng-alpha",
+            "StrictFIFO",
+            (
+                _fq("on-demand", {"cpu": "50"}, {"cpu": "50"}),
+                _fq("spot", {"cpu": "100"}, {"cpu": "0"}),
+            ),
+            "eng",
+        ),
+        QueueSpec(
+            "eng-beta",
+            "StrictFIFO",
+            (
+                _fq("on-demand", {"cpu": "50"}, {"cpu": "10"}),
+                _fq("spot", {"cpu": "0"}, {"cpu": "100"}),
+                _fq("model-a", {"example.com/gpu": "20"}, {"example.com/gpu": "0"}),
+            ),
+            "eng",
+            beta_policy,
+        ),
+        QueueSpec(
+            "eng-gamma", "BestEffortFIFO", (_fq("on-demand", {"cpu": "50"}, {"cpu": "0"}),), "eng"
+        ),
+    ]
+
+
+def test_kueue_fs_preempt_workload_from_cq_with_the_highest_share() -> None:
+    """Kueue's "with fair sharing: preempt workload from CQ with the highest share": eng-alpha
+    borrows 30 on-demand, eng-gamma 20; eng-beta's 30 takes alpha1 (alpha borrows most),
+    then gamma1 (gamma now does); both reclaim eng-beta's nominal quota. The preemptor
+    waits for them."""
+    admitted = [_cpu_running("eng-alpha/all_spot", "eng-alpha", "spot", "100")]
+    admitted += [
+        _cpu_running(f"eng-alpha/alpha{i}", "eng-alpha", "on-demand", "20") for i in range(1, 5)
+    ]
+    admitted += [_cpu_running("eng-gamma/gamma1", "eng-gamma", "on-demand", "10")]
+    admitted += [
+        _cpu_running(f"eng-gamma/gamma{i}", "eng-gamma", "on-demand", "20") for i in range(2, 5)
+    ]
+    preemptor = _cpu("eng-beta/preemptor", "eng-beta", "30")
+    plans, admissions = _cycle(_eng(), admitted, [preemptor])
+    assert plans == {
+        "eng-beta/preemptor": {
+            ("eng-alpha/alpha1", "InCohortReclamation"),
+            ("eng-gamma/gamma1", "InCohortReclamation"),
+        }
+    }
+    assert admissions == []
+
+
+def _other(cpu: str, bank: str, policy: PreemptionPolicy, extra: str = "") -> list[QueueSpec]:
+    queues = []
+    for name in ("alpha", "beta", "gamma"):
+        nominal = {"cpu": cpu}
+        if extra:
+            nominal[f"{name}-resource"] = extra
+        queues.append(
+            QueueSpec(
+                f"other-{name}", "BestEffortFIFO", (_fq("default", nominal),), "other", policy
+            )
+        )
+    queues.append(
+        QueueSpec("resource-bank", "BestEffortFIFO", (_fq("default", {"cpu": bank}),), "other")
+    )
+    return queues
+
+
+def test_kueue_fs_multiple_preemptions_within_cq() -> None:
+    """Kueue's "multiple preemptions within cq when fair sharing": three queues of 2 CPUs each run a
+    3-CPU workload (the cohort's 9 all used); a 3-CPU workload of higher priority arrives
+    in each: each takes its own queue's (InClusterQueue).
+
+    DIFFERENCE (docs/differences-from-kueue.md): Kueue plans every head against the quota at
+    the cycle's start; topogate plans in turn, and a planned preemptor holds its quota while
+    its victim still holds its own until its pods are gone. So one preemption is planned
+    this cycle (alpha's, first by the tournament); beta's and gamma's follow in later cycles,
+    each once the victims before it are gone."""
+    queues = _other("2", "3", PreemptionPolicy("LowerPriority"))
+    admitted = [
+        _cpu_running(f"eng-{n}/{n[0]}1", f"other-{n}", "default", "3")
+        for n in ("alpha", "beta", "gamma")
+    ]
+    pending = [
+        _cpu(f"eng-{n}/preemptor", f"other-{n}", "3", 100) for n in ("alpha", "beta", "gamma")
+    ]
+    plans, admissions = _cycle(queues, admitted, pending)
+    kueue = {
+        f"eng-{n}/preemptor": {(f"eng-{n}/{n[0]}1", "InClusterQueue")}
+        for n in ("alpha", "beta", "gamma")
+    }
+    assert plans == {"eng-alpha/preemptor": kueue["eng-alpha/preemptor"]}
+    assert admissions == []
+
+
+def test_kueue_fs_in_cq_preemption_without_cohort() -> None:
+    """Kueue's "fair sharing: in-CQ preemption for CQ without cohort; repro for nil pointer panic"."""
+    queue = QueueSpec(
+        "no-cohort-cq",
+        "BestEffortFIFO",
+        (_fq("default", {"cpu": "4"}),),
+        None,
+        PreemptionPolicy("LowerPriority"),
+    )
+    admitted = [_cpu_running("default/nc-low", "no-cohort-cq", "default", "4", -1)]
+    plans, admissions = _cycle(
+        [queue], admitted, [_cpu("default/nc-high", "no-cohort-cq", "4", 100)]
+    )
+    assert plans == {"default/nc-high": {("default/nc-low", "InClusterQueue")}}
+    assert admissions == []
+
+
+def test_kueue_fs_prefer_reclamation_over_priority_based_preemption() -> None:
+    """Kueue's "with fair sharing: prefer reclamation over cq priority based preemption; with
+    preemption while borrowing": other-alpha (7 GPUs per flavor) runs a1 on on-demand,
+    other-beta (3) borrows 2 on spot with b1; alpha's 8-GPU preemptor takes b1 by fair
+    sharing rather than its own a1.
+
+    DIFFERENCE (docs/differences-from-kueue.md): both flavors need preemption; Kueue's flavor
+    assigner prefers the flavor where it can reclaim (spot) over one where it must preempt by
+    priority in its own queue; topogate takes the first flavor where a preemption makes the
+    gang fit (on-demand), so a1 goes (InClusterQueue). Both are valid fair outcomes; the
+    choice of flavor is the difference."""
+    gpu = "gpu"
+    queues = [
+        QueueSpec(
+            "other-alpha",
+            "BestEffortFIFO",
+            (_fq("on-demand", {gpu: "7"}), _fq("spot", {gpu: "7"})),
+            "other",
+            PreemptionPolicy("LowerPriority", "LowerPriority"),
+        ),
+        QueueSpec(
+            "other-beta",
+            "BestEffortFIFO",
+            (_fq("on-demand", {gpu: "3"}), _fq("spot", {gpu: "3"})),
+            "other",
+        ),
+    ]
+    admitted = [
+        Running("eng-alpha/a1", "other-alpha", "on-demand", 50, ADMITTED, {gpu: 5}),
+        Running("eng-beta/b1", "other-beta", "spot", 50, ADMITTED, {gpu: 5}),
+    ]
+    one = PodSetRequest(name="main", count=1, requests={gpu: 8})
+    preemptor = PendingWorkload(
+        "eng-alpha/preemptor", "other-alpha", 100, ADMITTED, PlacementRequest("p", (one,))
+    )
+    plans, admissions = _cycle(queues, admitted, [preemptor])
+    kueue = {"eng-alpha/preemptor": {("eng-beta/b1", "InCohortFairSharing")}}
+    assert plans != kueue
+    assert plans == {"eng-alpha/preemptor": {("eng-alpha/a1", "InClusterQueue")}}
+    assert admissions == []
