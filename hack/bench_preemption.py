@@ -5,17 +5,20 @@
 requires a rack arrives. Printed: the time to choose the victims (candidates, order, the
 simulated fits on the snapshot without them), the number of victims and of simulations.
 
-Two paths, both printed by default, on the same 700 candidates: classical (the gang's own
-ClusterQueue runs the 700, ``withinClusterQueue: LowerPriority``), and fair sharing (``serve
+Three paths, all printed by default, on the same 700 candidates: classical (the gang's own
+ClusterQueue runs the 700, ``withinClusterQueue: LowerPriority``); fair (``serve
 --fair-sharing``: the same queue in a cohort with a second, idle one; the target queue is
-chosen by share before every victim, and the fit is found by galloping over the sequence).
+chosen by share before every victim, and the fit is found by galloping over the sequence);
+fair-reclaim (the 700 run in the second queue, which has no quota and borrows the whole
+cluster; the gang's queue reclaims from it, target by share at every victim).
 
-    .venv/bin/python hack/bench_preemption.py [--pods 32] [--repeat 5] [--path both]
+    .venv/bin/python hack/bench_preemption.py [--pods 32] [--repeat 5] [--path all]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import statistics
 import time
@@ -87,7 +90,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--path", choices=("classical", "fair", "both"), default="both")
+    parser.add_argument(
+        "--path", choices=("classical", "fair", "fair-reclaim", "all"), default="all"
+    )
     args = parser.parse_args()
     nodes, running, per_node = cluster(1)
     held: dict[str, dict[str, int]] = {}
@@ -139,12 +144,26 @@ def main() -> None:
         queue = fair_queues["team"]
         return plan_fair_preemption(preemptor, queue, fair_queues, fair_usage, running, simulate)
 
+    # Fair sharing, reclaiming: the 700 run in "other" (no quota of its own, borrowing the
+    # whole cluster from "team", which is idle); the gang reclaims from "other".
+    lent = {
+        "team": QueueSpec("team", "BestEffortFIFO", (FlavorQuota("h100", whole),), "org", within),
+        "other": QueueSpec("other", "BestEffortFIFO", (FlavorQuota("h100", {GPU: 0}),), "org"),
+    }
+    lent_running = [dataclasses.replace(r, cluster_queue="other") for r in running]
+    lent_usage: Usage = {("other", "h100"): {GPU: gpus, "cpu": cpu}}
+
+    def fair_reclaim() -> Preemption | None:
+        return plan_fair_preemption(
+            preemptor, lent["team"], lent, lent_usage, lent_running, simulate
+        )
+
     print(
         f"{len(nodes)} nodes, {len(running)} running low-priority workloads, a gang of "
         f"{args.pods} x 8 GPUs requiring a rack"
     )
-    paths = {"classical": classical, "fair": fair}
-    for name in ("classical", "fair") if args.path == "both" else (args.path,):
+    paths = {"classical": classical, "fair": fair, "fair-reclaim": fair_reclaim}
+    for name in paths if args.path == "all" else (args.path,):
         timings, plan = [], None
         for _ in range(args.repeat):
             started = time.perf_counter()
