@@ -51,6 +51,7 @@ from .preemption import (
     candidate_order,
     fill_back,
     needed_resources,
+    released,
 )
 from .quota import CohortTree, FlavorQuota, QueueSpec, QuotaBook, Usage, queue_quota
 
@@ -367,5 +368,6 @@ def plan_fair_preemption(
         victims = fill_back(search, quota, victims, True)
         decision = search.decisions[frozenset(c.key for c, _ in victims)]
         chosen = tuple(Victim(c.key, r) for c, r in victims)
-        return Preemption(quota.flavor, chosen, decision, search.placements)
+        gone = released([c for c, _ in victims])
+        return Preemption(quota.flavor, chosen, decision, search.placements, gone)
     return None

@@ -65,6 +65,7 @@ __all__ = [
     "fill_back",
     "needed_resources",
     "plan_preemption",
+    "released",
 ]
 from .request import PlacementDecision
 
@@ -100,6 +101,19 @@ class Preemption:
     victims: tuple[Victim, ...]
     decision: PlacementDecision | None  # the preemptor's placement once they are gone
     placements: int = 0  # placement simulations run (for the benchmark and logs)
+    # The quota the victims hold, per (queue, flavor): what a later plan of the same cycle
+    # counts as given back (Kueue plans every head as if earlier targets were gone).
+    released: Usage = field(default_factory=dict)
+
+
+def released(victims: Sequence[Running]) -> Usage:
+    """The quota ``victims`` hold, summed per (queue, flavor)."""
+    out: Usage = {}
+    for victim in victims:
+        slot = out.setdefault((victim.cluster_queue, victim.flavor), {})
+        for resource, amount in victim.usage.items():
+            slot[resource] = slot.get(resource, 0) + amount
+    return out
 
 
 # Simulates the preemptor on ``flavor`` with ``removed`` gone; None: the flavor has no
@@ -459,5 +473,6 @@ def plan_preemption(
                 Victim(c.key, IN_COHORT_RECLAMATION if r == "reclaim-without-borrowing" else r)
                 for c, r in victims
             )
-            return Preemption(quota.flavor, reasons, decision, search.placements)
+            gone = released([c for c, _ in victims])
+            return Preemption(quota.flavor, reasons, decision, search.placements, gone)
     return None

@@ -470,13 +470,9 @@ def _other(cpu: str, bank: str, policy: PreemptionPolicy, extra: str = "") -> li
 def test_kueue_fs_multiple_preemptions_within_cq() -> None:
     """Kueue's "multiple preemptions within cq when fair sharing": three queues of 2 CPUs each run a
     3-CPU workload (the cohort's 9 all used); a 3-CPU workload of higher priority arrives
-    in each: each takes its own queue's (InClusterQueue).
-
-    DIFFERENCE (docs/differences-from-kueue.md): Kueue plans every head against the quota at
-    the cycle's start; topogate plans in turn, and a planned preemptor holds its quota while
-    its victim still holds its own until its pods are gone. So one preemption is planned
-    this cycle (alpha's, first by the tournament); beta's and gamma's follow in later cycles,
-    each once the victims before it are gone."""
+    in each: each takes its own queue's (InClusterQueue), all planned in one cycle (each as
+    if the victims planned before it were gone, as Kueue plans every head at the cycle's
+    start)."""
     queues = _other("2", "3", PreemptionPolicy("LowerPriority"))
     admitted = [
         _cpu_running(f"eng-{n}/{n[0]}1", f"other-{n}", "default", "3")
@@ -490,7 +486,7 @@ def test_kueue_fs_multiple_preemptions_within_cq() -> None:
         f"eng-{n}/preemptor": {(f"eng-{n}/{n[0]}1", "InClusterQueue")}
         for n in ("alpha", "beta", "gamma")
     }
-    assert plans == {"eng-alpha/preemptor": kueue["eng-alpha/preemptor"]}
+    assert plans == kueue
     assert admissions == []
 
 
