@@ -511,7 +511,17 @@ def _maybe_preempt(
     """
     if preempt is None or not queue.preemption.enabled:
         return why
-    plan = preempt(workload, queue, book.usage, held)
+    # As Kueue, plan as if the victims of this cycle's earlier plans were gone (their quota
+    # is still counted for admissions, and their pods' capacity held, until they are).
+    usage = book.usage
+    if result.preemptions:
+        usage = {k: dict(v) for k, v in usage.items()}
+        for _, earlier in result.preemptions:
+            for slot, amounts in earlier.released.items():
+                held_now = usage.setdefault(slot, {})
+                for resource, amount in amounts.items():
+                    held_now[resource] = held_now.get(resource, 0) - amount
+    plan = preempt(workload, queue, usage, held)
     if plan is None:
         return why
     victims = {v.key for v in plan.victims}

@@ -1,17 +1,20 @@
 """Preemption, topology-aware: which admitted workloads to evict so that a pending gang fits
 both its quota and the topology. Pure and synchronous.
 
-Kueue's classical preemption for cohorts without parents (its pkg/scheduler/preemption), with
-the fit check simulated on the capacity snapshot with the victims' usage removed:
+Kueue's classical preemption (its pkg/scheduler/preemption, with classical/
+hierarchical_preemption.go for cohort trees), with the fit check simulated on the capacity
+snapshot with the victims' usage removed:
 
 - candidates: workloads of the preemptor's own ClusterQueue that its ``withinClusterQueue``
   policy allows (LowerPriority, or LowerOrNewerEqualPriority), and workloads of other queues of
-  its cohort that are borrowing in the resources that need preemption, as its
-  ``reclaimWithinCohort`` policy allows (LowerPriority or Any); only workloads that use those
-  resources count;
-- order: already evicted first; other queues before the preemptor's own; lower priority
-  first; the most recently admitted first; then by key;
-- a workload of another queue is skipped once its queue is back within its nominal quota;
+  its cohort tree that are borrowing in the resources that need preemption, under cohorts
+  that borrow too, as its ``reclaimWithinCohort`` policy allows (LowerPriority or Any); only
+  workloads that use those resources count (:func:`_tree_candidates`);
+- order: already evicted first; those the preemptor reclaims by hierarchical advantage, then
+  other queues', then its own; lower priority first; the most recently admitted first; then
+  by key;
+- a workload of another queue is skipped once its queue, or a cohort between it and where it
+  was found, is back within its nominal quota;
 - victims are taken in that order until the preemptor fits; then each victim but the last is
   put back, newest first, if the preemptor still fits without it: the fewest victims the
   order allows, and never a victim whose removal the fit did not need;
@@ -43,6 +46,8 @@ from .quota import (
     QueueSpec,
     QuotaBook,
     Usage,
+    queue_local,
+    queue_quota,
 )
 
 __all__ = [
@@ -53,8 +58,14 @@ __all__ = [
     "Preemption",
     "PreemptionPolicy",
     "Running",
+    "Search",
     "Victim",
+    "allowed",
+    "candidate_order",
+    "fill_back",
+    "needed_resources",
     "plan_preemption",
+    "released",
 ]
 from .request import PlacementDecision
 
@@ -90,6 +101,19 @@ class Preemption:
     victims: tuple[Victim, ...]
     decision: PlacementDecision | None  # the preemptor's placement once they are gone
     placements: int = 0  # placement simulations run (for the benchmark and logs)
+    # The quota the victims hold, per (queue, flavor): what a later plan of the same cycle
+    # counts as given back (Kueue plans every head as if earlier targets were gone).
+    released: Usage = field(default_factory=dict)
+
+
+def released(victims: Sequence[Running]) -> Usage:
+    """The quota ``victims`` hold, summed per (queue, flavor)."""
+    out: Usage = {}
+    for victim in victims:
+        slot = out.setdefault((victim.cluster_queue, victim.flavor), {})
+        for resource, amount in victim.usage.items():
+            slot[resource] = slot.get(resource, 0) + amount
+    return out
 
 
 # Simulates the preemptor on ``flavor`` with ``removed`` gone; None: the flavor has no
@@ -98,7 +122,7 @@ Simulate = Callable[[str, Sequence[Running]], PlacementDecision | None]
 
 
 @dataclass(slots=True)
-class _Search:
+class Search:
     preemptor: PendingWorkload
     queue: QueueSpec
     policy: PreemptionPolicy
@@ -108,6 +132,7 @@ class _Search:
     tree: CohortTree
     placements: int = 0
     decisions: dict[frozenset[str], PlacementDecision | None] = field(default_factory=dict)
+    found_at: dict[str, str] = field(default_factory=dict)  # candidate -> cohort it came from
 
     def book_without(self, removed: Sequence[Running]) -> QuotaBook:
         usage = {k: dict(v) for k, v in self.usage.items()}
@@ -154,7 +179,7 @@ class _Search:
         return decision is None or decision.fits
 
 
-def _allowed(policy: str, preemptor: PendingWorkload, candidate: Running) -> bool:
+def allowed(policy: str, preemptor: PendingWorkload, candidate: Running) -> bool:
     lower = candidate.priority < preemptor.priority
     if policy == LOWER_PRIORITY:
         return lower
@@ -164,7 +189,7 @@ def _allowed(policy: str, preemptor: PendingWorkload, candidate: Running) -> boo
     return policy == ANY
 
 
-def _needed(search: _Search, quota: FlavorQuota) -> set[str]:
+def needed_resources(search: Search, quota: FlavorQuota) -> set[str]:
     """Resources whose quota does not fit now; all demanded ones when only the topology is
     in the way."""
     book = search.book_without(())
@@ -174,43 +199,113 @@ def _needed(search: _Search, quota: FlavorQuota) -> set[str]:
 
 
 def _candidates(
-    search: _Search, quota: FlavorQuota, running: Sequence[Running], needed: set[str]
+    search: Search, quota: FlavorQuota, running: Sequence[Running], needed: set[str]
 ) -> list[tuple[Running, str]]:
-    """(candidate, reason) in Kueue's order, before the dynamic checks."""
+    """(candidate, reason) in Kueue's order, before the dynamic checks: its own queue's, and
+    those of other queues of its cohort tree (:func:`_tree_candidates`)."""
     policy, preemptor, queue = search.policy, search.preemptor, search.queue
-    book = search.book_without(())
-    own_fits = all(
-        book.used(queue.name, quota.flavor, r) + a <= quota.nominal.get(r, 0)
-        for r, a in preemptor.demand().items()
-    )
-    out: list[tuple[Running, str]] = []
+    by_queue: dict[str, list[Running]] = {}
     for candidate in running:
-        if candidate.flavor != quota.flavor or not needed & set(candidate.usage):
-            continue
-        if candidate.cluster_queue == queue.name:
-            if _allowed(policy.within_cluster_queue, preemptor, candidate):
-                out.append((candidate, IN_CLUSTER_QUEUE))
-            continue
-        other = search.queues.get(candidate.cluster_queue)
-        if other is None or not queue.cohort or other.cohort != queue.cohort:
-            continue
-        if not _allowed(policy.reclaim_within_cohort, preemptor, candidate):
-            continue
-        out.append((candidate, _reclaim_reason(policy, preemptor, candidate, own_fits)))
+        if candidate.flavor == quota.flavor and needed & set(candidate.usage):
+            by_queue.setdefault(candidate.cluster_queue, []).append(candidate)
+    own = [
+        (c, IN_CLUSTER_QUEUE)
+        for c in by_queue.get(queue.name, ())
+        if allowed(policy.within_cluster_queue, preemptor, c)
+    ]
+    advantaged, others = _tree_candidates(search, quota, by_queue, needed)
+    # Kueue's order: the evicted of each group first (hierarchical reclaim, other queues,
+    # its own queue), then the others in the same group order; within a group by
+    # :func:`candidate_order`.
+    groups = (advantaged, others, own)
+    out = [(pair, index) for index, group in enumerate(groups) for pair in group]
     out.sort(
-        key=lambda pair: (
-            not pair[0].evicted,
-            pair[0].cluster_queue == queue.name,
-            pair[0].priority,
-            _newest_first(pair[0].admitted),
-            pair[0].key,
-        )
+        key=lambda item: (not item[0][0].evicted, item[1], candidate_order(item[0][0], queue.name))
     )
-    return out
+    return [pair for pair, _ in out]
 
 
-def _newest_first(timestamp: str) -> tuple[int, ...]:
-    return tuple(-ord(ch) for ch in timestamp)
+def _cohort_within_nominal(book: QuotaBook, cohort: str, flavor: str, needed: set[str]) -> bool:
+    tree = book.tree
+    return all(
+        book.cohort_used(cohort, flavor, r) <= tree.subtree(cohort, flavor, r) for r in needed
+    )
+
+
+def _borrows(book: QuotaBook, queue: QueueSpec, flavor: str, needed: set[str]) -> bool:
+    """Above its nominal quota in a needed resource (and active)."""
+    if queue.name in book.tree.inactive:
+        return False
+    quota = queue_quota(queue, flavor)
+    nominal = quota.nominal if quota is not None else {}
+    return any(book.used(queue.name, flavor, r) > nominal.get(r, 0) for r in needed)
+
+
+def _tree_candidates(
+    search: Search,
+    quota: FlavorQuota,
+    by_queue: Mapping[str, Sequence[Running]],
+    needed: set[str],
+) -> tuple[list[tuple[Running, str]], list[tuple[Running, str]]]:
+    """Kueue's hierarchical reclaim (classical/hierarchical_preemption.go): walking up from
+    the preemptor's cohort, each cohort's subtree (less the one below, already walked) gives
+    the workloads of queues above their nominal quota, under cohorts above theirs. Once the
+    preemptor's request fits within a node's own quota on the way up, the candidates found
+    from there are taken back by *hierarchical advantage* (reclamation, first in the order);
+    before that they are taken by priority, as ``borrowWithinCohort`` allows. Each
+    candidate's cohort where it was found is kept (:attr:`Search.found_at`)."""
+    policy, preemptor, queue, tree = search.policy, search.preemptor, search.queue, search.tree
+    advantaged: list[tuple[Running, str]] = []
+    others: list[tuple[Running, str]] = []
+    if not queue.cohort or policy.reclaim_within_cohort == NEVER:
+        return advantaged, others
+    book = search.book_without(())
+    flavor = quota.flavor
+    remaining: dict[str, int] = {}
+    advantage = True
+    for r, a in preemptor.demand().items():
+        used = book.used(queue.name, flavor, r)
+        advantage = advantage and used + a <= quota.nominal.get(r, 0)
+        remaining[r] = max(0, a - max(0, queue_local(quota, r) - used))
+
+    def collect(cohort: str, skip: str | None, top: str, into: list[tuple[Running, str]]) -> None:
+        for child in tree.child_cohorts[cohort]:
+            if child != skip and not _cohort_within_nominal(book, child, flavor, needed):
+                collect(child, skip, top, into)
+        for other in tree.child_queues[cohort]:
+            if other.name == queue.name or not _borrows(book, other, flavor, needed):
+                continue
+            for candidate in by_queue.get(other.name, ()):
+                if allowed(policy.reclaim_within_cohort, preemptor, candidate):
+                    reason = _reclaim_reason(policy, preemptor, candidate, advantage)
+                    into.append((candidate, reason))
+                    search.found_at[candidate.key] = top
+
+    previous: str | None = None
+    current: str | None = queue.cohort
+    while current is not None:
+        collect(current, previous, current, advantaged if advantage else others)
+        fits = True
+        for r, amount in remaining.items():
+            used = book.cohort_used(current, flavor, r)
+            fits = fits and used + amount <= tree.subtree(current, flavor, r)
+            remaining[r] = max(0, amount - max(0, tree.cohort_local(current, flavor, r) - used))
+        advantage = advantage or fits
+        previous, current = current, tree.parent[current]
+    return advantaged, others
+
+
+def candidate_order(candidate: Running, own: str) -> tuple[bool, bool, int, tuple[int, ...], str]:
+    """Kueue's CandidatesOrdering, lowest first: already evicted, then other queues before
+    the preemptor's own ``own``, lower priority, most recently admitted, then by key."""
+    newest_first = tuple(-ord(ch) for ch in candidate.admitted)
+    return (
+        not candidate.evicted,
+        candidate.cluster_queue == own,
+        candidate.priority,
+        newest_first,
+        candidate.key,
+    )
 
 
 def _reclaim_reason(
@@ -227,7 +322,7 @@ def _reclaim_reason(
 
 
 def _valid(
-    search: _Search,
+    search: Search,
     quota: FlavorQuota,
     candidate: Running,
     reason: str,
@@ -245,13 +340,23 @@ def _valid(
     other_quota = next((f for f in other.flavors if f.flavor == quota.flavor), None)
     if other_quota is None:
         return False
-    return any(
+    if not any(
         book.used(other.name, quota.flavor, r) > other_quota.nominal.get(r, 0) for r in needed
-    )
+    ):
+        return False
+    # In a tree, every cohort between its queue and where it was found must still be above
+    # its own quota (Kueue's candidateIsValid).
+    tree, top = search.tree, search.found_at.get(candidate.key)
+    cohort = other.cohort
+    while cohort is not None and cohort != top:
+        if _cohort_within_nominal(book, cohort, quota.flavor, needed):
+            return False
+        cohort = tree.parent[cohort]
+    return True
 
 
 def _attempts(
-    search: _Search, quota: FlavorQuota, candidates: list[tuple[Running, str]], needed: set[str]
+    search: Search, quota: FlavorQuota, candidates: list[tuple[Running, str]], needed: set[str]
 ) -> list[bool]:
     """Kueue's order of attempts (True: the preemptor may borrow to fit)."""
     own = search.queue.name
@@ -267,7 +372,7 @@ def _attempts(
 
 
 def _first_fit(
-    search: _Search,
+    search: Search,
     quota: FlavorQuota,
     candidates: list[tuple[Running, str]],
     needed: set[str],
@@ -294,8 +399,8 @@ def _first_fit(
     return chosen[:low]
 
 
-def _fill_back(
-    search: _Search, quota: FlavorQuota, victims: list[tuple[Running, str]], borrow: bool
+def fill_back(
+    search: Search, quota: FlavorQuota, victims: list[tuple[Running, str]], borrow: bool
 ) -> list[tuple[Running, str]]:
     """Put back each victim but the last, newest first, when the preemptor fits without
     evicting it (Kueue's fillBackWorkloads). A victim whose nodes the preemptor's current
@@ -349,25 +454,25 @@ def plan_preemption(
 ) -> Preemption | None:
     """The victims whose eviction lets ``preemptor`` fit quota and topology on the first
     flavor where that is possible, or None (nothing is preempted when nothing would fit).
-    Quota is counted over ``tree`` (flat cohorts without one); candidates of other queues
-    still come from the preemptor's own cohort only."""
+    Quota is counted, and candidates found, over ``tree`` (flat cohorts without one)."""
     tree = tree if tree is not None else CohortTree(queues)
-    search = _Search(preemptor, queue, policy, queues, usage, simulate, tree)
+    search = Search(preemptor, queue, policy, queues, usage, simulate, tree)
     for quota in queue.flavors:
         if set(preemptor.demand()) - set(quota.nominal):
             continue
-        needed = _needed(search, quota)
+        needed = needed_resources(search, quota)
         candidates = _candidates(search, quota, running, needed)
         for borrow in _attempts(search, quota, candidates, needed):
             victims = _first_fit(search, quota, candidates, needed, borrow)
             if victims is None:
                 continue
-            victims = _fill_back(search, quota, victims, borrow)
+            victims = fill_back(search, quota, victims, borrow)
             # Every set kept was simulated on the way (the search only keeps fitting ones).
             decision = search.decisions[_key([c for c, _ in victims])]
             reasons = tuple(
                 Victim(c.key, IN_COHORT_RECLAMATION if r == "reclaim-without-borrowing" else r)
                 for c, r in victims
             )
-            return Preemption(quota.flavor, reasons, decision, search.placements)
+            gone = released([c for c, _ in victims])
+            return Preemption(quota.flavor, reasons, decision, search.placements, gone)
     return None

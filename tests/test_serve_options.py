@@ -28,3 +28,25 @@ def test_fair_sharing_is_off_unless_asked() -> None:
     add_arguments(parser)
     assert parser.parse_args([]).fair_sharing is False
     assert parser.parse_args(["--fair-sharing"]).fair_sharing is True
+
+
+def test_fair_sharing_preemption_strategies(capsys: pytest.CaptureFixture[str]) -> None:
+    """Kueue's default is both strategies in order; one or two may be named; anything else
+    is refused at the command line, naming the flag and the allowed words."""
+    from topogate.runtime.serve import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    flag = "--fair-sharing-preemption-strategies"
+    assert parser.parse_args([]).fair_sharing_preemption_strategies == (
+        "LessThanOrEqualToFinalShare",
+        "LessThanInitialShare",
+    )
+    got = parser.parse_args([flag, "LessThanInitialShare"]).fair_sharing_preemption_strategies
+    assert got == ("LessThanInitialShare",)
+    for bad in ("LessThanFinal", "LessThanInitialShare,LessThanInitialShare", ""):
+        with pytest.raises(SystemExit) as exit_:
+            parser.parse_args([flag, bad])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert flag in err and "LessThanOrEqualToFinalShare" in err

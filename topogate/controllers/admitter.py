@@ -24,12 +24,13 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from topogate import clock
 from topogate.admission.assignments import node_usage, pod_set_assignments
 from topogate.admission.cycle import Admitted, admission_cycle
 from topogate.admission.exact import EXACT_BUDGET
+from topogate.admission.fairpreemption import DEFAULT_STRATEGIES
 from topogate.admission.fairshare import tree_shares
 from topogate.admission.gpuplace import assignment_of
 from topogate.admission.podsets import Catalog, build_placer
@@ -70,10 +71,13 @@ class Admitter:
         exact_budget: float = EXACT_BUDGET,
         pending_qps: float = PENDING_WRITES_PER_SECOND,
         fair_sharing: bool = False,
+        preemption_strategies: Sequence[str] = DEFAULT_STRATEGIES,
     ) -> None:
         self.kube = kube
         self.exact_budget = exact_budget
         self.fair_sharing = fair_sharing  # serve --fair-sharing
+        # serve --fair-sharing-preemption-strategies (Kueue's fairSharing.preemptionStrategies)
+        self.preemption_strategies = tuple(preemption_strategies)
         self.state = state
         self.metrics = metrics
         self.events = events
@@ -169,7 +173,8 @@ class Admitter:
         snapshot = self.state.ledger.snapshot()
         named = queue.lanes.topologies()
         placer = build_placer(snapshot, catalog, named, clock.exact_budget(self.exact_budget))
-        preempt = preemptor(self.state, catalog.queues, placer, catalog.cohorts)
+        strategies = self.preemption_strategies if self.fair_sharing else None
+        preempt = preemptor(self.state, catalog.queues, placer, catalog.cohorts, strategies)
         result = admission_cycle(
             catalog.queues,
             queue.lanes,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from topogate.admission.cycle import Held, Preempt, SnapshotPlacer
+from topogate.admission.fairpreemption import plan_fair_preemption
 from topogate.admission.lanes import PendingWorkload
 from topogate.admission.preemption import Preemption, Running, Victim, plan_preemption
 from topogate.admission.quota import CohortSpec, CohortTree, QueueSpec, Usage
@@ -62,9 +63,11 @@ def preemptor(
     queues: Mapping[str, QueueSpec],
     placer: SnapshotPlacer,
     cohorts: Mapping[str, CohortSpec] | None = None,
+    fair: Sequence[str] | None = None,
 ) -> Preempt:
     """The cycle's preemption planner: candidates read once, fits simulated on the placer's
-    snapshot without the victims' usage and GPU sets, quota counted over the cohort tree."""
+    snapshot without the victims' usage and GPU sets, quota counted over the cohort tree.
+    ``fair``: fair-sharing preemption with these strategies (None: classical)."""
     running: list[Running] | None = None
     tree = CohortTree(queues, cohorts)
 
@@ -88,6 +91,10 @@ def preemptor(
                         gpus.setdefault(node, set()).update(g for one in sets for g in one)
             return placer.without(per_node, gpus)(flavor, workload.request, held)
 
+        if fair is not None:
+            return plan_fair_preemption(
+                workload, queue, queues, usage, running, simulate, tree, fair
+            )
         return plan_preemption(
             workload, queue, queue.preemption, queues, usage, running, simulate, tree
         )
@@ -114,6 +121,7 @@ def _why(reason: str) -> str:
         "InClusterQueue": "prioritization in the ClusterQueue",
         "InCohortReclamation": "reclamation within the cohort",
         "InCohortReclaimWhileBorrowing": "reclamation within the cohort while borrowing",
+        "InCohortFairSharing": "Fair Sharing within the cohort",
     }.get(reason, reason)
 
 

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from topogate.admission.fairpreemption import DEFAULT_STRATEGIES, STRATEGIES
 from topogate.webhooks.options import add_arguments as webhook_options
 from topogate.webhooks.options import native_gangs_argument
 
@@ -72,11 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="time per gang for the exact second pass when the greedy placement misses a "
         "fit (0: off; the greedy answer stands when it runs out)",
     )
-    parser.add_argument(
-        "--fair-sharing",
-        action="store_true",
-        help="order a cohort tree's queues by Kueue's fair sharing (dominant resource share)",
-    )
+    _fair_sharing_arguments(parser)
     parser.add_argument(
         "--node-failure-grace",
         type=float,
@@ -112,6 +109,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="INFO")
 
 
+def _strategies(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in STRATEGIES]
+    if unknown or not 1 <= len(names) <= 2 or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(
+            f"must be one or two of {', '.join(STRATEGIES)}, comma-separated, not {text!r}"
+        )
+    return names
+
+
 def _positive(text: str) -> float:
     try:
         value = float(text)
@@ -120,6 +127,23 @@ def _positive(text: str) -> float:
     if not 0 < value < math.inf:  # also refuses nan, and inf (the bucket's burst is int(qps))
         raise argparse.ArgumentTypeError(f"must be above 0 and finite, not {text}")
     return value
+
+
+def _fair_sharing_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--fair-sharing",
+        action="store_true",
+        help="order a cohort tree's queues by Kueue's fair sharing (dominant resource share), "
+        "and preempt by it",
+    )
+    parser.add_argument(
+        "--fair-sharing-preemption-strategies",
+        type=_strategies,
+        default=DEFAULT_STRATEGIES,
+        metavar="S[,S]",
+        help="with --fair-sharing, Kueue's fairSharing.preemptionStrategies in order: "
+        f"one or two of {', '.join(STRATEGIES)} (default: both, in that order)",
+    )
 
 
 def _gang_arguments(parser: argparse.ArgumentParser) -> None:
@@ -244,6 +268,7 @@ class Controller:
                 exact_budget=args.exact_budget,
                 pending_qps=args.pending_status_qps,
                 fair_sharing=args.fair_sharing,
+                preemption_strategies=args.fair_sharing_preemption_strategies,
             ).run,
             JobSync(writer, self.state, self.events).run,
             NodeFailures(
