@@ -169,12 +169,33 @@ def test_a_pending_workload_shows_its_reason_and_the_nearest_domain() -> None:
     assert big["nearest"] == {"level": RACK, "path": ["r1"], "fits": 6, "count": 8}
 
 
-def test_the_feed_rebuilds_only_after_a_change() -> None:
+def test_nearest_counts_no_room_on_a_node_no_pod_may_use() -> None:
     state = cluster()
-    feed = Feed(state, lambda: True)
+    cordoned = node("a3", "r1")
+    cordoned["metadata"]["labels"]["pool"] = "gpu"
+    cordoned["spec"] = {"unschedulable": True}
+    state.handler(NODES)(None, cordoned)
+    state.handler(WORKLOADS)(None, pending_workload(pods=4, gpus=8))
+    big = next(w for w in document(state, True)["workloads"] if w["name"] == "big")
+    # a3's 8 GPUs are free but cordoned: only b1 in r2 holds a pod of 8.
+    assert big["nearest"] == {"level": RACK, "path": ["r2"], "fits": 1, "count": 4}
+
+
+def test_the_feed_rebuilds_only_after_a_change_and_not_too_often() -> None:
+    state = cluster()
+    now = [100.0]
+
+    def clock() -> float:
+        now[0] += 0.5  # every reading: as if each build took half a second
+        return now[0]
+
+    feed = Feed(state, lambda: True, clock)
     first = feed.current()
     assert feed.current() is first  # nothing changed: the same bytes
     state.handler(WORKLOADS)(None, pending_workload(4, 8))
+    # Changed, but the last build took 0.5 s: the next waits 5 s (a tenth of the loop).
+    assert feed.current() is first
+    now[0] += 5
     second = feed.current()
     assert second[0] != first[0]
     assert [w["name"] for w in json.loads(second[1])["workloads"]] == ["big", "train"]
