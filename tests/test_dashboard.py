@@ -247,3 +247,12 @@ def test_the_dashboard_needs_the_metrics_listener(capsys: pytest.CaptureFixture[
     error = capsys.readouterr().err
     assert "--dashboard: is served on the metrics listener: --metrics-port is -1" in error
     assert "Traceback" not in error
+
+
+def test_a_workload_the_page_cannot_read_is_left_out_not_a_crash() -> None:
+    state = cluster()
+    broken = pending_workload(4, 8)
+    broken["spec"]["podSets"][0]["count"] = "many"  # no API server stores this; still no crash
+    state.handler(WORKLOADS)(None, broken)
+    doc = document(state, leading=True)
+    assert [w["name"] for w in doc["workloads"]] == ["train"]

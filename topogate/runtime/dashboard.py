@@ -368,6 +368,42 @@ def _flavor_picture(
     return None
 
 
+def _entry(
+    key: str,
+    workload: Obj,
+    catalog: Catalog,
+    found: Mapping[str, TopologyPicture],
+    snapshot: ClusterSnapshot,
+) -> dict[str, Any] | None:
+    """One Workload as the page lists it; None when it is finished."""
+    phase, message = _state_of(workload)
+    if phase == "Finished":
+        return None
+    admission = _dict(_dict(workload.get("status")).get("admission"))
+    cq = str(admission.get("clusterQueue") or "") or _queue_of(catalog, workload)
+    picture = _flavor_picture(catalog, cq, found)
+    metadata = _dict(workload.get("metadata"))
+    entry: dict[str, Any] = {
+        "key": key,
+        "namespace": str(metadata.get("namespace") or ""),
+        "name": str(metadata.get("name") or ""),
+        "created": str(metadata.get("creationTimestamp") or ""),
+        "clusterQueue": cq,
+        "flavor": picture.flavor if picture else None,
+        "state": phase,
+        "message": message,
+        "pods": sum(
+            int(_dict(p).get("count") or 0)
+            for p in _list(_dict(workload.get("spec")).get("podSets"))
+        ),
+        "assignment": _assignment(admission, picture),
+        "nearest": None,
+    }
+    if phase == "Pending" and picture is not None:
+        entry["nearest"] = nearest(picture, workload, snapshot)
+    return entry
+
+
 def workloads(
     state: ControllerState,
     catalog: Catalog,
@@ -379,33 +415,15 @@ def workloads(
     pending: dict[str, int] = {}
     objects = state.store.objects(WORKLOADS)
     for key, workload in objects.items():
-        phase, message = _state_of(workload)
-        if phase == "Finished":
+        try:
+            entry = _entry(key, workload, catalog, found, snapshot)
+        except (InputError, ValueError, TypeError) as error:  # shown without it, never a crash
+            log.debug("dashboard: Workload %s left out: %s", key, error)
             continue
-        admission = _dict(_dict(workload.get("status")).get("admission"))
-        cq = str(admission.get("clusterQueue") or "") or _queue_of(catalog, workload)
-        picture = _flavor_picture(catalog, cq, found)
-        if phase in ("Pending", "Queued") and cq:
-            pending[cq] = pending.get(cq, 0) + 1
-        metadata = _dict(workload.get("metadata"))
-        entry: dict[str, Any] = {
-            "key": key,
-            "namespace": str(metadata.get("namespace") or ""),
-            "name": str(metadata.get("name") or ""),
-            "created": str(metadata.get("creationTimestamp") or ""),
-            "clusterQueue": cq,
-            "flavor": picture.flavor if picture else None,
-            "state": phase,
-            "message": message,
-            "pods": sum(
-                int(_dict(p).get("count") or 0)
-                for p in _list(_dict(workload.get("spec")).get("podSets"))
-            ),
-            "assignment": _assignment(admission, picture),
-            "nearest": None,
-        }
-        if phase == "Pending" and picture is not None:
-            entry["nearest"] = nearest(picture, workload, snapshot)
+        if entry is None:
+            continue
+        if entry["state"] in ("Pending", "Queued") and entry["clusterQueue"]:
+            pending[entry["clusterQueue"]] = pending.get(entry["clusterQueue"], 0) + 1
         listed.append(entry)
     # Pending first (what people come to ask about), then the newest.
     listed.sort(key=lambda w: w["created"], reverse=True)
