@@ -2,7 +2,9 @@
 
 - config/crd/bases/*.yaml from the pydantic models in api/models.py;
 - config/webhook/manifests.yaml from webhooks/configuration.py (Service mode; the running
-  server injects its CA bundle).
+  server injects its CA bundle);
+- config/helm/topogate/files/: the same CRDs and webhook configurations, copied into the Helm
+  chart (a chart reads only its own files); its templates set the release's namespace.
 
 Run: python hack/gen_manifests.py
 """
@@ -42,6 +44,11 @@ def rendered() -> dict[str, str]:
     files["crd/optional/kai.scheduler_topologies.yaml"] = _dump(KAI_TOPOLOGY_CRD)
     mutating, validating = configurations(service=("topogate-system", "topogate-webhook"))
     files["webhook/manifests.yaml"] = _dump(mutating, validating)
+    chart = "helm/topogate/files"
+    for name, doc in all_crds().items():
+        files[f"{chart}/crds/{name}"] = _dump(doc)
+    files[f"{chart}/mutating-webhooks.yaml"] = _dump(mutating)
+    files[f"{chart}/validating-webhooks.yaml"] = _dump(validating)
     return files
 
 

@@ -17,6 +17,11 @@ TOPOGATE_CONTROLPLANE_BIN=$(hack/controlplane/build.sh)
 export TOPOGATE_CONTROLPLANE_BIN
 echo "$TOPOGATE_CONTROLPLANE_BIN"
 
+echo "== helm (renders config/helm/topogate in tests; built from Go modules once, then cached)"
+TOPOGATE_HELM=$(hack/tools/build-helm.sh)
+export TOPOGATE_HELM
+"$TOPOGATE_HELM" version --short
+
 echo "== chromium (renders topogate topology's HTML page in a test)"
 if [ ! -x /usr/bin/chromium ]; then
   sudo=""

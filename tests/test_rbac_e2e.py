@@ -1,5 +1,5 @@
-"""`topogate serve` as config/'s ServiceAccount, under config/'s RBAC, on the RBAC-enabled
-API server: a queued Job is admitted and its pods ungated, a failed node's pod is moved, the
+"""`topogate serve` as config/'s ServiceAccount, under config/'s RBAC (and again under the
+Helm chart's, config/helm/topogate with its defaults), on the RBAC-enabled API server: a queued Job is admitted and its pods ungated, a failed node's pod is moved, the
 webhook CA is shared through its Secret, and the API server's audit log shows no request of
 the ServiceAccount refused."""
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import json
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,14 +69,68 @@ def audited(plane: ControlPlane) -> list[dict[str, Any]]:
     return events
 
 
+RBAC_KINDS = {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount"}
+
+
+def rbac_objects(source: str) -> list[dict[str, Any]]:
+    if source == "config":
+        return list(yaml.safe_load_all((ROOT / "config/rbac/role.yaml").read_text()))
+    from tests.test_helm import helm_binary, template
+
+    return [d for d in template(helm_binary(), namespace=NAMESPACE) if d["kind"] in RBAC_KINDS]
+
+
+def install_rbac(plane: ControlPlane, objects: list[dict[str, Any]]) -> None:
+    """Exactly these rules: objects of the same names (the other source's) are replaced."""
+    rbac, core = (
+        client.RbacAuthorizationV1Api(api_client(plane)),
+        client.CoreV1Api(api_client(plane)),
+    )
+    calls: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
+        "ClusterRole": (rbac.delete_cluster_role, rbac.read_cluster_role),
+        "ClusterRoleBinding": (rbac.delete_cluster_role_binding, rbac.read_cluster_role_binding),
+        "Role": (rbac.delete_namespaced_role, rbac.read_namespaced_role),
+        "RoleBinding": (rbac.delete_namespaced_role_binding, rbac.read_namespaced_role_binding),
+        "ServiceAccount": (
+            core.delete_namespaced_service_account,
+            core.read_namespaced_service_account,
+        ),
+    }
+    for obj in objects:
+        delete, read = calls[obj["kind"]]
+        where = [obj["metadata"]["name"]] + (
+            [obj["metadata"]["namespace"]] if "namespace" in obj["metadata"] else []
+        )
+
+        def gone(read: Any = read, where: list[str] = where) -> bool:
+            try:
+                read(*where)
+            except client.ApiException as error:
+                if error.status == 404:
+                    return True
+                raise
+            return False
+
+        try:
+            delete(*where)
+        except client.ApiException as error:
+            if error.status != 404:
+                raise
+        eventually(gone, 30)  # created anew below, not left as it was
+    created = create_all(plane.kubeconfig, objects)
+    assert all(o["metadata"].get("uid") for o in created)  # made now, none left over
+
+
+@pytest.mark.parametrize("source", ["config", "chart"])
 def test_serve_under_config_rbac_is_never_refused(
-    cluster: ControlPlane, pool: Pool, tmp_path: Path
+    cluster: ControlPlane, pool: Pool, tmp_path: Path, source: str
 ) -> None:
     # Every kind serve watches is served, so a missing rule shows (a CRD not installed is
     # a 404, not a refusal).
     cluster.install_lws_crds()
-    rbac = list(yaml.safe_load_all((ROOT / "config/rbac/role.yaml").read_text()))
-    create_all(cluster.kubeconfig, rbac)
+    rbac = rbac_objects(source)
+    assert {o["kind"] for o in rbac} == RBAC_KINDS
+    install_rbac(cluster, rbac)
     started = datetime.datetime.now(datetime.UTC)
     port = free_port()
     # As `kubectl apply -k config/` would: the configurations exist; serve injects its CA.

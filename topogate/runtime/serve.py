@@ -43,15 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lease-duration", type=float, default=15.0, metavar="SECONDS")
     parser.add_argument("--renew-deadline", type=float, default=10.0, metavar="SECONDS")
     parser.add_argument("--retry-period", type=float, default=2.0, metavar="SECONDS")
-    parser.add_argument(
-        "--metrics-host",
-        default="127.0.0.1",
-        help="/metrics is not authenticated: loopback only unless this opens it up "
-        "(default: %(default)s)",
-    )
-    parser.add_argument("--metrics-port", type=int, default=8080, help="/metrics (0: any; -1: off)")
-    parser.add_argument("--ops-host", default="0.0.0.0")
-    parser.add_argument("--ops-port", type=int, default=8081, help="/healthz and /readyz (0: any)")
+    _listener_arguments(parser)
     parser.add_argument(
         "--ungate-interval",
         type=float,
@@ -117,6 +109,24 @@ def _strategies(text: str) -> tuple[str, ...]:
             f"must be one or two of {', '.join(STRATEGIES)}, comma-separated, not {text!r}"
         )
     return names
+
+
+def _listener_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="/metrics is not authenticated: loopback only unless this opens it up "
+        "(default: %(default)s)",
+    )
+    parser.add_argument("--metrics-port", type=int, default=8080, help="/metrics (0: any; -1: off)")
+    parser.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="serve a read-only live dashboard at /dashboard on the metrics listener "
+        "(--metrics-host, loopback by default): topology, queues, workloads",
+    )
+    parser.add_argument("--ops-host", default="0.0.0.0")
+    parser.add_argument("--ops-port", type=int, default=8081, help="/healthz and /readyz (0: any)")
 
 
 def _positive(text: str) -> float:
@@ -405,6 +415,12 @@ async def _until(work: Coroutine[Any, Any, Any], stop: asyncio.Event) -> bool:
 async def _serve(args: argparse.Namespace) -> int:
     from topogate.kube.client import Kube
 
+    if getattr(args, "dashboard", False) and args.metrics_port < 0:
+        from topogate.api.errors import InputError
+
+        raise InputError(
+            "is served on the metrics listener: --metrics-port is -1", field="--dashboard"
+        )
     identity = args.identity or f"{socket.gethostname()}_{os.getpid()}"
     kube = await Kube.connect(
         args.kubeconfig,
@@ -433,6 +449,10 @@ async def _run_controller(args: argparse.Namespace, kube: KubeApi, identity: str
     servers: list[OpsServer] = [ops]
     if args.metrics_port >= 0:
         metrics_app = make_metrics_app(controller.metrics)
+        if getattr(args, "dashboard", False):
+            from .dashboard import Feed, add_dashboard
+
+            add_dashboard(metrics_app, Feed(controller.state, lambda: controller.elector.is_leader))
         servers.append(
             await start_ops_server(metrics_app, args.metrics_host, args.metrics_port, "metrics")
         )
