@@ -178,6 +178,16 @@ def test_starting_a_rayjob_writes_the_marked_default_submitter() -> None:
             "spec.workerGroupSpecs: Too many: 19: must have at most 18 items",
         ),
         (raycluster(group("w", -1)), "spec.workerGroupSpecs[0].replicas: -1 must be"),
+        (
+            raycluster(group("w", 0) | {"minReplicas": 2}),
+            "spec.workerGroupSpecs[0].replicas: Invalid value: 0: must be within minReplicas 2 "
+            "and maxReplicas 9, or KubeRay runs 2 where the Workload counts 0",
+        ),
+        (
+            raycluster(group("w", 12)),
+            "spec.workerGroupSpecs[0].replicas: Invalid value: 12: must be within minReplicas 0 "
+            "and maxReplicas 9, or KubeRay runs 9",
+        ),
         (raycluster(group("w", 1, "2")), "spec.workerGroupSpecs[0].numOfHosts: '2' must be"),  # type: ignore[arg-type]
         (
             rayjob(group("w"), clusterSelector={"ray.io/cluster": "shared"}),

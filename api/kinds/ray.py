@@ -26,6 +26,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ..constants import MAX_INT32
 from ..errors import InputError
 from ..models import PodSet
 from .base import Obj, Suspendable, as_map
@@ -112,6 +113,18 @@ def cluster_podsets(
             )
         seen.add(name)
         pods = count(group.get("replicas"), where, f"{group_path}.replicas")
+        low = count(group.get("minReplicas"), where, f"{group_path}.minReplicas", 0)
+        high = count(group.get("maxReplicas"), where, f"{group_path}.maxReplicas", MAX_INT32)
+        if not low <= pods <= high:
+            # KubeRay runs replicas clamped to [minReplicas, maxReplicas]; Kueue counts
+            # replicas alone, and pods beyond the count would wait for ever.
+            raise InputError(
+                f"Invalid value: {pods}: must be within minReplicas {low} and maxReplicas "
+                f"{high}, or KubeRay runs {min(max(pods, low), high)} where the Workload counts "
+                f"{pods} (a queued cluster runs exactly replicas)",
+                where=where,
+                field=f"{group_path}.replicas",
+            )
         hosts = count(group.get("numOfHosts"), where, f"{group_path}.numOfHosts")
         if hosts > 1:  # each replica is a multi-host group of numOfHosts pods
             pods *= hosts
