@@ -13,6 +13,7 @@ from topogate.api.errors import InputError
 from topogate.api.jobs import workload_from_object
 from topogate.api.keywarnings import key_warnings
 from topogate.api.kinds import RAYCLUSTER, RAYJOB, PodSetsInfo, queue_name
+from topogate.api.objects import condition
 from topogate.webhooks.review import Review, mutate, validate
 
 Obj = dict[str, Any]
@@ -324,3 +325,71 @@ def test_a_kueue_key_on_the_ray_objects_metadata_is_warned_with_where_to_move_it
     job["metadata"]["annotations"] = {REQUIRED: RACK}
     [warning] = key_warnings(job)
     assert "submitterPodTemplate" in warning and "rayClusterSpec.headGroupSpec" in warning
+
+
+# -- the job sync, against FakeKube ----------------------------------------------------------
+
+
+async def test_the_job_sync_queues_a_rayjob_starts_it_and_finishes_it_not_its_raycluster() -> None:
+    """A RayJob gets one Workload and is started with every template marked; the RayCluster KubeRay makes from it, queue label included, gets
+    none and is left running; the RayJob's deployment status finishes the Workload."""
+    from tests.test_shells import Harness, pod_template
+    from topogate.controllers.jobsync import JobSync
+    from topogate.kube.events import EventRecorder
+    from topogate.kube.resources import JOB_RESOURCES, WORKLOADS
+
+    h = Harness()
+    jobs, clusters = JOB_RESOURCES["RayJob"], JOB_RESOURCES["RayCluster"]
+    obj = rayjob({"groupName": "w", "replicas": 1, "template": pod_template(4)})
+    obj["spec"]["rayClusterSpec"]["headGroupSpec"]["template"] = pod_template(4)
+    obj["spec"]["suspend"] = True
+    # KubeRay's default submitter asks for memory, which the test queue does not cover.
+    obj["spec"]["submitterPodTemplate"] = pod_template(0)
+    h.kube.seed(jobs, obj)
+    child = raycluster({"groupName": "w", "replicas": 1, "template": pod_template(4)})
+    child["metadata"] |= {
+        "name": "rj-abcde",
+        "ownerReferences": [
+            {"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "rj", "uid": "u2"}
+            | {"controller": True}
+        ],
+    }
+    h.kube.seed(clusters, child)
+    h.deliver()
+    events = EventRecorder(h.kube, "test")
+    sync = JobSync(h.kube, h.state, events)
+    await sync.reconcile("RayCluster", "ml/rj-abcde")
+    assert h.kube.objects(WORKLOADS) == []  # the RayJob's cluster is the RayJob's
+    await sync.reconcile("RayJob", "ml/rj")
+    [made] = h.kube.objects(WORKLOADS)
+    assert [(p["name"], p["count"]) for p in made["spec"]["podSets"]] == [
+        ("head", 1),
+        ("w", 1),
+        ("submitter", 1),
+    ]
+    h.deliver()
+    admitter, _ = h.admitter()
+    await admitter.cycle()
+    h.deliver()
+    await sync.reconcile("RayJob", "ml/rj")
+    started = h.kube.stored(jobs, "rj", "ml")
+    assert started is not None and started["spec"]["suspend"] is False
+    for tpl in (
+        started["spec"]["rayClusterSpec"]["headGroupSpec"]["template"],
+        started["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"],
+        started["spec"]["submitterPodTemplate"],
+    ):
+        assert tpl["spec"]["schedulingGates"] == [{"name": c.TOPOLOGY_GATE}]
+        assert tpl["metadata"]["annotations"][c.WORKLOAD_ANNOTATION] == made["metadata"]["name"]
+    await sync.reconcile("RayCluster", "ml/rj-abcde")
+    stored_child = h.kube.stored(clusters, "rj-abcde", "ml")
+    assert stored_child is not None and "suspend" not in stored_child["spec"]
+    h.kube.seed(
+        jobs,
+        {**started, "status": {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}},
+    )
+    h.deliver()
+    await sync.reconcile("RayJob", "ml/rj")
+    await events.drain()
+    finished = condition(h.kube.stored(WORKLOADS, made["metadata"]["name"], "ml"), "Finished")
+    assert finished is not None and finished["reason"] == "Succeeded"
