@@ -119,6 +119,33 @@ def test_a_rayjob_adds_the_submitter_in_k8s_job_mode_the_default() -> None:
     assert mine[0].topology_request is not None and mine[0].topology_request.required == RACK
 
 
+@pytest.mark.parametrize(
+    ("where", "requests", "expected"),
+    [
+        ("annotation", None, {"cpu": "200m", "memory": "256Mi"}),
+        ("options", {"cpu": "2", "memory": "100Mi"}, {"cpu": "2", "memory": "256Mi"}),
+        ("annotation", {"cpu": "100m", "memory": "1Gi"}, {"cpu": "200m", "memory": "1Gi"}),
+    ],
+)
+def test_gcs_fault_tolerance_counts_the_redis_cleanup_on_the_head(
+    where: str, requests: Obj | None, expected: Obj
+) -> None:
+    obj = raycluster(group("w"))
+    head = obj["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    if requests is not None:
+        head["resources"] = {"requests": requests}
+    if where == "annotation":
+        obj["metadata"]["annotations"] = {"ray.io/ft-enabled": "True"}
+    else:
+        obj["spec"]["gcsFaultToleranceOptions"] = {"redisAddress": "redis:6379"}
+    [(podset, _), (worker, _)] = RAYCLUSTER.podsets(obj, "test")
+    assert podset.template["spec"]["containers"][0]["resources"]["requests"] == expected
+    assert "resources" not in worker.template["spec"]["containers"][0]
+    assert head.get("resources", {}).get("requests") == requests  # the object is not changed
+    obj["spec"]["headGroupSpec"]["template"]["spec"]["containers"] = []
+    assert "spec.headGroupSpec.template.spec.containers: Required value" in refusal(obj)
+
+
 @pytest.mark.parametrize("mode", ["HTTPMode", "InteractiveMode", "SidecarMode"])
 def test_other_submission_modes_have_no_submitter_podset(mode: str) -> None:
     obj = rayjob(group("workers"), submissionMode=mode)

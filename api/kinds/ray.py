@@ -29,6 +29,7 @@ from typing import Any
 from ..constants import MAX_INT32
 from ..errors import InputError
 from ..models import PodSet
+from ..quantity import QuantityError, parse_quantity
 from .base import Obj, Suspendable, as_map
 from .reading import count, inherit, mapping, object_topology, podset
 
@@ -40,6 +41,10 @@ MAX_PODSETS = 18
 # KubeRay's submitter container (controllers/ray/utils: SubmitterContainerName) and the
 # resources it gives it when the RayJob names none (common/job.go), as Kueue counts them.
 SUBMITTER_CONTAINER = "ray-job-submitter"
+# KubeRay's Redis cleanup Job, run from the head's resources when GCS fault tolerance is on
+# (the annotation, or spec.gcsFaultToleranceOptions): Kueue counts its requests on the head.
+FT_ANNOTATION = "ray.io/ft-enabled"
+REDIS_CLEANUP_REQUESTS = {"cpu": "200m", "memory": "256Mi"}
 SUBMITTER_RESOURCES: Obj = {
     "limits": {"cpu": "1", "memory": "1Gi"},
     "requests": {"cpu": "500m", "memory": "200Mi"},
@@ -68,6 +73,8 @@ def cluster_podsets(
     head = mapping(spec.get("headGroupSpec"), where, head_path)
     path = f"{head_path}.template"
     template = inherit(_template(head, where, head_path), inherited, where, path)
+    if _fault_tolerant(obj, spec):
+        template = _with_redis_cleanup(template, where, path)
     out = [(podset(HEAD, 1, template, where, path), path)]
     groups = spec.get("workerGroupSpecs")
     if groups is None:
@@ -85,52 +92,97 @@ def cluster_podsets(
     for i, raw in enumerate(groups):
         group_path = f"{base}.workerGroupSpecs[{i}]"
         group = mapping(raw, where, group_path)
-        name = group.get("groupName")
-        if not isinstance(name, str) or not name:
-            raise InputError("is required", where=where, field=f"{group_path}.groupName")
-        if name == HEAD:
-            raise InputError(
-                f'Forbidden: "{HEAD}" is reserved for the head group',
-                where=where,
-                field=f"{group_path}.groupName",
-            )
-        # Kueue names the PodSet after the group, lower-cased (a PodSetReference).
-        name = name.lower()
-        if len(name) > 63 or DNS_LABEL.fullmatch(name) is None:
-            raise InputError(
-                f"Invalid value: {group.get('groupName')!r}: lower-cased, it names a PodSet, "
-                "which must be a DNS label (at most 63 of a-z, 0-9 and '-', alphanumeric at "
-                "both ends)",
-                where=where,
-                field=f"{group_path}.groupName",
-            )
-        if name in seen:
-            raise InputError(
-                f"Duplicate value: {group.get('groupName')!r}: each worker group is a PodSet "
-                f"named {name!r} (the group name, lower-cased)",
-                where=where,
-                field=f"{group_path}.groupName",
-            )
+        name = _group_name(group, seen, where, group_path)
         seen.add(name)
-        pods = count(group.get("replicas"), where, f"{group_path}.replicas")
-        low = count(group.get("minReplicas"), where, f"{group_path}.minReplicas", 0)
-        high = count(group.get("maxReplicas"), where, f"{group_path}.maxReplicas", MAX_INT32)
-        if not low <= pods <= high:
-            # KubeRay runs replicas clamped to [minReplicas, maxReplicas]; Kueue counts
-            # replicas alone, and pods beyond the count would wait for ever.
-            raise InputError(
-                f"Invalid value: {pods}: must be within minReplicas {low} and maxReplicas "
-                f"{high}, or KubeRay runs {min(max(pods, low), high)} where the Workload counts "
-                f"{pods} (a queued cluster runs exactly replicas)",
-                where=where,
-                field=f"{group_path}.replicas",
-            )
-        hosts = count(group.get("numOfHosts"), where, f"{group_path}.numOfHosts")
-        if hosts > 1:  # each replica is a multi-host group of numOfHosts pods
-            pods *= hosts
+        pods = _group_pods(group, where, group_path)
         path = f"{group_path}.template"
         template = inherit(_template(group, where, group_path), inherited, where, path)
         out.append((podset(name, pods, template, where, path), path))
+    return out
+
+
+def _group_name(group: Mapping[str, Any], seen: set[str], where: str, path: str) -> str:
+    """A worker group's PodSet name: its ``groupName`` lower-cased, as Kueue names it (a
+    PodSetReference), neither the head's nor another group's."""
+    name = group.get("groupName")
+    if not isinstance(name, str) or not name:
+        raise InputError("is required", where=where, field=f"{path}.groupName")
+    if name == HEAD:
+        raise InputError(
+            f'Forbidden: "{HEAD}" is reserved for the head group',
+            where=where,
+            field=f"{path}.groupName",
+        )
+    lower = name.lower()
+    if len(lower) > 63 or DNS_LABEL.fullmatch(lower) is None:
+        raise InputError(
+            f"Invalid value: {name!r}: lower-cased, it names a PodSet, which must be a DNS "
+            "label (at most 63 of a-z, 0-9 and '-', alphanumeric at both ends)",
+            where=where,
+            field=f"{path}.groupName",
+        )
+    if lower in seen:
+        raise InputError(
+            f"Duplicate value: {name!r}: each worker group is a PodSet named {lower!r} (the "
+            "group name, lower-cased)",
+            where=where,
+            field=f"{path}.groupName",
+        )
+    return lower
+
+
+def _group_pods(group: Mapping[str, Any], where: str, path: str) -> int:
+    """A worker group's pods as Kueue counts them: replicas (1 when absent) x numOfHosts."""
+    pods = count(group.get("replicas"), where, f"{path}.replicas")
+    low = count(group.get("minReplicas"), where, f"{path}.minReplicas", 0)
+    high = count(group.get("maxReplicas"), where, f"{path}.maxReplicas", MAX_INT32)
+    if not low <= pods <= high:
+        # KubeRay runs replicas clamped to [minReplicas, maxReplicas]; Kueue counts
+        # replicas alone, and pods beyond the count would wait for ever.
+        raise InputError(
+            f"Invalid value: {pods}: must be within minReplicas {low} and maxReplicas "
+            f"{high}, or KubeRay runs {min(max(pods, low), high)} where the Workload counts "
+            f"{pods} (a queued cluster runs exactly replicas)",
+            where=where,
+            field=f"{path}.replicas",
+        )
+    hosts = count(group.get("numOfHosts"), where, f"{path}.numOfHosts")
+    return pods * hosts if hosts > 1 else pods  # a replica is a group of numOfHosts pods
+
+
+def _fault_tolerant(obj: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
+    """KubeRay's IsGCSFaultToleranceEnabled, on the object's own annotations (a RayJob's,
+    which KubeRay copies to its cluster)."""
+    annotations = as_map(as_map(obj.get("metadata")).get("annotations"))
+    enabled = str(annotations.get(FT_ANNOTATION, "")).lower() == "true"
+    return enabled or spec.get("gcsFaultToleranceOptions") is not None
+
+
+def _with_redis_cleanup(template: Mapping[str, Any], where: str, path: str) -> Obj:
+    """The head template with its Ray container (the first) asking at least what KubeRay's
+    Redis cleanup Job asks, as Kueue counts it (the larger of the two, per resource)."""
+    out = copy.deepcopy(dict(template))
+    containers = as_map(out.get("spec")).get("containers")
+    if not isinstance(containers, list) or not containers or not isinstance(containers[0], dict):
+        raise InputError(
+            "Required value: the head needs its Ray container (the first) to count the Redis "
+            "cleanup of GCS fault tolerance on",
+            where=where,
+            field=f"{path}.spec.containers",
+        )
+    resources = containers[0].setdefault("resources", {})
+    requests = resources.get("requests")
+    requests = dict(requests) if isinstance(requests, Mapping) else {}
+    for name, least in REDIS_CLEANUP_REQUESTS.items():
+        try:
+            smaller = name not in requests or parse_quantity(requests[name]) < parse_quantity(least)
+        except QuantityError as error:
+            raise InputError(
+                str(error), where=where, field=f"{path}.spec.containers[0].resources.requests"
+            ) from None
+        if smaller:
+            requests[name] = least
+    resources["requests"] = requests
     return out
 
 
