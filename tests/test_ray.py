@@ -420,3 +420,41 @@ async def test_the_job_sync_queues_a_rayjob_starts_it_and_finishes_it_not_its_ra
     await events.drain()
     finished = condition(h.kube.stored(WORKLOADS, made["metadata"]["name"], "ml"), "Finished")
     assert finished is not None and finished["reason"] == "Succeeded"
+
+
+def test_a_rayjobs_last_pod_gone_brings_the_rayjob_back_to_the_job_sync() -> None:
+    """Its pods belong to the RayCluster KubeRay made, and the RayJob's own status says
+    Suspended before they are gone: their deletion is what lets an evicted RayJob's
+    admission be taken back."""
+    from topogate.kube.resources import PODS, WORKLOADS
+    from topogate.state import ControllerState
+
+    state = ControllerState()
+    workload = {
+        "apiVersion": "topogate.dev/v1alpha1",
+        "kind": "Workload",
+        "metadata": {
+            "name": "rayjob-rj-1",
+            "namespace": "ml",
+            "ownerReferences": [
+                {"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "rj", "controller": True}
+            ],
+        },
+        "spec": {"queueName": "q", "podSets": []},
+    }
+    state.handler(WORKLOADS)(None, workload)
+    pod = {
+        "metadata": {
+            "name": "rj-abcde-head",
+            "namespace": "ml",
+            "labels": {c.PODSET_LABEL: "head", "ray.io/cluster": "rj-abcde"},
+            "annotations": {c.WORKLOAD_ANNOTATION: "rayjob-rj-1"},
+        },
+        "spec": {"nodeName": "n1", "containers": [{"name": "ray"}]},
+    }
+    state.handler(PODS)(None, pod)
+    state.signals.take_jobs()
+    state.handler(PODS)(pod, {**pod, "status": {"phase": "Running"}})
+    assert state.signals.take_jobs() == set()  # a running pod's change is not the job's
+    state.handler(PODS)(pod, None)
+    assert state.signals.take_jobs() == {("RayJob", "ml/rj")}

@@ -115,6 +115,13 @@ class ControllerState:
             gated = gated_pod_owner(new if new is not None else old or {})
             if gated is not None:
                 self.signals.job(*gated)
+            elif new is None:
+                # An evicted job is requeued once its last pod is gone, which its own object
+                # may never say (a RayJob's pods belong to the RayCluster it made).
+                stored = self.store.objects(WORKLOADS).get(workload)
+                owner = owner_job(stored) if stored is not None else None
+                if owner is not None:
+                    self.signals.job(*owner)
             return
         obj = new if new is not None else old
         assert obj is not None
