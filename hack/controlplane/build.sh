@@ -12,9 +12,11 @@
 #   lws-controller                  sigs.k8s.io/lws (LeaderWorkerSet; a wrapper module, as JobSet),
 #     lws-crd.yaml                  with its CRD and webhook configurations from the same module
 #     lws-webhooks.yaml             (config/crd/bases, kustomize build config/webhook)
+#   kuberay-operator                github.com/ray-project/kuberay/ray-operator (RayCluster, RayJob;
+#     kuberay-crd.yaml              a wrapper module) with its CRDs (config/crd/bases); no webhooks
 #
 # Outputs live outside the repository, keyed by version:
-#   ${TOPOGATE_CACHE:-~/.cache/topogate}/controlplane/kube-<v>-etcd-<v>-kustomize-<v>-jobset-<v>-lws-<v>/bin
+#   ${TOPOGATE_CACHE:-~/.cache/topogate}/controlplane/kube-<v>-etcd-<v>-kustomize-<v>-jobset-<v>-lws-<v>-kuberay-<v>/bin
 # A warm machine returns at once; a cold one needs the Go module proxy and many minutes.
 set -euo pipefail
 
@@ -29,18 +31,20 @@ KUSTOMIZE_VERSION=${KUSTOMIZE_VERSION:-v5.7.1}
 JOBSET_VERSION=${JOBSET_VERSION:-v0.12.0}
 # v0.9.0: the newest LeaderWorkerSet the module proxy here serves (v0.10.0 is refused).
 LWS_VERSION=${LWS_VERSION:-v0.9.0}
+# v1.6.2: the newest ray-operator the module proxy here serves (v1.7.0 is refused).
+KUBERAY_VERSION=${KUBERAY_VERSION:-v1.6.2}
 CACHE=${TOPOGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/topogate}
-OUT=$CACHE/controlplane/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-kustomize-$KUSTOMIZE_VERSION-jobset-$JOBSET_VERSION-lws-$LWS_VERSION
+OUT=$CACHE/controlplane/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-kustomize-$KUSTOMIZE_VERSION-jobset-$JOBSET_VERSION-lws-$LWS_VERSION-kuberay-$KUBERAY_VERSION
 BIN=$OUT/bin
 
 KUBE_TOOLS="kube-apiserver kube-scheduler kube-controller-manager"
 complete() {
   local tool
-  for tool in $KUBE_TOOLS etcd kustomize jobset-controller lws-controller; do
+  for tool in $KUBE_TOOLS etcd kustomize jobset-controller lws-controller kuberay-operator; do
     [ -x "$1/$tool" ] || return 1
   done
   [ -s "$1/jobset-crd.yaml" ] && [ -s "$1/jobset-webhooks.yaml" ] && [ -s "$1/lws-crd.yaml" ] &&
-    [ -s "$1/lws-webhooks.yaml" ]
+    [ -s "$1/lws-webhooks.yaml" ] && [ -s "$1/kuberay-crd.yaml" ]
 }
 if complete "$BIN"; then
   echo "$BIN"
@@ -147,6 +151,22 @@ build_lws() {
   chmod 644 "$staging/lws-crd.yaml" "$staging/lws-webhooks.yaml"
 }
 
+build_kuberay() {
+  tool_module kuberay github.com/ray-project/kuberay/ray-operator "$KUBERAY_VERSION"
+  log "compiling the KubeRay operator $KUBERAY_VERSION"
+  go build -p 2 -trimpath -ldflags "-s -w" -o "$staging/kuberay-operator" \
+    github.com/ray-project/kuberay/ray-operator
+  local dir crd
+  dir=$(go list -m -f '{{.Dir}}' github.com/ray-project/kuberay/ray-operator)
+  # Every CRD of the release: the operator watches RayServices too, and stops when that kind
+  # is not served.
+  for crd in "$dir"/config/crd/bases/ray.io_*.yaml; do
+    cat "$crd"
+    echo ---
+  done >"$staging/kuberay-crd.yaml"
+  chmod 644 "$staging/kuberay-crd.yaml"
+}
+
 started=$(date +%s)
 # Reuse what previous cache entries of the same versions already built (only the missing
 # parts are compiled): each part is keyed by its own version in the entry's name.
@@ -164,6 +184,7 @@ reuse "kube-$KUBE_VERSION-*" $KUBE_TOOLS
 reuse "*-kustomize-$KUSTOMIZE_VERSION*" kustomize
 reuse "*-jobset-$JOBSET_VERSION*" jobset-controller jobset-crd.yaml jobset-webhooks.yaml
 reuse "*-lws-$LWS_VERSION" lws-controller lws-crd.yaml lws-webhooks.yaml
+reuse "*-kuberay-$KUBERAY_VERSION*" kuberay-operator kuberay-crd.yaml
 [ -x "$staging/etcd" ] || build_etcd
 for tool in $KUBE_TOOLS; do
   if [ ! -x "$staging/$tool" ]; then build_kube; break; fi
@@ -171,6 +192,7 @@ done
 [ -x "$staging/kustomize" ] || build_kustomize
 [ -x "$staging/jobset-controller" ] && [ -s "$staging/jobset-webhooks.yaml" ] || build_jobset
 [ -x "$staging/lws-controller" ] && [ -s "$staging/lws-webhooks.yaml" ] || build_lws
+[ -x "$staging/kuberay-operator" ] && [ -s "$staging/kuberay-crd.yaml" ] || build_kuberay
 chmod 755 "$staging"
 rm -rf "$BIN"
 mv "$staging" "$BIN"
