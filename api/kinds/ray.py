@@ -2,20 +2,23 @@
 ``pkg/controller/jobs/raycluster`` and ``pkg/controller/jobs/rayjob``.
 
 PodSets, as Kueue builds them: ``head`` (1 pod, ``headGroupSpec.template``), then one per
-worker group in spec order, named after its ``groupName``, with replicas (default 1) x
-``numOfHosts`` pods (``minReplicas``/``maxReplicas`` are not read: a queued cluster does not
-autoscale). A RayJob has its ``rayClusterSpec``'s PodSets, then ``submitter`` (1 pod) when it
-submits through a Kubernetes Job (``submissionMode: K8sJobMode``, the default): its
-``submitterPodTemplate``, or KubeRay's default submitter when it has none; in ``SidecarMode``
-the head PodSet counts the submitter container KubeRay adds to the head pod.
+worker group in spec order, named after its ``groupName`` lower-cased, with replicas
+(default 1) x ``numOfHosts`` pods (a queued cluster does not autoscale, so ``replicas`` must
+lie within ``minReplicas`` and ``maxReplicas``, or KubeRay would run another count); with GCS
+fault tolerance the head also counts KubeRay's Redis cleanup Job. A RayJob has its
+``rayClusterSpec``'s PodSets, then ``submitter`` (1 pod) when it submits through a Kubernetes
+Job (``submissionMode: K8sJobMode``, the default): its ``submitterPodTemplate``, or KubeRay's
+default submitter when it has none; in ``SidecarMode`` the head PodSet counts the submitter
+container KubeRay adds to the head pod.
 
 Refused, as Kueue's webhooks refuse them: ``enableInTreeAutoscaling`` (Kueue allows it only
 as an elastic job, which topogate does not implement), a worker group called ``head``, more
-PodSets than a Workload holds; a RayJob on an existing cluster (``clusterSelector``) that also
-brings a ``rayClusterSpec``, one with neither, or one that keeps its cluster when it finishes
-(``shutdownAfterJobFinishes`` false: the cluster would hold its quota). A RayJob with only a
-``clusterSelector`` is left alone (Kueue skips it): it runs on a cluster admitted on its own.
-A RayCluster a RayJob made is its RayJob's (the registry's ``queue_name``).
+PodSets than a Workload holds, two groups of one PodSet name; a RayJob on an existing cluster
+(``clusterSelector``) that also brings a ``rayClusterSpec``, one with neither, or one that
+keeps its cluster when it finishes (``shutdownAfterJobFinishes`` false: the cluster would
+hold its quota). A RayJob with only a ``clusterSelector`` is left alone (Kueue skips it): it
+runs on a cluster admitted on its own. A RayCluster a RayJob made is its RayJob's (the
+registry's ``queue_name``).
 """
 
 from __future__ import annotations
@@ -38,13 +41,13 @@ DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 K8S_JOB_MODE, SIDECAR_MODE = "K8sJobMode", "SidecarMode"
 # Kueue's jobframework.MaxPodSets: the most PodSets a Workload holds.
 MAX_PODSETS = 18
+# KubeRay's Redis cleanup Job, run when GCS fault tolerance is on (the annotation, or
+# spec.gcsFaultToleranceOptions): Kueue counts its requests on the head.
+FT_ANNOTATION = "ray.io/ft-enabled"
+REDIS_CLEANUP_REQUESTS = {"cpu": "200m", "memory": "256Mi"}
 # KubeRay's submitter container (controllers/ray/utils: SubmitterContainerName) and the
 # resources it gives it when the RayJob names none (common/job.go), as Kueue counts them.
 SUBMITTER_CONTAINER = "ray-job-submitter"
-# KubeRay's Redis cleanup Job, run from the head's resources when GCS fault tolerance is on
-# (the annotation, or spec.gcsFaultToleranceOptions): Kueue counts its requests on the head.
-FT_ANNOTATION = "ray.io/ft-enabled"
-REDIS_CLEANUP_REQUESTS = {"cpu": "200m", "memory": "256Mi"}
 SUBMITTER_RESOURCES: Obj = {
     "limits": {"cpu": "1", "memory": "1Gi"},
     "requests": {"cpu": "500m", "memory": "200Mi"},
