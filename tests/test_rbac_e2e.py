@@ -74,6 +74,7 @@ def test_serve_under_config_rbac_is_never_refused(
     # Every kind serve watches is served, so a missing rule shows (a CRD not installed is
     # a 404, not a refusal).
     cluster.install_lws_crds()
+    cluster.install_kuberay_crds()
     rbac = list(yaml.safe_load_all((ROOT / "config/rbac/role.yaml").read_text()))
     create_all(cluster.kubeconfig, rbac)
     started = datetime.datetime.now(datetime.UTC)
