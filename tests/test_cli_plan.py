@@ -341,8 +341,8 @@ def test_bound_pods_count_as_usage(
             lambda job: job.update({"kind": "Deployment", "apiVersion": "apps/v1"}),
             "Deployment ml/train: kind 'Deployment' with apiVersion 'apps/v1' is not a workload; "
             "expected batch/v1 Job, jobset.x-k8s.io/v1alpha2 JobSet, leaderworkerset.x-k8s.io/v1 "
-            "LeaderWorkerSet, kubeflow.org/v1 PyTorchJob, kubeflow.org/v2beta1 MPIJob, v1 Pod "
-            "(alone or in a group) or "
+            "LeaderWorkerSet, kubeflow.org/v1 PyTorchJob, kubeflow.org/v2beta1 MPIJob, "
+            "ray.io/v1 RayCluster, ray.io/v1 RayJob, v1 Pod (alone or in a group) or "
             "topogate.dev/v1alpha1 Workload",
         ),
     ],

@@ -120,6 +120,31 @@ SAMPLES: dict[str, Obj] = {
             }
         },
     },
+    "RayCluster": {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": meta("ray"),
+        "spec": {
+            "headGroupSpec": {"template": template()},
+            "workerGroupSpecs": [
+                {"groupName": "gpu", "replicas": 2, "numOfHosts": 2, "template": template()},
+                {"groupName": "cpu", "template": template({})},
+            ],
+        },
+    },
+    "RayJob": {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": meta("rayjob"),
+        "spec": {
+            "shutdownAfterJobFinishes": True,
+            "rayClusterSpec": {
+                "headGroupSpec": {"template": template()},
+                "workerGroupSpecs": [{"groupName": "gpu", "replicas": 3, "template": template()}],
+            },
+            "submitterPodTemplate": template({}),
+        },
+    },
 }
 
 
@@ -143,6 +168,8 @@ def test_kinds_are_registered_once_by_name_resource_and_group_kind() -> None:
         "leaderworkerset.x-k8s.io/v1",
         "kubeflow.org/v1",
         "kubeflow.org/v2beta1",
+        "ray.io/v1",
+        "ray.io/v1",
     ]
 
 
@@ -176,6 +203,8 @@ def test_the_reflectors_watch_every_kind_and_wait_for_custom_resources() -> None
         "leaderworkersets",
         "pytorchjobs",
         "mpijobs",
+        "rayclusters",
+        "rayjobs",
     ]
 
 
@@ -186,8 +215,8 @@ def test_an_unknown_kind_is_refused_as_before() -> None:
     assert str(refused.value.describe()).endswith(
         "kind 'Thing' with apiVersion 'example.com/v1' is not a workload; expected batch/v1 "
         "Job, jobset.x-k8s.io/v1alpha2 JobSet, leaderworkerset.x-k8s.io/v1 LeaderWorkerSet, "
-        "kubeflow.org/v1 PyTorchJob, kubeflow.org/v2beta1 MPIJob, "
-        "v1 Pod (alone or in a group) or topogate.dev/v1alpha1 Workload"
+        "kubeflow.org/v1 PyTorchJob, kubeflow.org/v2beta1 MPIJob, ray.io/v1 RayCluster, "
+        "ray.io/v1 RayJob, v1 Pod (alone or in a group) or topogate.dev/v1alpha1 Workload"
     )
     # A registered kind under a version topogate does not read is refused the same way.
     job = {**sample(JOB), "apiVersion": "batch/v2"}
@@ -217,8 +246,8 @@ def test_the_podsets_templates_and_template_fields_agree(kind: JobKind) -> None:
     assert [p.template for p, _ in read] == [t for _, t in templates] == [t for _, t in fields]
     # [*]: a list index, or a map key (Kubeflow's replica types).
     pattern = re.escape(kind.template_pattern).replace(r"\[\*\]", r"\[(\d+|[A-Z][a-z]+)\]")
-    # {a,b}: one of the two (a LeaderWorkerSet's leader and worker templates).
-    pattern = re.sub(r"\\\{(.*?),(.*?)\\\}", r"(\1|\2)", pattern)
+    # {a,b}: one of these (a LeaderWorkerSet's leader and worker templates).
+    pattern = re.sub(r"\\\{(.*?)\\\}", lambda m: "(" + m[1].replace(",", "|") + ")", pattern)
     assert all(re.fullmatch(pattern, path) for path, _ in fields)
     assert all(p.count > 0 for p, _ in read)
 
@@ -263,6 +292,8 @@ SUSPEND_OPS = {
     "JobSet": {"op": "add", "path": "/spec/suspend", "value": True},
     "PyTorchJob": {"op": "add", "path": "/spec/runPolicy", "value": {"suspend": True}},
     "MPIJob": {"op": "add", "path": "/spec/runPolicy", "value": {"suspend": True}},
+    "RayCluster": {"op": "add", "path": "/spec/suspend", "value": True},
+    "RayJob": {"op": "add", "path": "/spec/suspend", "value": True},
 }
 
 

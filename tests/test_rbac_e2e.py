@@ -128,6 +128,7 @@ def test_serve_under_config_rbac_is_never_refused(
     # Every kind serve watches is served, so a missing rule shows (a CRD not installed is
     # a 404, not a refusal).
     cluster.install_lws_crds()
+    cluster.install_kuberay_crds()
     rbac = rbac_objects(source)
     assert {o["kind"] for o in rbac} == RBAC_KINDS
     install_rbac(cluster, rbac)

@@ -22,13 +22,14 @@ from .base import (
     PodMarks,
     PodSetsInfo,
     Suspendable,
-    queue_name,
 )
+from .base import queue_name as labelled_queue
 from .job import JOB
 from .jobset import JOBSET
 from .kubeflow import MPIJOB, PYTORCHJOB
 from .lws import LEADERWORKERSET
 from .podgroup import POD_GROUP
+from .ray import RAYCLUSTER, RAYJOB
 
 __all__ = [
     "ALL_KINDS",
@@ -41,6 +42,8 @@ __all__ = [
     "MPIJOB",
     "POD_GROUP",
     "PYTORCHJOB",
+    "RAYCLUSTER",
+    "RAYJOB",
     "Gated",
     "JobKind",
     "PartialAdmission",
@@ -57,7 +60,15 @@ __all__ = [
 
 # Every kind served as an API resource, in the order the reflectors watch them and messages
 # list them.
-JOB_KINDS: tuple[JobKind, ...] = (JOB, JOBSET, LEADERWORKERSET, PYTORCHJOB, MPIJOB)
+JOB_KINDS: tuple[JobKind, ...] = (
+    JOB,
+    JOBSET,
+    LEADERWORKERSET,
+    PYTORCHJOB,
+    MPIJOB,
+    RAYCLUSTER,
+    RAYJOB,
+)
 # Kinds with no object of their own: the state composes one from their pods.
 COMPOSED_KINDS: tuple[Gated, ...] = (POD_GROUP,)
 ALL_KINDS: tuple[JobKind, ...] = (*JOB_KINDS, *COMPOSED_KINDS)
@@ -90,6 +101,29 @@ def pod_podset(labels: Mapping[str, Any]) -> str | None:
         if kind.pod_podset_label is not None and labels.get(kind.pod_podset_label):
             return str(labels[kind.pod_podset_label])
     return None
+
+
+def queue_name(obj: Mapping[str, Any]) -> str | None:
+    """The queue a job is submitted to, or None when it is not queued: no queue label, a kind
+    that skips this object (:meth:`JobKind.skipped`), or a controller that is itself a kind
+    topogate admits (a RayJob's RayCluster runs under its RayJob's admission, as Kueue leaves
+    a job whose parent it manages alone)."""
+    queue = labelled_queue(obj)
+    if queue is None:
+        return None
+    kind = job_kind_for(obj.get("apiVersion"), obj.get("kind"))
+    if kind is not None and kind.skipped(obj):
+        return None
+    meta = obj.get("metadata")
+    refs = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+    for ref in refs if isinstance(refs, list) else []:
+        if (
+            isinstance(ref, Mapping)
+            and ref.get("controller")
+            and job_kind_for(ref.get("apiVersion"), ref.get("kind")) in JOB_KINDS
+        ):
+            return None
+    return queue
 
 
 def gated_pod(pod: Mapping[str, Any]) -> tuple[Gated, PodMarks] | None:

@@ -192,6 +192,11 @@ class JobKind(ABC):
             return "Succeeded" if terminal == "Completed" else "Failed"
         return None
 
+    def skipped(self, obj: Mapping[str, Any]) -> bool:
+        """The object is not queued though it carries a queue label (Kueue's ``Skip``: a
+        RayJob on an existing cluster); never by default."""
+        return False
+
     def is_marked(self, job: Obj) -> bool:
         """Every pod template already carries topogate's PodSet label (topogate started it).
         Reads only: the templates are looked for on a copy."""

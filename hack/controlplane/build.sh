@@ -15,9 +15,11 @@
 #   training-operator               github.com/kubeflow/training-operator (Kubeflow v1 jobs; a
 #     training-operator-crd.yaml    wrapper module), with its PyTorchJob CRD and validating
 #     training-operator-webhooks.yaml  webhooks (manifests/base/crds, kustomize build manifests/base/webhook)
+#   kuberay-operator                github.com/ray-project/kuberay/ray-operator (RayCluster, RayJob;
+#     kuberay-crd.yaml              a wrapper module) with its CRDs (config/crd/bases); no webhooks
 #
 # Outputs live outside the repository, keyed by version:
-#   ${TOPOGATE_CACHE:-~/.cache/topogate}/controlplane/kube-<v>-etcd-<v>-kustomize-<v>-jobset-<v>-lws-<v>-training-operator-<v>/bin
+#   ${TOPOGATE_CACHE:-~/.cache/topogate}/controlplane/kube-<v>-etcd-<v>-kustomize-<v>-jobset-<v>-lws-<v>-training-operator-<v>-kuberay-<v>/bin
 # A warm machine returns at once; a cold one needs the Go module proxy and many minutes.
 set -euo pipefail
 
@@ -35,19 +37,21 @@ LWS_VERSION=${LWS_VERSION:-v0.9.0}
 # v1.8.1: the last release of Kubeflow's v1 training-operator (PyTorchJob kubeflow.org/v1); the
 # module proxy here serves it (the v2 Trainer moved to github.com/kubeflow/trainer/v2).
 TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-v1.8.1}
+# v1.6.2: the newest ray-operator the module proxy here serves (v1.7.0 is refused).
+KUBERAY_VERSION=${KUBERAY_VERSION:-v1.6.2}
 CACHE=${TOPOGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/topogate}
-OUT=$CACHE/controlplane/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-kustomize-$KUSTOMIZE_VERSION-jobset-$JOBSET_VERSION-lws-$LWS_VERSION-training-operator-$TRAINING_OPERATOR_VERSION
+OUT=$CACHE/controlplane/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-kustomize-$KUSTOMIZE_VERSION-jobset-$JOBSET_VERSION-lws-$LWS_VERSION-training-operator-$TRAINING_OPERATOR_VERSION-kuberay-$KUBERAY_VERSION
 BIN=$OUT/bin
 
 KUBE_TOOLS="kube-apiserver kube-scheduler kube-controller-manager"
 complete() {
   local tool
-  for tool in $KUBE_TOOLS etcd kustomize jobset-controller lws-controller training-operator; do
+  for tool in $KUBE_TOOLS etcd kustomize jobset-controller lws-controller training-operator kuberay-operator; do
     [ -x "$1/$tool" ] || return 1
   done
   [ -s "$1/jobset-crd.yaml" ] && [ -s "$1/jobset-webhooks.yaml" ] && [ -s "$1/lws-crd.yaml" ] &&
     [ -s "$1/lws-webhooks.yaml" ] && [ -s "$1/training-operator-crd.yaml" ] &&
-    [ -s "$1/training-operator-webhooks.yaml" ]
+    [ -s "$1/training-operator-webhooks.yaml" ] && [ -s "$1/kuberay-crd.yaml" ]
 }
 if complete "$BIN"; then
   echo "$BIN"
@@ -168,6 +172,22 @@ build_training_operator() {
   chmod 644 "$staging/training-operator-crd.yaml" "$staging/training-operator-webhooks.yaml"
 }
 
+build_kuberay() {
+  tool_module kuberay github.com/ray-project/kuberay/ray-operator "$KUBERAY_VERSION"
+  log "compiling the KubeRay operator $KUBERAY_VERSION"
+  go build -p 2 -trimpath -ldflags "-s -w" -o "$staging/kuberay-operator" \
+    github.com/ray-project/kuberay/ray-operator
+  local dir crd
+  dir=$(go list -m -f '{{.Dir}}' github.com/ray-project/kuberay/ray-operator)
+  # Every CRD of the release: the operator watches RayServices too, and stops when that kind
+  # is not served.
+  for crd in "$dir"/config/crd/bases/ray.io_*.yaml; do
+    cat "$crd"
+    echo ---
+  done >"$staging/kuberay-crd.yaml"
+  chmod 644 "$staging/kuberay-crd.yaml"
+}
+
 started=$(date +%s)
 # Reuse what previous cache entries of the same versions already built (only the missing
 # parts are compiled): each part is keyed by its own version in the entry's name.
@@ -184,9 +204,10 @@ reuse "*-etcd-$ETCD_VERSION-*" etcd
 reuse "kube-$KUBE_VERSION-*" $KUBE_TOOLS
 reuse "*-kustomize-$KUSTOMIZE_VERSION*" kustomize
 reuse "*-jobset-$JOBSET_VERSION*" jobset-controller jobset-crd.yaml jobset-webhooks.yaml
-reuse "*-lws-$LWS_VERSION" lws-controller lws-crd.yaml lws-webhooks.yaml
+reuse "*-lws-$LWS_VERSION*" lws-controller lws-crd.yaml lws-webhooks.yaml
 reuse "*-training-operator-$TRAINING_OPERATOR_VERSION*" training-operator training-operator-crd.yaml \
   training-operator-webhooks.yaml
+reuse "*-kuberay-$KUBERAY_VERSION*" kuberay-operator kuberay-crd.yaml
 [ -x "$staging/etcd" ] || build_etcd
 for tool in $KUBE_TOOLS; do
   if [ ! -x "$staging/$tool" ]; then build_kube; break; fi
@@ -196,6 +217,7 @@ done
 [ -x "$staging/lws-controller" ] && [ -s "$staging/lws-webhooks.yaml" ] || build_lws
 [ -x "$staging/training-operator" ] && [ -s "$staging/training-operator-webhooks.yaml" ] ||
   build_training_operator
+[ -x "$staging/kuberay-operator" ] && [ -s "$staging/kuberay-crd.yaml" ] || build_kuberay
 chmod 755 "$staging"
 rm -rf "$BIN"
 mv "$staging" "$BIN"

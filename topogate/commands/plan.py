@@ -639,8 +639,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workload",
         type=Path,
         metavar="PATH",
-        help="one batch/v1 Job, JobSet, LeaderWorkerSet, v1 Pod, topogate Workload, or the "
-        "Pods of one pod group",
+        help="one batch/v1 Job, JobSet, LeaderWorkerSet, PyTorchJob, MPIJob, RayCluster, RayJob, "
+        "v1 Pod, topogate Workload, or the Pods of one pod group",
     )
     parser.add_argument("--flavor", metavar="NAME", help="the ResourceFlavor to plan on")
     parser.add_argument("--output", "-o", choices=("json", "yaml", "table"), default="table")

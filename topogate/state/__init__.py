@@ -135,7 +135,8 @@ class ControllerState:
                 self.signals.job(*gated)
             elif new is None or (new.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 # An evicted job is requeued once its pods have ended; a controller that
-                # writes nothing on its object then (Kubeflow's training-operator) would
+                # writes nothing on its object then (Kubeflow's training-operator), or whose
+                # pods belong to another object (a RayJob's, to the RayCluster it made), would
                 # leave it waiting, so the pod's end brings its job back.
                 stored = self.store.objects(WORKLOADS).get(workload)
                 owner = owner_job(stored) if stored is not None else None

@@ -1,7 +1,7 @@
 """A local Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, kube-scheduler and
 kube-controller-manager running the Job, StatefulSet and garbage-collector controllers; on
 request also JobSet's and LeaderWorkerSet's own controllers and webhooks (``start_jobset``,
-``start_lws``).
+``start_lws``), and KubeRay's operator (``start_kuberay``).
 
 Started envtest-style from binaries built by ``hack/controlplane/build.sh``: client
 certificates for authentication, RBAC authorization, and the ServiceAccount and
@@ -12,7 +12,7 @@ admission plugins stay on, so the API server calls topogate's webhooks exactly a
 presenting a client certificate (its admission configuration) that they can require.
 
     python -m topogate.testing.controlplane start --dir DIR [--jobset] [--lws] [--workloads]
-        [--training-operator]
+        [--training-operator] [--kuberay]
     python -m topogate.testing.controlplane stop --dir DIR
 """
 
@@ -46,6 +46,7 @@ JOBSET = "jobset-controller"
 _JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2"
 LWS = "lws-controller"
 _LWS = "/apis/leaderworkerset.x-k8s.io/v1"
+KUBERAY = "kuberay-operator"
 # Workload-Aware Scheduling in Kubernetes 1.36 (alpha): Workload and PodGroup objects, and
 # kube-scheduler's gang and topology plugins.
 WORKLOAD_GATES = "GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true"
@@ -156,6 +157,7 @@ class ControlPlane:
         lws: bool = False,
         workloads: bool = False,
         training_operator: bool = False,
+        kuberay: bool = False,
     ) -> ControlPlane:
         directory.mkdir(parents=True, exist_ok=True)
         bin_dir = bin_dir or binaries()
@@ -168,6 +170,8 @@ class ControlPlane:
                 plane.start_lws()
             if training_operator:
                 plane.start_training_operator()
+            if kuberay:
+                plane.start_kuberay()
         except BaseException:
             plane.stop()
             raise
@@ -550,6 +554,46 @@ class ControlPlane:
             return
         trainingoperator.start(self, bin_dir or self.bin_dir or binaries())
 
+    # --- KubeRay -----------------------------------------------------------------------------
+
+    def start_kuberay(self, bin_dir: Path | None = None) -> None:
+        """KubeRay's operator (github.com/ray-project/kuberay/ray-operator, built by build.sh)
+        with the CRDs of the same release: it makes a RayCluster's head and worker pods
+        (kube-scheduler binds them; no kubelet runs them, so no cluster gets Ready) and a
+        RayJob's RayCluster. Its optional webhook is left off, as its default install does.
+        Does nothing if it runs already."""
+        if KUBERAY in self.pids:
+            return
+        bin_dir = bin_dir or self.bin_dir or binaries()
+        self.install_kuberay_crds(bin_dir)
+        probe_port = free_port()
+        self._spawn(
+            KUBERAY,
+            [
+                str(bin_dir / KUBERAY),
+                f"--kubeconfig={self.kubeconfig}",
+                "--metrics-addr=0",
+                f"--health-probe-bind-address=127.0.0.1:{probe_port}",
+                "--enable-leader-election=false",
+                "--log-stdout-encoder=console",
+            ],
+        )
+        self._wait(KUBERAY, f"http://127.0.0.1:{probe_port}/readyz", None, 60)
+
+    def install_kuberay_crds(self, bin_dir: Path | None = None) -> None:
+        """KubeRay's CRDs of the release (RayCluster, RayJob, and RayService and RayCronJob,
+        which its operator also watches), created or left as they are, and Established."""
+        bin_dir = bin_dir or self.bin_dir or binaries()
+        for crd in yaml.safe_load_all((bin_dir / "kuberay-crd.yaml").read_text()):
+            if crd:
+                self._apply("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+        names = [f"{plural}.ray.io" for plural in ("rayclusters", "rayjobs", "rayservices")]
+        self._wait_for(
+            lambda: all(self._crd_established(name) for name in names),
+            "the ray.io CRDs Established",
+            30,
+        )
+
     # --- requests as the admin -----------------------------------------------------------
 
     def _admin_context(self) -> ssl.SSLContext:
@@ -688,6 +732,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--lws", action="store_true", help="with LeaderWorkerSet's controller, CRD and webhooks"
     )
+    parser.add_argument("--kuberay", action="store_true", help="with KubeRay's operator and CRDs")
     parser.add_argument(
         "--training-operator",
         action="store_true",
@@ -708,6 +753,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 lws=args.lws,
                 workloads=args.workloads,
                 training_operator=args.training_operator,
+                kuberay=args.kuberay,
             )
         except ControlPlaneError as error:
             print(f"controlplane: {error}", file=sys.stderr)
