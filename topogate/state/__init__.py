@@ -27,7 +27,14 @@ from collections.abc import Callable
 
 from topogate.api.errors import InputError
 from topogate.api.kinds import GATED_KINDS, JOB_KINDS
-from topogate.api.objects import is_admitted, is_finished, key_of, labels_changed, owner_job
+from topogate.api.objects import (
+    is_admitted,
+    is_finished,
+    key_of,
+    labels_changed,
+    only_waiting_words_changed,
+    owner_job,
+)
 from topogate.cache.snapshot import CapacityCache
 from topogate.kube.resources import (
     HYPERNODES,
@@ -61,6 +68,9 @@ class ControllerState:
         self.ledger.on_change(self.workloads.classify)
         self.pending = PendingQueue(self.store, self.workloads, self.catalogs)
         self._subscribers: dict[str, list[Listener]] = {}
+        # Workload events that may change a decision (not a pending message written back):
+        # a cycle with this, the catalog, the capacity and the quota unchanged is skipped.
+        self.workload_changes = 0
 
     def subscribe(self, resource: Resource, listener: Listener) -> None:
         """Call ``listener(old, new)`` after each event of ``resource`` has been applied."""
@@ -139,8 +149,10 @@ class ControllerState:
         self.ledger.workload_changed(key, new)
         if new is not None and not is_finished(new) and is_admitted(new):
             self.signals.ungate_workload(key)
-        else:
+        elif not only_waiting_words_changed(old, new):  # a pending message decides nothing
             self.signals.admit()
+        if not only_waiting_words_changed(old, new):
+            self.workload_changes += 1
 
     def _on_queue_object(self, old: Obj | None, new: Obj | None) -> None:
         self.signals.admit()
