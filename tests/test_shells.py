@@ -13,11 +13,11 @@ import aiohttp
 import pytest
 
 from tests.kit import written_domains
+from topogate.admission import cycle as cycle_module
 from topogate.admission.podsets import translate
 from topogate.api import constants as c
 from topogate.api.gpus import ASSIGNMENT_ANNOTATION
 from topogate.api.objects import condition, key_of, only_waiting_words_changed
-from topogate.controllers import admitter as admitter_module
 from topogate.controllers.admitter import Admitter
 from topogate.controllers.jobsync import JobSync
 from topogate.kube.errors import KubeError
@@ -271,13 +271,13 @@ async def test_a_cycle_with_nothing_new_to_read_is_not_run(monkeypatch: pytest.M
     h.kube.seed(WORKLOADS, workload("big", count=4, gpus=8))  # a rack holds 2 such pods
     h.deliver()
     cycles: list[int] = []
-    real = admitter_module.admission_cycle
+    real = cycle_module.admission_cycle
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         cycles.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(admitter_module, "admission_cycle", counting)
+    monkeypatch.setattr("topogate.controllers.admitter.admission_cycle", counting)
     admitter, events = h.admitter()
     await admitter.cycle()
     assert len(cycles) == 1
