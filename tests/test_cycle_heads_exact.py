@@ -44,7 +44,7 @@ LIMIT = st.one_of(st.none(), st.integers(0, 6))
 WEIGHT = st.sampled_from([None, 0.0, 0.5, 1.0, 2.0])
 FLAVOR = st.tuples(
     st.sampled_from(FLAVORS),
-    st.integers(0, 6),  # gpu nominal
+    st.integers(0, 3),  # gpu nominal
     st.one_of(st.none(), st.integers(0, 6)),  # cpu nominal (None: not covered)
     LIMIT,  # gpu borrowing limit
     LIMIT,  # gpu lending limit
@@ -52,7 +52,8 @@ FLAVOR = st.tuples(
 QUEUE = st.tuples(
     st.sampled_from(["BestEffortFIFO", "BestEffortFIFO", "StrictFIFO"]),
     st.lists(FLAVOR, min_size=0, max_size=2, unique_by=lambda f: f[0]),
-    st.sampled_from([None, *COHORTS]),
+    # mostly in the deepest cohorts, where a head's borrowing level can change
+    st.sampled_from([None, *COHORTS, "team-a1", "team-b1", "team-a1"]),
     st.booleans(),  # preemption enabled
     WEIGHT,
 )
@@ -62,7 +63,7 @@ COHORT = st.tuples(
 )
 WORKLOAD = st.tuples(
     st.sampled_from([*QUEUES, "cq-missing"]),
-    st.integers(0, 2),  # priority
+    st.sampled_from([0, 0, 0, 1, 2]),  # priority: mostly equal, so the levels decide
     st.integers(1, 4),  # day
     st.integers(1, 4),  # pods
     st.integers(0, 2),  # gpu per pod
@@ -165,9 +166,9 @@ def _run(queues: Any, cohorts: Any, pending: Any, fair: bool, placer: Any, preem
     st.lists(QUEUE, min_size=len(QUEUES), max_size=len(QUEUES)),
     st.lists(COHORT, min_size=len(COHORTS), max_size=len(COHORTS)),
     PARENTS,
-    st.lists(WORKLOAD, max_size=40),
+    st.lists(WORKLOAD, max_size=50),
     st.dictionaries(st.sampled_from(FLAVORS), st.integers(0, 14)),
-    st.frozensets(st.integers(0, 39).map(lambda i: f"ns/w{i}"), max_size=4),
+    st.frozensets(st.integers(0, 49).map(lambda i: f"ns/w{i}"), max_size=4),
     st.booleans(),
     st.booleans(),
 )
@@ -468,3 +469,55 @@ class ReferenceHeads:
             self._borrows.clear()
             self._booked = self.book.changes
         return min(winners, key=lambda name: (self._rank(name), name))
+
+
+DEEP_QUEUE = st.tuples(
+    st.sampled_from(["team", "team", "org", "other"]),
+    st.integers(0, 2),  # gpu nominal
+    st.one_of(st.none(), st.integers(0, 2)),  # gpu lending limit
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(DEEP_QUEUE, min_size=4, max_size=4),
+    st.integers(0, 4),  # the team's own quota
+    st.integers(0, 6),  # the org's own quota
+    st.lists(
+        st.tuples(st.integers(0, 3), st.integers(0, 1), st.integers(1, 6), st.integers(1, 3)),
+        max_size=30,
+    ),
+    st.booleans(),
+)
+def test_kept_ranks_in_a_deep_tree(
+    raw_queues: list[Any], team: int, org: int, raw_workloads: list[Any], fair: bool
+) -> None:
+    """One flavor, GPUs only, queues in a team under an org under a root: the space where a
+    head's borrowing level (and its share) moves most as the cycle admits elsewhere."""
+    queues = {
+        f"cq-{i}": QueueSpec(
+            f"cq-{i}",
+            "BestEffortFIFO",
+            (
+                FlavorQuota(
+                    "f1",
+                    {GPU: nominal},
+                    {},
+                    {GPU: min(lending, nominal)} if lending is not None else {},
+                ),
+            ),
+            cohort,
+        )
+        for i, (cohort, nominal, lending) in enumerate(raw_queues)
+    }
+    cohorts = {
+        "team": CohortSpec("team", "org", (FlavorQuota("f1", {GPU: team}),)),
+        "org": CohortSpec("org", "root", (FlavorQuota("f1", {GPU: org}),)),
+        "other": CohortSpec("other", "root"),
+        "root": CohortSpec("root"),
+    }
+    pending = _workloads(
+        [(f"cq-{q}", priority, day, 1, gpus, 0, None) for q, priority, day, gpus in raw_workloads]
+    )
+    fast, reference = _both(queues, cohorts, pending, fair)
+    assert fast == reference
