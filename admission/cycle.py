@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from sortedcontainers import SortedList
+
 from topogate.api.podspec import Toleration
 from topogate.api.quantity import format_units
 from topogate.cache.snapshot import ClusterSnapshot
@@ -156,12 +158,27 @@ def _same_words(why: str) -> Mapping[Shape, str]:
     return defaultdict(lambda: why)
 
 
+Rank = tuple[int, int, str, str, str]
+FairKey = tuple[bool, tuple[int, float], int, str, str, str]
+Node = tuple[str, str]  # ("q", lane) or ("c", cohort): the tournament's players
+
+
 class _Heads:
     """The queues' lanes, each walked from its head, and the next head to try across them.
 
-    Each lane's head is ranked once, and again only after the quota in use changed (an
-    admission or a preemptor's reservation); whether a head would borrow is worked out once
-    per (queue, shape) between such changes. The lanes are not changed: the walk is a cursor.
+    The walk is a cursor: the lanes are not changed. Its cost per pop is what the pop
+    touched, not the number of queues:
+
+    - A head's rank (:meth:`_rank`) only grows while the quota in use only grows (more usage
+      can only make a workload borrow from higher up), so the heads sit in a heap keyed by
+      their rank when pushed, and the top is ranked again when it comes up: one whose rank
+      has not changed is the least of all. Usage taken away (a hook giving quota back)
+      breaks this, and every head is ranked again.
+    - Fair sharing plays Kueue's tournament on a tree kept between pops: each cohort holds
+      its children (queues' heads, and child cohorts with their winners) sorted by their key
+      at that cohort (:meth:`_fair_key`). A head's key depends only on the usage along its
+      own path, so an admission re-keys only the admitted queue and the cohorts above it
+      (:meth:`_refresh`), and a lane whose head changed re-keys its own path.
 
     The rest of a blocked StrictFIFO lane is passed over at once (:meth:`block`), and so is
     the rest of a lane in which every shape is refused for quota (:meth:`pass_rest`): each of
@@ -187,13 +204,25 @@ class _Heads:
         ] = {}
         self.heads: dict[str, PendingWorkload] = {}
         self._walks: dict[str, Iterator[PendingWorkload]] = {}
-        # The lanes' heads by rank (a heap, built again when the quota in use changed).
-        self._ranked: list[tuple[tuple[int, int, str, str, str], str]] = []
+        # The heads that compete by rank (all of them, or with fair sharing those of queues
+        # without a cohort), by their rank when pushed: never above their rank now.
+        self._ranked: list[tuple[Rank, str]] = []
         self._borrows: dict[tuple[str, tuple[tuple[str, int], ...]], int] = {}
-        self._booked = -1
+        self._booked = -1  # the quota state `_borrows` holds for
+        self._read = 0  # how much of the book's log has been followed
+        self._removals = book.removals
         self._popped: str | None = None  # the lane to move on before the next pop
         self._blocked: dict[str, str] = {}
         self._taken: dict[str, int] = {}  # per lane, how many the walk has reached
+        # Fair sharing's tournament: per cohort its players sorted by key, each player's
+        # entry (cohort, sort item), the nodes to re-key by depth, the trees' roots, and the
+        # lanes whose head may change flavor with anyone's usage (two flavors cover it).
+        self._players: dict[str, SortedList[tuple[FairKey, Node]]] = {}
+        self._entry: dict[Node, tuple[str, tuple[FairKey, Node]]] = {}
+        self._dirty: dict[int, set[Node]] = defaultdict(set)
+        self._depth: dict[str, int] = {}
+        self._roots: set[str] = set()
+        self._volatile: set[str] = set()
 
     def fill(self) -> None:
         for name in self.lanes.names():
@@ -210,6 +239,24 @@ class _Heads:
             self._walks[name] = walk
             self._taken[name] = 1
             self.heads[name] = next(walk)
+            self._headed(name)
+        self._read = len(self.book.log)
+
+    def _headed(self, name: str) -> None:
+        """The lane's head changed (or the lane is done): put it where it competes."""
+        cohort = self.queues[name].cohort
+        if self.fair is None or not cohort:
+            if name in self.heads:
+                heapq.heappush(self._ranked, (self._rank(name), name))
+            return
+        self._roots.add(self.book.tree.root(cohort))
+        self._mark(("q", name))
+        head, flavors = self.heads.get(name), self.queues[name].flavors
+        asks = set(head.demand()) if head is not None else None
+        if asks is not None and sum(asks <= f.nominal.keys() for f in flavors) > 1:
+            self._volatile.add(name)
+        else:
+            self._volatile.discard(name)
 
     def block(self, name: str, why: str) -> None:
         """A StrictFIFO queue waits behind its head: the rest of it waits too."""
@@ -220,12 +267,16 @@ class _Heads:
         assert self._popped == name
         self._popped = None
         del self.heads[name], self._walks[name]
+        self._headed(name)
         return self._rest(name)
 
     def _rest(self, name: str) -> Sequence[PendingWorkload]:
         return self.lanes.lane(name)[self._taken[name] :]
 
-    def _rank(self, name: str) -> tuple[int, int, str, str, str]:
+    def _rank(self, name: str) -> Rank:
+        if self.book.changes != self._booked:
+            self._borrows.clear()
+            self._booked = self.book.changes
         head = self.heads[name]
         borrows = self._borrows.get((name, head.shape))
         if borrows is None:
@@ -241,32 +292,131 @@ class _Heads:
             if following is not None:
                 self._taken[name] += 1
                 self.heads[name] = following
+                self._headed(name)
                 return
         else:
             self.result.deferred.append((self._rest(name), _same_words(why)))
         del self.heads[name], self._walks[name]
+        self._headed(name)
 
     def pop(self) -> tuple[str, PendingWorkload] | None:
         """The next head to try, by :func:`admission_cycle`'s rule (None: all tried)."""
         moved, self._popped = self._popped, None
         if moved is not None:
             self._advance(moved)
+        self._follow_book()
         if not self.heads:
             return None
+        best = self._least_ranked()
         if self.fair is not None:
-            name = self._tournament()
-            self._popped = name
-            return name, self.heads[name]
-        if self.book.changes != self._booked:  # every head is ranked again
-            self._borrows.clear()
-            self._booked = self.book.changes
-            self._ranked = [(self._rank(name), name) for name in self.heads]
+            self._refresh()
+            for root in self._roots:
+                players = self._players.get(root)
+                if players:
+                    winner = players[0][0][4]
+                    if best is None or self._rank(winner) < self._rank(best):
+                        best = winner
+        assert best is not None
+        if self._ranked and self._ranked[0][1] == best:
+            heapq.heappop(self._ranked)
+        self._popped = best
+        return best, self.heads[best]
+
+    def _follow_book(self) -> None:
+        """Mark what the quota changes since the last pop touched."""
+        log = self.book.log
+        if self.book.removals != self._removals:  # usage went down: rank everything again
+            self._removals = self.book.removals
+            self._ranked = [
+                (self._rank(name), name)
+                for name in self.heads
+                if self.fair is None or not self.queues[name].cohort
+            ]
             heapq.heapify(self._ranked)
-        elif moved is not None and moved in self.heads:
-            heapq.heappush(self._ranked, (self._rank(moved), moved))
-        _, name = heapq.heappop(self._ranked)
-        self._popped = name
-        return name, self.heads[name]
+            for name in self.heads:
+                if self.fair is not None and self.queues[name].cohort:
+                    self._mark(("q", name))
+                    self._mark_path(self.queues[name].cohort)
+        if self.fair is None or self._read == len(log):
+            self._read = len(log)
+            return
+        for queue in log[self._read :]:
+            spec = self.queues.get(queue)
+            if spec is not None and spec.cohort:
+                if queue in self.heads:
+                    self._mark(("q", queue))
+                self._mark_path(spec.cohort)
+        for name in self._volatile:
+            self._mark(("q", name))
+        self._read = len(log)
+
+    def _least_ranked(self) -> str | None:
+        """The lane of least rank now among those in the heap (left on top), or None."""
+        ranked = self._ranked
+        while ranked:
+            pushed, name = ranked[0]
+            now = self._rank(name)
+            if now == pushed:
+                return name
+            heapq.heapreplace(ranked, (now, name))
+        return None
+
+    # Fair sharing's tournament.
+
+    def _depth_of_tree(self) -> Mapping[str, int]:
+        if not self._depth:
+            tree = self.book.tree
+            for cohort in tree.cohorts:
+                depth, up = 0, tree.parent[cohort]
+                while up is not None:
+                    depth, up = depth + 1, tree.parent[up]
+                self._depth[cohort] = depth
+        return self._depth
+
+    def _mark(self, node: Node) -> None:
+        kind, name = node
+        cohort = self.queues[name].cohort if kind == "q" else name
+        assert cohort is not None
+        self._dirty[self._depth_of_tree()[cohort] + (kind == "q")].add(node)
+
+    def _mark_path(self, cohort: str | None) -> None:
+        tree = self.book.tree
+        while cohort is not None:
+            self._mark(("c", cohort))
+            cohort = tree.parent[cohort]
+
+    def _refresh(self) -> None:
+        """Re-key the marked players, deepest first, each cohort whose winner or usage
+        changed in its own parent."""
+        tree = self.book.tree
+        while self._dirty:
+            depth = max(self._dirty)
+            for node in self._dirty.pop(depth):
+                kind, name = node
+                if kind == "q":
+                    above = self.queues[name].cohort
+                    player = name if name in self.heads else None
+                else:
+                    above = tree.parent[name]
+                    players = self._players.get(name)
+                    player = players[0][0][4] if players else None
+                    if above is None:
+                        continue
+                assert above is not None
+                self._seat(node, above, player)
+
+    def _seat(self, node: Node, cohort: str, player: str | None) -> None:
+        """Put ``node`` among ``cohort``'s players keyed by ``player``'s head (None: out)."""
+        old = self._entry.pop(node, None)
+        players = self._players.setdefault(cohort, SortedList())
+        if old is not None:
+            players.remove(old[1])
+        if player is not None:
+            item = (self._fair_key(cohort, player), node)
+            players.add(item)
+            self._entry[node] = (cohort, item)
+        if old is not None or player is not None:
+            self._mark(("c", cohort))
 
     def _head_shares(self, name: str) -> tuple[Mapping[str, Share], frozenset[FlavorResource]]:
         """The shares along the tree with the lane's head admitted (keyed by the cohort where
@@ -291,9 +441,7 @@ class _Heads:
         self._shares[name] = (head.key, changes, shares, asked)
         return shares, asked
 
-    def _fair_key(
-        self, level: str, name: str
-    ) -> tuple[bool, tuple[int, float], int, str, str, str]:
+    def _fair_key(self, level: str, name: str) -> FairKey:
         """A head's rank among its siblings at cohort ``level`` (Kueue's fair-sharing
         comparer, with its default feature gates): a child not borrowing from ``level`` on
         what the head asks for first, then the lower share after admitting it, then higher
@@ -302,36 +450,6 @@ class _Heads:
         share = shares[level]
         head = self.heads[name]
         return (share.borrows_on(asked), share.order, -head.priority, head.created, name, head.key)
-
-    def _winner(self, cohort: str) -> str | None:
-        """The lane whose head wins the tournament at ``cohort`` (None: no heads below)."""
-        tree = self.book.tree
-        candidates = [w for c in tree.child_cohorts[cohort] if (w := self._winner(c)) is not None]
-        candidates += [q.name for q in tree.child_queues[cohort] if q.name in self.heads]
-        if not candidates:
-            return None
-        return min(candidates, key=lambda name: self._fair_key(cohort, name))
-
-    def _tournament(self) -> str:
-        """Fair sharing: each cohort tree's winner of Kueue's tournament; across trees (and
-        queues without a cohort), whose order Kueue leaves open, the usual rank decides."""
-        tree = self.book.tree
-        winners: set[str] = set()
-        roots: set[str] = set()
-        for name in self.heads:
-            cohort = self.queues[name].cohort
-            if not cohort:
-                winners.add(name)
-            else:
-                roots.add(tree.root(cohort))
-        for root in roots:
-            winner = self._winner(root)
-            if winner is not None:
-                winners.add(winner)
-        if self.book.changes != self._booked:
-            self._borrows.clear()
-            self._booked = self.book.changes
-        return min(winners, key=lambda name: (self._rank(name), name))
 
 
 def admission_cycle(

@@ -269,9 +269,15 @@ class QuotaBook:
         self.queues = queues
         self.usage = usage  # updated in place by :meth:`add`
         self.changes = 0  # bumped by every :meth:`add`
+        # The queue of each :meth:`add`, in order, and how many of them took usage away: a
+        # reader that follows the log re-ranks only what an addition touched (usage that only
+        # grows only makes ranks worse), and everything after a removal.
+        self.log: list[str] = []
+        self.removals = 0
         self.tree = tree if tree is not None else CohortTree(queues)
-        self._cohort_usage: dict[tuple[str, str, str], int] = {}  # while ``changes`` holds
-        self._counted_at = 0
+        # Kept up to date by :meth:`add` along the added queue's path (an entry is worked out
+        # once, then moved by the difference), so a cycle's cost per admission is its depth.
+        self._cohort_usage: dict[tuple[str, str, str], int] = {}
 
     def used(self, queue: str, flavor: str, resource: str) -> int:
         return self.usage.get((queue, flavor), {}).get(resource, 0)
@@ -279,9 +285,6 @@ class QuotaBook:
     def cohort_used(self, cohort: str, flavor: str, resource: str) -> int:
         """A cohort's usage: its children's usage beyond their local quota. A queue's usage
         in a flavor or resource it has no quota for is not counted (as before trees)."""
-        if self._counted_at != self.changes:
-            self._cohort_usage.clear()
-            self._counted_at = self.changes
         key = (cohort, flavor, resource)
         found = self._cohort_usage.get(key)
         if found is not None:
@@ -407,10 +410,42 @@ class QuotaBook:
         )
 
     def add(self, queue: str, flavor: str, amounts: Mapping[str, int]) -> None:
+        """Add ``amounts`` (negative: give back) to the queue's usage in ``flavor``. The usage
+        mapping must change only through here: the cohorts' usage follows it."""
         self.changes += 1
+        self.log.append(queue)
         slot = self.usage.setdefault((queue, flavor), {})
+        spec = self.queues.get(queue)
         for resource, amount in amounts.items():
-            slot[resource] = slot.get(resource, 0) + amount
+            if amount < 0:
+                self.removals += 1
+            old = slot.get(resource, 0)
+            slot[resource] = old + amount
+            if spec is not None and spec.cohort:
+                self._carry_up(spec, flavor, resource, old, old + amount)
+
+    def _carry_up(self, queue: QueueSpec, flavor: str, resource: str, old: int, new: int) -> None:
+        """Move the cohorts' usage above ``queue`` by its change from ``old`` to ``new`` (only
+        what is beyond each node's local quota goes up). A cohort not yet worked out ends the
+        walk, and what was worked out above it is dropped: it is worked out again if asked."""
+        quota = queue_quota(queue, flavor)
+        if quota is None or resource not in quota.nominal:
+            return  # not counted in the cohorts (:meth:`cohort_used`)
+        local = queue_local(quota, resource)
+        delta = max(0, new - local) - max(0, old - local)
+        tree, cohort = self.tree, queue.cohort
+        while cohort is not None and delta:
+            key = (cohort, flavor, resource)
+            before = self._cohort_usage.get(key)
+            if before is None:
+                while cohort is not None:
+                    self._cohort_usage.pop((cohort, flavor, resource), None)
+                    cohort = tree.parent[cohort]
+                return
+            self._cohort_usage[key] = before + delta
+            local = tree.cohort_local(cohort, flavor, resource)
+            delta = max(0, before + delta - local) - max(0, before - local)
+            cohort = tree.parent[cohort]
 
 
 def checked_admission(admission: Mapping[str, Any]) -> Mapping[str, Any]:

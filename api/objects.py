@@ -65,6 +65,44 @@ def admission_of(workload: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return dict(admission) if isinstance(admission, Mapping) and admission else None
 
 
+# What changes on every write whatever was written.
+_EVERY_WRITE = frozenset({"resourceVersion", "managedFields"})
+
+
+def _without(obj: Mapping[str, Any], keys: frozenset[str]) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if k not in keys}
+
+
+def _not_waiting_words(status: Mapping[str, Any]) -> list[Any]:
+    """The conditions less a QuotaReserved=False one (why a Workload waits)."""
+    return [
+        c
+        for c in status.get("conditions") or []
+        if not (
+            isinstance(c, Mapping)
+            and c.get("type") == "QuotaReserved"
+            and c.get("status") == "False"
+        )
+    ]
+
+
+def only_waiting_words_changed(old: Obj | None, new: Obj | None) -> bool:
+    """The new version of a Workload differs from the old one only in why it waits (a
+    QuotaReserved=False condition, as the admitter's pending messages write it) and in what
+    every write changes: nothing an admission decision reads."""
+    if old is None or new is None:
+        return False
+    if any(old.get(k) != new.get(k) for k in (old.keys() | new.keys()) - {"metadata", "status"}):
+        return False
+    if _without(meta(old), _EVERY_WRITE) != _without(meta(new), _EVERY_WRITE):
+        return False
+    before, after = as_mapping(old.get("status")), as_mapping(new.get("status"))
+    conditions = frozenset({"conditions"})
+    return _without(before, conditions) == _without(after, conditions) and (
+        _not_waiting_words(before) == _not_waiting_words(after)
+    )
+
+
 def is_admitted(workload: Mapping[str, Any] | None) -> bool:
     return admission_of(workload) is not None
 

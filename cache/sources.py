@@ -62,6 +62,12 @@ class TopologySource:
     tiers: tuple[int, ...]  # the Volcano tier of each level
     aliases: Mapping[str, int] = field(default_factory=dict)  # other names of a level
     paths: Mapping[str, tuple[str, ...]] | None = None  # per node; None: from node labels
+    # The last tree per node-label filter, with the label columns and node names it was built
+    # over: a snapshot that differs only in usage shares them, so the tree is the same (a
+    # cycle runs on a new snapshot after every admission; the nodes rarely change).
+    _trees: dict[tuple[tuple[str, str], ...], tuple[object, object, DomainTree]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @classmethod
     def from_topology(cls, topology: Topology) -> TopologySource:
@@ -106,6 +112,17 @@ class TopologySource:
         self, snapshot: ClusterSnapshot, node_labels: Mapping[str, str] | None = None
     ) -> DomainTree:
         """The domain tree over the snapshot's nodes (those matching ``node_labels``)."""
+        key = tuple(sorted((node_labels or {}).items()))
+        found = self._trees.get(key)
+        if found is not None and found[0] is snapshot.labels and found[1] is snapshot.node_names:
+            return found[2]
+        tree = self._build_tree(snapshot, node_labels)
+        self._trees[key] = (snapshot.labels, snapshot.node_names, tree)
+        return tree
+
+    def _build_tree(
+        self, snapshot: ClusterSnapshot, node_labels: Mapping[str, str] | None
+    ) -> DomainTree:
         if self.paths is None:
             return DomainTree.from_labels(snapshot, self.level_keys, node_labels)
         paths = self.paths

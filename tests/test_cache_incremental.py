@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from tests.kit import GPU, node, running
 from topogate.cache.nodes import NodeInfo, PodUsage
 from topogate.cache.snapshot import CapacityCache, ClusterSnapshot
+from topogate.cache.sources import TopologySource
 
 NAMES = [f"n{i}" for i in range(5)]
 op = st.one_of(
@@ -136,3 +137,22 @@ def test_a_node_change_rebuilds(monkeypatch: Any) -> None:
     cache.upsert_node(changed)
     assert cache.snapshot().label("cloud.com/topology-rack").values == ["r2"]
     assert cache.rebuilds == 2
+
+
+def test_a_topology_tree_is_built_again_only_when_the_nodes_change() -> None:
+    """A cycle runs on a new snapshot after every admission: its tree is the last one while
+    only usage changed, and a new one once a node's labels did."""
+    source = TopologySource(
+        "t", "labels", ("cloud.com/topology-block", "cloud.com/topology-rack"), (1, 2)
+    )
+    cache = CapacityCache()
+    cache.upsert_node(node("a", "b", "r", "a", gpu=8))
+    cache.upsert_node(node("c", "b", "r", "c", gpu=8))
+    first = source.tree(cache.snapshot())
+    cache.set_workload_usage("w", {"a": {GPU: 2}})
+    assert source.tree(cache.snapshot()) is first
+    assert source.tree(cache.snapshot(), {"x": "y"}) is not first  # another filter, its own
+    cache.upsert_node(node("c", "b", "r2", "c", gpu=8))
+    second = source.tree(cache.snapshot())
+    assert second is not first
+    assert second.value_table[1] == ["r", "r2"]

@@ -13,10 +13,11 @@ import aiohttp
 import pytest
 
 from tests.kit import written_domains
+from topogate.admission import cycle as cycle_module
 from topogate.admission.podsets import translate
 from topogate.api import constants as c
 from topogate.api.gpus import ASSIGNMENT_ANNOTATION
-from topogate.api.objects import condition, key_of
+from topogate.api.objects import condition, key_of, only_waiting_words_changed
 from topogate.controllers.admitter import Admitter
 from topogate.controllers.jobsync import JobSync
 from topogate.kube.errors import KubeError
@@ -247,11 +248,11 @@ async def test_a_pending_workload_gets_its_message_once(monkeypatch: pytest.Monk
     status_writes = len(h.kube.calls_of("patch", "workloads/status"))
     await admitter.cycle()  # same message: not written again
     assert len(h.kube.calls_of("patch", "workloads/status")) == status_writes
-    # Translated once for its first version and once for the version the write made; a cycle
-    # with nothing new translates nothing.
-    assert translated == ["ml/big", "ml/big"]
+    # Translated once, for its first version: the version the write made only says why it
+    # waits, so its translation is kept; a cycle with nothing new translates nothing.
+    assert translated == ["ml/big"]
     await admitter.cycle()
-    assert translated == ["ml/big", "ml/big"]
+    assert translated == ["ml/big"]
     # A queue change may change the answer: translated again.
     local = h.kube.stored(LOCAL_QUEUES, "q", "ml")
     assert local is not None
@@ -259,7 +260,73 @@ async def test_a_pending_workload_gets_its_message_once(monkeypatch: pytest.Monk
     h.deliver()
     await admitter.cycle()
     await events.drain()
-    assert translated == ["ml/big", "ml/big", "ml/big"]
+    assert translated == ["ml/big", "ml/big"]
+
+
+async def test_a_cycle_with_nothing_new_to_read_is_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """serve's CPU must not grow while writes wait: a pending message written back wakes no
+    cycle, and a cycle whose inputs (capacity, catalog, pending queue, Workloads, ledger) are
+    unchanged keeps the last outcome instead of deciding again; one that has news runs."""
+    h = Harness()
+    h.kube.seed(WORKLOADS, workload("big", count=4, gpus=8))  # a rack holds 2 such pods
+    h.deliver()
+    cycles: list[int] = []
+    real = cycle_module.admission_cycle
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        cycles.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("topogate.controllers.admitter.admission_cycle", counting)
+    admitter, events = h.admitter()
+    await admitter.cycle()
+    assert len(cycles) == 1
+    h.state.signals.admit_event.clear()
+    h.deliver()  # the pending message, written back through the watch
+    assert not h.state.signals.admit_event.is_set()
+    await admitter.cycle()
+    assert (len(cycles), admitter.skipped) == (1, 1)
+    # The message is written again if its write is lost meanwhile (the last outcome's words).
+    admitter.messages.drop("ml/big")
+    stored = h.kube.stored(WORKLOADS, "big", "ml")
+    assert stored is not None
+    status = {
+        "conditions": [c for c in stored["status"]["conditions"] if c["type"] != "QuotaReserved"]
+    }
+    h.kube.seed(WORKLOADS, {**stored, "status": status})
+    h.deliver()  # the words taken away: said again from the last outcome, no cycle run
+    await admitter.cycle()
+    await events.drain()
+    assert (len(cycles), admitter.skipped) == (1, 2)
+    said = condition(h.kube.stored(WORKLOADS, "big", "ml"), "QuotaReserved")
+    assert said is not None and said["reason"] == "Pending"
+    h.deliver()
+    h.kube.seed(WORKLOADS, workload("small", count=1, gpus=1))  # news: it runs and admits
+    h.deliver()
+    await admitter.cycle()
+    assert len(cycles) == 2
+    assert h.state.ledger.reserved("ml/small") is not None
+
+
+def test_only_waiting_words_changed() -> None:
+    before = workload("w")
+    pending = {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": "a"}
+    said = {**before, "metadata": {**before["metadata"], "resourceVersion": "7"}}
+    said["status"] = {"conditions": [pending]}
+    assert only_waiting_words_changed(before, said)
+    other = {**said, "status": {"conditions": [{**pending, "message": "b"}]}}
+    assert only_waiting_words_changed(said, other)
+    reserved = {**said, "status": {"conditions": [{**pending, "status": "True"}]}}
+    assert not only_waiting_words_changed(said, reserved)
+    evicted = {**said, "status": {"conditions": [pending, {"type": "Evicted", "status": "True"}]}}
+    assert not only_waiting_words_changed(said, evicted)
+    admitted = {**said, "status": {**said["status"], "admission": {"clusterQueue": "cq"}}}
+    assert not only_waiting_words_changed(said, admitted)
+    respec = {**said, "spec": {**said["spec"], "priority": 5}}
+    assert not only_waiting_words_changed(said, respec)
+    labelled = {**said, "metadata": {**said["metadata"], "labels": {"x": "y"}}}
+    assert not only_waiting_words_changed(said, labelled)
+    assert not only_waiting_words_changed(None, said)
 
 
 def queued_job(name: str = "train", suspend: bool = True) -> Obj:

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from topogate import clock
 from topogate.admission.assignments import node_usage, pod_set_assignments
-from topogate.admission.cycle import Admitted, admission_cycle
+from topogate.admission.cycle import Admitted, CycleResult, admission_cycle
 from topogate.admission.exact import EXACT_BUDGET
 from topogate.admission.fairpreemption import DEFAULT_STRATEGIES
 from topogate.admission.fairshare import tree_shares
@@ -88,6 +88,10 @@ class Admitter:
         self.shares = ShareStatus(kube, state, pending_qps)
         self._left: set[str] = set()  # stopped waiting; what is kept for them goes soon
         self.cycles = 0
+        self.skipped = 0  # cycles not run: nothing they read had changed
+        # What the last cycle read (the capacity snapshot, and the versions of the catalog,
+        # the pending queue, the Workloads and the ledger) and what it decided.
+        self._last: tuple[object, tuple[int, ...], CycleResult] | None = None
         # Per Workload, the last write spawned (the next one waits for it).
         self._chains: dict[str, asyncio.Task[None]] = {}
 
@@ -171,6 +175,21 @@ class Admitter:
                 self._report_shares(catalog)
             return
         snapshot = self.state.ledger.snapshot()
+        state = self.state
+        read = (
+            state.catalogs.generation,
+            queue.version,
+            state.workload_changes,
+            state.ledger.changes,
+        )
+        if self._last is not None and self._last[0] is snapshot and self._last[1] == read:
+            # Nothing a decision reads changed (a wake by a pending message written back, or
+            # the pending messages' timer): the last cycle's outcome stands, and running it
+            # again would only spend CPU while the writes it spawned wait for their turn.
+            self.skipped += 1
+            if describe:
+                self.messages.update({**queue.problems, **self._last[2].pending})
+            return
         named = queue.lanes.topologies()
         placer = build_placer(snapshot, catalog, named, clock.exact_budget(self.exact_budget))
         strategies = self.preemption_strategies if self.fair_sharing else None
@@ -188,6 +207,7 @@ class Admitter:
             self.metrics.exact_pass.labels(outcome).inc(count)
         self.metrics.admission_cycle_seconds.observe(time.perf_counter() - started)
         self.cycles += 1
+        self._last = (snapshot, read, result)
         workloads = self.state.store.objects(WORKLOADS)
         admitted: dict[str, int] = {}
         for one in result.admitted:

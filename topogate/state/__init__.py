@@ -33,6 +33,7 @@ from topogate.api.objects import (
     key_of,
     labels_changed,
     labels_of,
+    only_waiting_words_changed,
     owner_job,
 )
 from topogate.api.podgroups import MANAGED_LABEL
@@ -73,6 +74,9 @@ class ControllerState:
         self.ledger.on_change(self.workloads.classify)
         self.pending = PendingQueue(self.store, self.workloads, self.catalogs)
         self._subscribers: dict[str, list[Listener]] = {}
+        # Workload events that may change a decision (not a pending message written back):
+        # a cycle with this, the catalog, the capacity and the quota unchanged is skipped.
+        self.workload_changes = 0
 
     def subscribe(self, resource: Resource, listener: Listener) -> None:
         """Call ``listener(old, new)`` after each event of ``resource`` has been applied."""
@@ -166,8 +170,10 @@ class ControllerState:
         self.ledger.workload_changed(key, new)
         if new is not None and not is_finished(new) and is_admitted(new):
             self.signals.ungate_workload(key)
-        else:
+        elif not only_waiting_words_changed(old, new):  # a pending message decides nothing
             self.signals.admit()
+        if not only_waiting_words_changed(old, new):
+            self.workload_changes += 1
 
     def _on_native_podgroup(self, old: Obj | None, new: Obj | None) -> None:
         """A user's PodGroup: its pods' group (keyed by the group's name) is composed again.

@@ -52,6 +52,7 @@ class Ledger:
         # and the ungater never wait for the watch to act on an admission).
         self._written: dict[str, Obj] = {}
         self._listeners: list[Callable[[str], None]] = []
+        self.changes = 0  # bumped by every change of what is held, assumed or written
 
     def on_change(self, listener: Callable[[str], None]) -> None:
         """Call ``listener(key)`` after a Workload's admission was assumed, confirmed,
@@ -194,10 +195,12 @@ class Ledger:
         self._capacity.set_workload_usage(key, per_node)
         self._capacity.set_workload_gpus(key, gpus)
         self._held.add(key)
+        self.changes += 1
 
     def _release(self, key: str) -> None:
         self._held.discard(key)
         self._capacity.release_workload(key)
+        self.changes += 1
 
     def _rehold(self, key: str, workload: Obj) -> None:
         try:
@@ -208,5 +211,6 @@ class Ledger:
         self._hold(key, per_node, gpu_assignment_of(workload, key))
 
     def _changed(self, key: str) -> None:
+        self.changes += 1
         for listener in self._listeners:
             listener(key)

@@ -21,8 +21,8 @@ from topogate.admission.lanes import QueueLanes
 from topogate.admission.podsets import Translation, translate
 from topogate.admission.quota import Usage, checked_admission, usage_of
 from topogate.api.errors import InputError
-from topogate.api.objects import is_finished, meta
-from topogate.kube.resources import WORKLOADS
+from topogate.api.objects import is_finished, meta, only_waiting_words_changed
+from topogate.kube.resources import WORKLOADS, Obj
 
 from .catalogs import Catalogs
 from .ledger import Ledger
@@ -105,6 +105,7 @@ class Candidate:
 
     version: str
     translation: Translation
+    source: Obj  # the version translated: a later one that only says why it waits reuses it
 
 
 class PendingQueue:
@@ -117,6 +118,7 @@ class PendingQueue:
         self._lanes = QueueLanes()
         self._problems: dict[str, str] = {}
         self._generation = -1
+        self.version = 0  # bumped when a lane or a problem changed (a cycle's input)
 
     @property
     def lanes(self) -> QueueLanes:
@@ -143,21 +145,43 @@ class PendingQueue:
         self._changes.clear()  # in place: the index fills this very set
         left = []
         for key in changed:
-            self._lanes.discard(key)
-            self._problems.pop(key, None)
             workload = self._workloads.get(key)
             if workload is None or not self._index.is_waiting(key):
                 self._candidates.pop(key, None)
+                self._drop(key)
                 left.append(key)
                 continue
             version = f"{meta(workload).get('resourceVersion')}/{self._catalogs.generation}"
             cached = self._candidates.get(key)
             if cached is None or cached.version != version:
-                cached = Candidate(version, translate(workload, key, catalog))
+                generation = f"/{self._catalogs.generation}"
+                if (
+                    cached is not None
+                    and cached.version.endswith(generation)
+                    and only_waiting_words_changed(cached.source, workload)
+                ):
+                    cached = Candidate(version, cached.translation, workload)
+                else:
+                    cached = Candidate(version, translate(workload, key, catalog), workload)
                 self._candidates[key] = cached
-            translation = cached.translation
-            if translation.pending is None:
-                self._problems[key] = translation.problem
-            else:
-                self._lanes.put(translation.pending)
+            self._place(key, cached.translation)
         return left
+
+    def _drop(self, key: str) -> None:
+        if self._lanes.get(key) is not None or key in self._problems:
+            self._lanes.discard(key)
+            self._problems.pop(key, None)
+            self.version += 1
+
+    def _place(self, key: str, translation: Translation) -> None:
+        """Put the workload in its lane, or with its problem; counted only when that changed
+        (a new version that translates the same changes no cycle's input)."""
+        if translation.pending is None:
+            if self._problems.get(key) != translation.problem:
+                self._lanes.discard(key)
+                self._problems[key] = translation.problem
+                self.version += 1
+        elif self._lanes.get(key) != translation.pending or key in self._problems:
+            self._problems.pop(key, None)
+            self._lanes.put(translation.pending)
+            self.version += 1
