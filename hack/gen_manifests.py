@@ -49,7 +49,23 @@ def rendered() -> dict[str, str]:
         files[f"{chart}/crds/{name}"] = _dump(doc)
     files[f"{chart}/mutating-webhooks.yaml"] = _dump(mutating)
     files[f"{chart}/validating-webhooks.yaml"] = _dump(validating)
+    files[f"{chart}/manager-rules.yaml"] = _dump(_manager_rules())
     return files
+
+
+def _manager_rules() -> list[object]:
+    """The manager ClusterRole's rules of config/rbac/role.yaml (written by hand, next to the
+    code paths that use them), for the chart to read; the chart adds the webhook CA's rule
+    itself, since it follows the certificate mode."""
+    for doc in yaml.safe_load_all((CONFIG / "rbac" / "role.yaml").read_text()):
+        if doc and doc.get("kind") == "ClusterRole":
+            rules: list[object] = [
+                rule
+                for rule in doc["rules"]
+                if "admissionregistration.k8s.io" not in rule.get("apiGroups", [])
+            ]
+            return rules
+    raise SystemExit("config/rbac/role.yaml: no ClusterRole")
 
 
 def main() -> None:
