@@ -354,50 +354,64 @@ def _true(obj: Obj, kind: str) -> bool:
 async def record(kube: Kube, run: Run, total: int) -> None:
     """Watch Workloads as Kueue's runner does: record each one's states, check every admission,
     finish the admitted after their running time, requeue the evicted, until all are
-    finished."""
+    finished. A watch too old to resume (410) lists afresh and goes on from there."""
     timers: set[asyncio.Task[None]] = set()
-    seen_version = (await kube.list(WORKLOADS))["metadata"]["resourceVersion"]
-    run.requests["LIST workloads"] += 1
     finished = 0
+
+    def handle(kind: str, obj: Obj) -> None:
+        nonlocal finished
+        now = time.monotonic()
+        key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+        if kind == "DELETED":
+            run.checker.observe(None, key)
+            return
+        run.latest[key] = obj
+        run.checker.observe(obj, key)
+        rec = run.records.get(key)
+        if rec is None:
+            rec = run.records[key] = Record(obj["metadata"]["labels"]["bench/class"], now)
+        admitted, evicted = _true(obj, "Admitted"), _true(obj, "Evicted")
+        if _true(obj, "Finished") and not rec.finished:
+            rec.finished = True
+            finished += 1
+        if evicted and not rec.evicted:
+            rec.evictions += 1
+        if evicted and obj["status"].get("admission") and key not in run.requeuing:
+            run.requeuing.add(key)
+            timers.add(asyncio.create_task(requeue(kube, run, obj)))
+        if admitted and not rec.admitted:
+            # As Kueue's recorder: each admission sets the time (the last one counts).
+            rec.tta_ms = int((now - rec.first_seen) * 1000)
+            rec.admissions += 1
+            run.admissions.append(now)
+            runtime = int(obj["metadata"]["labels"]["bench/runtime-ms"]) / 1000
+            timers.add(asyncio.create_task(finish(kube, run, key, rec.admissions, runtime)))
+        elif not admitted and rec.admitted:
+            rec.admissions += 1  # its timer is void: a new admission starts its own
+        rec.admitted, rec.evicted = admitted, evicted
+
+    async def relist() -> str:
+        listing = await kube.list(WORKLOADS)
+        run.requests["LIST workloads"] += 1
+        for item in listing["items"]:
+            handle("MODIFIED", item)
+        return str(listing["metadata"]["resourceVersion"])
+
+    seen_version = await relist()
     while finished < total:
         run.requests["WATCH workloads"] += 1
-        async for event in kube.watch(WORKLOADS, seen_version, timeout_seconds=60):
-            now = time.monotonic()
-            obj = event["object"]
-            seen_version = obj["metadata"].get("resourceVersion", seen_version)
-            key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
-            if event["type"] == "DELETED":
-                run.checker.observe(None, key)
-                continue
-            if event["type"] not in ("ADDED", "MODIFIED"):
-                continue
-            run.latest[key] = obj
-            run.checker.observe(obj, key)
-            rec = run.records.get(key)
-            if rec is None:
-                labels = obj["metadata"]["labels"]
-                rec = run.records[key] = Record(labels["bench/class"], now)
-            admitted, evicted = _true(obj, "Admitted"), _true(obj, "Evicted")
-            if _true(obj, "Finished") and not rec.finished:
-                rec.finished = True
-                finished += 1
-            if evicted and not rec.evicted:
-                rec.evictions += 1
-            if evicted and obj["status"].get("admission") and key not in run.requeuing:
-                run.requeuing.add(key)
-                timers.add(asyncio.create_task(requeue(kube, run, obj)))
-            if admitted and not rec.admitted:
-                # As Kueue's recorder: each admission sets the time (the last one counts).
-                rec.tta_ms = int((now - rec.first_seen) * 1000)
-                rec.admissions += 1
-                run.admissions.append(now)
-                runtime = int(obj["metadata"]["labels"]["bench/runtime-ms"]) / 1000
-                timers.add(asyncio.create_task(finish(kube, run, key, rec.admissions, runtime)))
-            elif not admitted and rec.admitted:
-                rec.admissions += 1  # its timer is void: a new admission starts its own
-            rec.admitted, rec.evicted = admitted, evicted
-            if finished >= total:
-                break
+        try:
+            async for event in kube.watch(WORKLOADS, seen_version, timeout_seconds=60):
+                obj = event["object"]
+                seen_version = obj["metadata"].get("resourceVersion", seen_version)
+                if event["type"] in ("ADDED", "MODIFIED", "DELETED"):  # not BOOKMARK
+                    handle(event["type"], obj)
+                if finished >= total:
+                    break
+        except KubeError as error:
+            if error.status != 410:
+                raise
+            seen_version = await relist()
     run.done.set()
     for task in timers:
         task.cancel()
@@ -847,9 +861,45 @@ def _kubeconfig_get(kubeconfig: Path, path: str, scratch: Path) -> str:
         context.load_cert_chain(cert, key)
     if user.get("token"):
         headers["Authorization"] = f"Bearer {user['token']}"
-    request = urllib.request.Request(cluster["server"] + path, headers=headers)
+    request = urllib.request.Request(cluster["server"].rstrip("/") + path, headers=headers)
     with urllib.request.urlopen(request, timeout=10, context=context) as answer:
         return str(answer.read().decode())
+
+
+KUEUE_WORKLOADS = Resource("kueue.x-k8s.io/v1beta2", "workloads")
+KUEUE_CLUSTER_QUEUES = Resource("kueue.x-k8s.io/v1beta2", "clusterqueues", namespaced=False)
+
+
+async def check_kueue(kubeconfig: Path, stop: threading.Event, checker: Checker) -> None:
+    """Kueue's admissions through the same checker, from a watch on its API server: its nodes
+    (all made before the first queue) when the first admission comes, each ClusterQueue when
+    an admission first names it."""
+    kube = await Kube.connect(str(kubeconfig), qps=None)
+    try:
+        version = (await kube.list(KUEUE_WORKLOADS))["metadata"]["resourceVersion"]
+        while not stop.is_set():
+            async for event in kube.watch(KUEUE_WORKLOADS, version, timeout_seconds=5):
+                obj = event["object"]
+                version = obj["metadata"].get("resourceVersion", version)
+                if event["type"] not in ("ADDED", "MODIFIED", "DELETED"):  # a BOOKMARK
+                    continue
+                key = f"{obj['metadata'].get('namespace')}/{obj['metadata']['name']}"
+                if event["type"] == "DELETED":
+                    checker.observe(None, key)
+                    continue
+                admission = (obj.get("status") or {}).get("admission")
+                if admission and key not in checker.held:
+                    if not checker.allocatable:
+                        for node in (await kube.list(NODES))["items"]:
+                            checker.add_node(node)
+                    queue = admission.get("clusterQueue")
+                    if queue and queue not in checker.quotas:
+                        checker.add_cluster_queue(await kube.get(KUEUE_CLUSTER_QUEUES, queue))
+                checker.observe(obj, key)
+                if stop.is_set():
+                    break
+    finally:
+        await kube.close()
 
 
 def kueue_side(
@@ -897,12 +947,32 @@ def kueue_side(
                 if cpu:
                     sample["cpu"] = cpu
                 if (out / "kubeconfig").exists():
-                    with contextlib.suppress(OSError, ValueError, KeyError, ssl.SSLError):
+                    # From when the API server is up with its CRDs, as on topogate's side.
+                    sample.setdefault("cpu0", cpu)
+                    try:
                         text = _kubeconfig_get(out / "kubeconfig", "/metrics", scratch)
                         sample["requests"] = api_requests(text)
+                    except (OSError, ValueError, KeyError, ssl.SSLError) as error:
+                        sample["error"] = repr(error)
+
+        checker = Checker()
+        checking: list[BaseException] = []
+
+        def check() -> None:
+            deadline = time.monotonic() + 300
+            while not (out / "kubeconfig").exists():
+                if stop.wait(0.2) or time.monotonic() > deadline:
+                    return
+            try:
+                asyncio.run(check_kueue(out / "kubeconfig", stop, checker))
+            except (OSError, KubeError, TimeoutError) as error:
+                if not stop.is_set():  # the runner stops its API server as it ends
+                    checking.append(error)
 
         thread = threading.Thread(target=sampler, daemon=True)
         thread.start()
+        checker_thread = threading.Thread(target=check, daemon=True)
+        checker_thread.start()
         try:
             code = proc.wait(timeout + 120)
         except subprocess.TimeoutExpired:
@@ -911,7 +981,10 @@ def kueue_side(
         finally:
             stop.set()
             thread.join()
+            checker_thread.join(30)
     wall = time.monotonic() - started
+    if checking and (out / "summary.yaml").exists():
+        checking.clear()  # the runner stopped its API server at the end, as it does
     if code != 0:
         tail = (directory / "kueue-runner.log").read_text(errors="replace")[-3000:]
         raise SystemExit(f"Kueue's runner failed ({code}):\n{tail}")
@@ -936,11 +1009,23 @@ def kueue_side(
         row["p50"] = admitted[len(admitted) // 2] if admitted else 0
         row["p90"] = admitted[max(0, int(len(admitted) * 0.9) - 1)] if admitted else 0
     cpu = (float(stats.get("userMs", 0)) + float(stats.get("sysMs", 0))) / 1000
+    # The budget minimalkueue says it runs at (its log's "K8S Client" line): proof of the build.
+    said = None
+    for log_file in out.glob(f"{binary}.*.log"):
+        match = re.search(r'K8S Client.*"qps": ([0-9.]+), "burst": ([0-9]+)', log_file.read_text())
+        if match:
+            said = [float(match[1]), int(match[2])]
+    if said != [float(budget[0]), budget[1]]:
+        raise SystemExit(f"{binary} says its client budget is {said}, not {budget}")
+    cpu0 = sample.get("cpu0", {})
     others = {
-        name: value for name, value in sample["cpu"].items() if not name.startswith("minimalkueue")
+        name: value - cpu0.get(name, 0.0)
+        for name, value in sample["cpu"].items()
+        if not name.startswith("minimalkueue")
     }
     return {
         "binary": binary,
+        "client_budget_logged": said,
         "wall": float(stats.get("wallMs", wall * 1000)) / 1000,
         "cpu": cpu,
         "rss": float(stats.get("maxrss", 0)) / 1024,
@@ -948,6 +1033,13 @@ def kueue_side(
         "api_requests": dict(sample["requests"].most_common()),
         "classes": classes,
         "dropped_workload_events": summary.get("droppedWorkloadEvents", 0),
+        "invariants": {
+            "admissions_checked": checker.checked,
+            "placement_unverifiable": checker.unplaceable,
+            "violations": checker.violations,
+            "checker_error": repr(checking[0]) if checking else None,
+        },
+        "metrics_error": sample.get("error"),
         "raw": {"summary": summary, "stats": stats},
     }
 
@@ -1032,7 +1124,18 @@ def report(result: dict[str, Any]) -> None:
         marker = theirs["speed_marker_ms"]
         print(f"  machine speed marker before and after: {marker[0]:.0f}, {marker[1]:.0f} ms")
         others = ", ".join(f"{name} {cpu:.1f} s" for name, cpu in theirs["cpu_others"].items())
-        print(f"  CPU of the rest on this side (last 2 s sample): {others}")
+        print(
+            f"  CPU of the rest on this side (from its API server's start, 2 s samples): {others}"
+        )
+        inv = theirs["invariants"]
+        print(
+            f"  invariants: {inv['admissions_checked']} admissions checked (placement of "
+            f"{inv['placement_unverifiable']} not verifiable: shared hostname labels), "
+            f"{len(inv['violations'])} violations"
+            + (f"; the checker stopped: {inv['checker_error']}" if inv["checker_error"] else "")
+        )
+        for line in inv["violations"][:10]:
+            print(f"    {line}")
         print("  API requests (its runner's included): " + _requests_line(theirs["api_requests"]))
         ratios = result["ratios"]
         print(
@@ -1206,8 +1309,11 @@ def main() -> None:
     path = args.results / f"{result['scenario']}-{qps}-{burst}-{stamp}.json"
     path.write_text(json.dumps(result, indent=1, default=str) + "\n")
     print(f"written to {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
-    if ours["invariants"]["violations"]:
-        sys.exit(f"{len(ours['invariants']['violations'])} invariant violations: the run fails")
+    broken = len(ours["invariants"]["violations"])
+    if result["kueue"] is not None:
+        broken += len(result["kueue"]["invariants"]["violations"])
+    if broken:
+        sys.exit(f"{broken} invariant violations: the run fails")
 
 
 if __name__ == "__main__":

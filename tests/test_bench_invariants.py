@@ -155,3 +155,32 @@ def test_a_slice_split_over_two_racks_is_a_violation() -> None:
     c.observe(admitted("split", "q", {"a1": 1, "b1": 1}, annotations=slices), "ns/split")
     assert len(c.violations) == 1
     assert "slices of 2" in c.violations[0]
+
+
+def test_kueues_topology_request_field_is_checked_as_the_annotations() -> None:
+    c = checker(queue("q", "100"))
+    split = admitted("split", "q", {"a1": 1, "b1": 1})
+    split["spec"]["podSets"][0]["topologyRequest"] = {"required": RACK}
+    c.observe(split, "ns/split")
+    sliced = admitted("sliced", "q", {"a2": 1, "b1": 1})
+    sliced["spec"]["podSets"][0]["topologyRequest"] = {
+        "podSetSliceRequiredTopology": RACK,
+        "podSetSliceSize": 2,
+    }
+    c.observe(sliced, "ns/sliced")
+    assert len(c.violations) == 2
+    assert "required in one" in c.violations[0]
+    assert "slices of 2" in c.violations[1]
+
+
+def test_shared_hostname_labels_leave_the_placement_unverified_not_violated() -> None:
+    c = inv.Checker()
+    c.add_cluster_queue(queue("q", "1"))
+    for name, rack in (("r1-n0", "ra"), ("r2-n0", "rb")):
+        shared = node(name, rack)
+        shared["metadata"]["labels"][HOST] = "node-0"  # as Kueue's generator labels them
+        c.add_node(shared)
+    c.observe(admitted("w", "q", {"node-0": 2}), "ns/w")
+    assert c.unplaceable == 1
+    assert len(c.violations) == 1  # the quota is still checked: 2 CPU against 1
+    assert "cohort c uses 2000m" in c.violations[0]
