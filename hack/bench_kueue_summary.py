@@ -60,6 +60,8 @@ def summarise(
     print(f"== {scenario}, client budget {budget} on both sides: {len(runs)} sittings")
     for run in runs:
         violations = len(run["topogate"]["invariants"]["violations"])
+        if run.get("kueue"):
+            violations += len(run["kueue"]["invariants"]["violations"])
         print(f"   {run['_file']}: {run['uptime_before']}; invariant violations {violations}")
 
     def each(among: list[dict[str, Any]], *path: str) -> list[float]:
@@ -109,6 +111,8 @@ def summarise(
         header += f" {'Kueue mean ms':>22} {'ratio':>18}"
     if bound:
         header += f" {'bound ms':>9} {'serve/bound':>12}"
+        if sides:
+            header += f" {'Kueue/bound':>12}"
     print(header)
     for cls in CLASSES:
         ours = each(runs, "topogate", "classes", cls, "mean")
@@ -121,6 +125,8 @@ def summarise(
             line += f" {spread(theirs, '{:.0f}'):>22} {spread(ratio):>18}"
         if bound and cls in bound:
             line += f" {bound[cls]:9.0f} {statistics.median(ours) / max(bound[cls], 1):12.1f}"
+            if sides and theirs:
+                line += f" {statistics.median(theirs) / max(bound[cls], 1):12.1f}"
         print(line)
 
 
