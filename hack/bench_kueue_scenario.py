@@ -953,8 +953,10 @@ def kueue_side(
                 for pid, name in _descendants(proc.pid).items():
                     with contextlib.suppress(OSError, ValueError, IndexError):
                         cpu[name] = cpu.get(name, 0.0) + proc_cpu(pid)
-                if cpu:
-                    sample["cpu"] = cpu
+                # A process that has exited keeps its last figure (the runner stops its API
+                # server before the last sample).
+                for name, value in cpu.items():
+                    sample["cpu"][name] = max(value, sample["cpu"].get(name, 0.0))
                 if (out / "kubeconfig").exists():
                     # From when the API server is up with its CRDs, as on topogate's side.
                     sample.setdefault("cpu0", cpu)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -72,7 +73,8 @@ def summarise(
             try:
                 for part in path:
                     value = value[part]
-                out.append(float(value))
+                if not math.isnan(float(value)):  # a figure the sitting could not take
+                    out.append(float(value))
             except (KeyError, TypeError):
                 continue
         return out
