@@ -1,37 +1,54 @@
-"""Kueue's own TAS scheduler performance scenario, run on `topogate serve` (and, with
---kueue-checkout, on Kueue's minimal controller in the same sitting); prints figures.
+"""Kueue's own TAS scheduler performance scenario side by side: `topogate serve` and Kueue's
+minimal controller (its test/performance/scheduler runner and minimalkueue, built by
+hack/kueue/build.sh) at the same client budget, one after the other in one sitting; prints
+figures and writes them to hack/results/issue25-bench/<scenario>-<budget>-<timestamp>.json.
+
+    .venv/bin/python hack/bench_kueue_scenario.py [--cohorts 5] [--budget 50/100] [--kueue]
 
 The scenario is Kueue's test/performance/scheduler/configs/tas/generator.yaml: 1 block x 10
 racks x 64 nodes (96 CPU each); per cohort 6 ClusterQueues (20 CPU nominal, borrowing limit
 100, reclaimWithinCohort Any, withinClusterQueue LowerPriority), each with 500 Workloads in
 nine sets: small (2 pods x 500m, every 100 ms, runs 200 ms), medium (4 x 1250m, 500 ms, 500 ms)
 and large (8 x 2500m, 1,200 ms, 1 s), each required in a rack, preferred in a rack, or in
-rack slices ("balanced": slices of 1, 2 or 4 pods, each slice in one rack). As Kueue's runner
-does, each set creates its Workloads one after the other with the interval before each; a
-Workload admitted is marked Finished once its running time has passed since admission, and
-an evicted one is requeued (the job controller's part). Time to admission is measured as
-Kueue's recorder measures it: Admitted's lastTransitionTime minus creationTimestamp.
+rack slices ("balanced": slices of 1, 2 or 4 pods, each slice in one rack). --cohorts 1 is a
+quick run (3,000 Workloads); Kueue's is 5 (15,000).
 
-    .venv/bin/python hack/bench_kueue_scenario.py [--cohorts 5]
-        [--kueue-checkout DIR --kueue-bin DIR]
+Both sides as Kueue's runner runs them:
+- the controller starts at the moment the generator starts (nodes, Topology, flavor, queues,
+  then each set's Workloads one after the other with the interval before each); its CPU and
+  peak RSS are its whole process's, counted from its start;
+- client budget: --budget QPS/BURST for both controllers. Kueue's minimalkueue hard-codes
+  50/100 (its benchmark's budget); hack/kueue/build.sh also builds minimalkueue-qps300-burst500,
+  the same source with those two constants set to Kueue's deployed default, for --budget 300/500;
+- the runner marks an admitted Workload Finished once its running time has passed since the
+  admission was seen, and requeues an evicted one (the job controller's part); a Workload
+  evicted and admitted again gets a new timer (the old one is void), as Kueue's runner resets
+  the admission time;
+- time to admission as Kueue's recorder computes it: from the runner's first watch event of
+  the Workload to its watch event that shows it admitted (the last admission counts), in whole
+  milliseconds; a class's mean is over all its Workloads, one never admitted counting 0 ms, in
+  integer division.
 
---cohorts 1 is a quick run (3,000 Workloads); Kueue's is 5 (15,000). The Kueue side runs
-hack/kueue_side.sh with the same config and the same cohort count: Kueue's runner and
-minimalkueue from --kueue-bin (built by you from that checkout's test/performance/scheduler;
-this repository carries no recipe that builds another project's code), the CRDs from the
-checkout.
+On topogate's side every admission is checked as the watch shows it (hack/bench_invariants.py:
+quota, borrowing and lending limits over the cohort, node capacity, required rack and rack
+slices); a violation fails the sitting (exit 1, the results file still written). API requests
+by verb and resource are the API server's apiserver_request_total over the sitting (each side
+has its own API server); on topogate's side the runner counts its own, so the controller's
+share is the difference. The machine's load (uptime) and a CPU speed marker are recorded
+around each side: on a shared machine the figures are loaded-machine figures.
 
-Pod churn (topogate side): --pods-per-node N binds N running pods (1 CPU each, not
+Pod churn (topogate side only): --pods-per-node N binds N running pods (1 CPU each, not
 topogate's) to every node before `serve` starts, and --churn P replaces P% of them every
---churn-interval seconds while the scenario runs (delete, create on a random node), so the
-capacity cache, the pod watch and the cycles run under churn.
+--churn-interval seconds while the scenario runs (delete, create on a random node).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
+import csv
 import datetime as dt
 import json
 import os
@@ -39,10 +56,12 @@ import random
 import re
 import resource
 import signal
+import ssl
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections import Counter, defaultdict
@@ -54,11 +73,25 @@ import yaml
 
 from topogate.kube.client import Kube
 from topogate.kube.errors import KubeError
-from topogate.kube.resources import PODS, WORKLOADS, Obj, Resource
+from topogate.kube.resources import (
+    CLUSTER_QUEUES,
+    LOCAL_QUEUES,
+    NODES,
+    PODS,
+    RESOURCE_FLAVORS,
+    TOPOLOGIES,
+    WORKLOADS,
+    Obj,
+    Resource,
+)
 from topogate.testing.controlplane import ControlPlane
 from topogate.testing.localcluster import create_all, install_crds, serving
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_invariants import Checker
+
 ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "hack/results/issue25-bench"
 BLOCK, RACK, HOST = (
     "cloud.provider.com/topology-block",
     "cloud.provider.com/topology-rack",
@@ -66,6 +99,17 @@ BLOCK, RACK, HOST = (
 )
 FLAVOR, GROUP_LABEL = "tas-flavor", "tas-node-group"
 KUEUE = "kueue.x-k8s.io"
+# Client budgets Kueue's side can run at: the minimalkueue binary of each (hack/kueue/build.sh).
+KUEUE_BINARIES = {(50, 100): "minimalkueue", (300, 500): "minimalkueue-qps300-burst500"}
+NAMESPACES = Resource("v1", "namespaces", namespaced=False)
+BY_KIND = {
+    "Node": NODES,
+    "Topology": TOPOLOGIES,
+    "ResourceFlavor": RESOURCE_FLAVORS,
+    "ClusterQueue": CLUSTER_QUEUES,
+    "Namespace": NAMESPACES,
+    "LocalQueue": LOCAL_QUEUES,
+}
 
 # (class, count, creation interval ms, runtime ms, priority, cpu per pod, pods, constraint,
 # slice size): Kueue's TAS generator config, per ClusterQueue.
@@ -86,12 +130,15 @@ CHURN_NAMESPACE = "churn"
 
 @dataclass
 class Record:
+    """One Workload as the runner saw it (Kueue's recorder's WLState, plus the timer's)."""
+
     cls: str
-    created: float = 0.0  # our clock, when the create returned
-    admitted_seen: float | None = None  # our clock, when the watch showed it admitted
-    admission_ms: int | None = None  # Kueue's measure: condition time - creationTimestamp
+    first_seen: float  # our clock: the first watch event (Kueue's FirstEventTime)
+    tta_ms: int = 0  # the last admission seen minus first_seen; 0 while never admitted
+    admitted: bool = False  # the last event showed it admitted
+    evicted: bool = False  # the last event showed it evicted
     finished: bool = False
-    running: bool = False  # admitted, and its finish is scheduled
+    admissions: int = 0  # each admission seen starts a timer; a stale one sees a newer count
     evictions: int = 0
 
 
@@ -110,12 +157,16 @@ class Churn:
 @dataclass
 class Run:
     records: dict[str, Record] = field(default_factory=dict)
+    created: list[float] = field(default_factory=list)  # our clock, per Workload created
     admissions: list[float] = field(default_factory=list)  # our clock, per admission seen
     latest: dict[str, Obj] = field(default_factory=dict)  # key -> the last version watched
     finish_rtt: list[float] = field(default_factory=list)  # seconds per Finished write
     late: list[float] = field(default_factory=list)  # seconds a finish woke after its time
+    stale_timers: int = 0  # timers of an admission since evicted (void, as Kueue's runner)
+    requests: Counter[str] = field(default_factory=Counter)  # the runner's own, as the API's
+    requeuing: set[str] = field(default_factory=set)
+    checker: Checker = field(default_factory=Checker)
     started: float = 0.0
-    generated: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -241,24 +292,51 @@ def counted(fraction: float) -> list[tuple[Any, ...]]:
     return [(s[0], max(1, round(s[1] * fraction)), *s[2:]) for s in SETS]
 
 
-async def generate(kube: Kube, run: Run, cohorts: int, sets: list[tuple[Any, ...]]) -> None:
+async def create(kube: Kube, run: Run, obj: Obj) -> None:
+    resource = WORKLOADS if obj["kind"] == "Workload" else BY_KIND[obj["kind"]]
+    namespace = obj["metadata"].get("namespace")
+    await kube.create(resource, obj, namespace)
+    run.requests[f"POST {resource.plural}"] += 1
+
+
+async def generate(
+    kube: Kube,
+    run: Run,
+    objs: list[Obj],
+    cohorts: int,
+    sets: list[tuple[Any, ...]],
+    nodes_made: bool = False,
+) -> None:
+    """As Kueue's generator: the nodes, the Topology and the flavor, then every queue at
+    once, each followed by its sets' Workloads, each set one after the other."""
+    limit = asyncio.Semaphore(32)
+
+    async def limited(obj: Obj) -> None:
+        async with limit:
+            await create(kube, run, obj)
+
+    nodes = [] if nodes_made else [o for o in objs if o["kind"] == "Node"]
+    await asyncio.gather(*(limited(o) for o in nodes))
+    for obj in objs:
+        if obj["kind"] in ("Topology", "ResourceFlavor"):
+            await create(kube, run, obj)
+
     async def one_set(namespace: str, index: int, spec: tuple[Any, ...]) -> None:
         cls, count, interval = spec[0], spec[1], spec[2]
         for i in range(count):
             await asyncio.sleep(interval / 1000)
-            name = f"{cls}-{index}-{i}-0"
-            await kube.create(WORKLOADS, workload(name, namespace, spec), namespace)
-            run.records[f"{namespace}/{name}"] = Record(cls, time.monotonic())
+            await create(kube, run, workload(f"{cls}-{index}-{i}-0", namespace, spec))
+            run.created.append(time.monotonic())
+
+    async def one_queue(name: str) -> None:
+        for obj in objs:  # ClusterQueue, Namespace, LocalQueue
+            if obj["metadata"]["name"] == name:
+                await create(kube, run, obj)
+        await asyncio.gather(*(one_set(name, i, spec) for i, spec in enumerate(sets)))
 
     await asyncio.gather(
-        *(
-            one_set(queue_name(c, q), i, spec)
-            for c in range(cohorts)
-            for q in range(QUEUES_PER_COHORT)
-            for i, spec in enumerate(sets)
-        )
+        *(one_queue(queue_name(c, q)) for c in range(cohorts) for q in range(QUEUES_PER_COHORT))
     )
-    run.generated.set()
 
 
 def _condition(obj: Obj, kind: str) -> Obj | None:
@@ -268,51 +346,72 @@ def _condition(obj: Obj, kind: str) -> Obj | None:
     return None
 
 
-def _ts(value: str) -> float:
-    return dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
+def _true(obj: Obj, kind: str) -> bool:
+    cond = _condition(obj, kind)
+    return bool(cond and cond.get("status") == "True")
 
 
 async def record(kube: Kube, run: Run, total: int) -> None:
-    """Watch Workloads: note admissions, finish them after their running time, requeue the
-    evicted (the job controller's part), until all are finished."""
+    """Watch Workloads as Kueue's runner does: record each one's states, check every admission,
+    finish the admitted after their running time, requeue the evicted, until all are
+    finished. A watch too old to resume (410) lists afresh and goes on from there."""
     timers: set[asyncio.Task[None]] = set()
-    seen_version = (await kube.list(WORKLOADS))["metadata"]["resourceVersion"]
     finished = 0
+
+    def handle(kind: str, obj: Obj) -> None:
+        nonlocal finished
+        now = time.monotonic()
+        key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+        if kind == "DELETED":
+            run.checker.observe(None, key)
+            return
+        run.latest[key] = obj
+        run.checker.observe(obj, key)
+        rec = run.records.get(key)
+        if rec is None:
+            rec = run.records[key] = Record(obj["metadata"]["labels"]["bench/class"], now)
+        admitted, evicted = _true(obj, "Admitted"), _true(obj, "Evicted")
+        if _true(obj, "Finished") and not rec.finished:
+            rec.finished = True
+            finished += 1
+        if evicted and not rec.evicted:
+            rec.evictions += 1
+        if evicted and obj["status"].get("admission") and key not in run.requeuing:
+            run.requeuing.add(key)
+            timers.add(asyncio.create_task(requeue(kube, run, obj)))
+        if admitted and not rec.admitted:
+            # As Kueue's recorder: each admission sets the time (the last one counts).
+            rec.tta_ms = int((now - rec.first_seen) * 1000)
+            rec.admissions += 1
+            run.admissions.append(now)
+            runtime = int(obj["metadata"]["labels"]["bench/runtime-ms"]) / 1000
+            timers.add(asyncio.create_task(finish(kube, run, key, rec.admissions, runtime)))
+        elif not admitted and rec.admitted:
+            rec.admissions += 1  # its timer is void: a new admission starts its own
+        rec.admitted, rec.evicted = admitted, evicted
+
+    async def relist() -> str:
+        listing = await kube.list(WORKLOADS)
+        run.requests["LIST workloads"] += 1
+        for item in listing["items"]:
+            handle("MODIFIED", item)
+        return str(listing["metadata"]["resourceVersion"])
+
+    seen_version = await relist()
     while finished < total:
-        async for event in kube.watch(WORKLOADS, seen_version, timeout_seconds=60):
-            obj = event["object"]
-            seen_version = obj["metadata"].get("resourceVersion", seen_version)
-            if event["type"] not in ("ADDED", "MODIFIED"):
-                continue
-            key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
-            run.latest[key] = obj
-            rec = run.records.get(key)
-            if rec is None:
-                rec = run.records.setdefault(key, Record(obj["metadata"]["labels"]["bench/class"]))
-            admitted = _condition(obj, "Admitted")
-            evicted = _condition(obj, "Evicted")
-            is_admitted = bool(admitted and admitted["status"] == "True")
-            if _condition(obj, "Finished") and not rec.finished:
-                rec.finished = True
-                finished += 1
-            elif evicted and evicted["status"] == "True" and obj["status"].get("admission"):
-                if rec.running:
-                    rec.running = False
-                    rec.evictions += 1
-                timers.add(asyncio.create_task(requeue(kube, obj)))
-            elif is_admitted and admitted is not None and not rec.running:
-                # As Kueue's recorder: each admission sets the time (the last one counts).
-                rec.running = True
-                rec.admitted_seen = time.monotonic()
-                run.admissions.append(rec.admitted_seen)
-                created = _ts(obj["metadata"]["creationTimestamp"])
-                rec.admission_ms = int((_ts(admitted["lastTransitionTime"]) - created) * 1000)
-                runtime = int(obj["metadata"]["labels"]["bench/runtime-ms"]) / 1000
-                timers.add(asyncio.create_task(finish(kube, run, key, runtime)))
-            elif not is_admitted:
-                rec.running = False
-            if finished >= total:
-                break
+        run.requests["WATCH workloads"] += 1
+        try:
+            async for event in kube.watch(WORKLOADS, seen_version, timeout_seconds=60):
+                obj = event["object"]
+                seen_version = obj["metadata"].get("resourceVersion", seen_version)
+                if event["type"] in ("ADDED", "MODIFIED", "DELETED"):  # not BOOKMARK
+                    handle(event["type"], obj)
+                if finished >= total:
+                    break
+        except KubeError as error:
+            if error.status != 410:
+                raise
+            seen_version = await relist()
     run.done.set()
     for task in timers:
         task.cancel()
@@ -329,20 +428,20 @@ def _new_condition(kind: str, status: str, reason: str, message: str) -> Obj:
     }
 
 
-async def finish(kube: Kube, run: Run, key: str, after: float) -> None:
-    """Mark the Workload Finished ``after`` seconds, as Kueue's runner does: from the watched
-    version (its informer cache), guarded by that resourceVersion; a conflict reads it afresh."""
+async def finish(kube: Kube, run: Run, key: str, admission: int, after: float) -> None:
+    """Mark the Workload Finished ``after`` seconds after its admission number ``admission``
+    was seen, as Kueue's runner does: from the watched version (its informer cache), guarded
+    by that resourceVersion; a conflict reads it afresh. A timer whose admission ended
+    (evicted meanwhile, perhaps admitted again) does nothing: the new admission has its own."""
     due = time.monotonic() + after
     await asyncio.sleep(after)
     run.late.append(time.monotonic() - due)
     current = run.latest[key]
     for _attempt in range(5):
-        admitted, evicted = _condition(current, "Admitted"), _condition(current, "Evicted")
-        if (
-            not admitted
-            or admitted["status"] != "True"
-            or (evicted and evicted["status"] == "True")
-        ):
+        if run.records[key].admissions != admission:
+            run.stale_timers += 1
+            return
+        if not _true(current, "Admitted") or _true(current, "Evicted"):
             return  # evicted meanwhile: requeued, it runs again when admitted again
         m = current["metadata"]
         conditions = [c for c in current["status"]["conditions"] if c["type"] != "Finished"]
@@ -353,17 +452,22 @@ async def finish(kube: Kube, run: Run, key: str, after: float) -> None:
         }
         try:
             sent = time.monotonic()
+            run.requests["PATCH workloads/status"] += 1
             await kube.patch(WORKLOADS, m["name"], body, m["namespace"], subresource="status")
             run.finish_rtt.append(time.monotonic() - sent)
             return
         except KubeError as error:
             if error.status != 409:
                 raise
+        run.requests["GET workloads"] += 1
         current = await kube.get(WORKLOADS, m["name"], m["namespace"])
 
 
-async def requeue(kube: Kube, obj: Obj) -> None:
+async def requeue(kube: Kube, run: Run, obj: Obj) -> None:
+    """The job controller's part on eviction: take the admission back (Kueue's runner
+    unsets the quota reservation)."""
     m = obj["metadata"]
+    key = f"{m['namespace']}/{m['name']}"
     conditions = [
         c for c in obj["status"]["conditions"] if c["type"] not in ("QuotaReserved", "Admitted")
     ]
@@ -373,8 +477,12 @@ async def requeue(kube: Kube, obj: Obj) -> None:
         "metadata": {"resourceVersion": m["resourceVersion"]},
         "status": {"admission": None, "conditions": conditions},
     }
-    with contextlib.suppress(KubeError):  # a newer version: the watch brings it back
-        await kube.patch(WORKLOADS, m["name"], body, m["namespace"], subresource="status")
+    try:
+        run.requests["PATCH workloads/status"] += 1
+        with contextlib.suppress(KubeError):  # a newer version: the watch brings it back
+            await kube.patch(WORKLOADS, m["name"], body, m["namespace"], subresource="status")
+    finally:
+        run.requeuing.discard(key)
 
 
 # --- pod churn --------------------------------------------------------------------------------
@@ -503,24 +611,30 @@ def wait_ready(port: int, deadline: float) -> None:
     raise SystemExit("serve did not become ready")
 
 
-# --- the report -----------------------------------------------------------------------------
+# --- the sides ------------------------------------------------------------------------------
 
 
-def class_table(run: Run) -> dict[str, dict[str, float]]:
-    by_class: dict[str, list[int]] = defaultdict(list)
+def class_table(run: Run) -> dict[str, dict[str, int]]:
+    """Per class, as Kueue's recorder summarises: count of all Workloads seen, mean time to
+    admission over all of them (0 ms for one never admitted) in integer division; and for
+    reading, p50/p90 over the admitted ones and how many never were."""
+    by_class: dict[str, list[Record]] = defaultdict(list)
     for rec in run.records.values():
-        if rec.admission_ms is not None:
-            by_class[rec.cls].append(rec.admission_ms)
+        by_class[rec.cls].append(rec)
     table = {}
     for cls in [s[0] for s in SETS]:
-        values = sorted(by_class.get(cls, []))
-        if values:
-            table[cls] = {
-                "mean": statistics.fmean(values),
-                "p50": values[len(values) // 2],
-                "p90": values[int(len(values) * 0.9) - 1],
-                "n": len(values),
-            }
+        records = by_class.get(cls, [])
+        if not records:
+            continue
+        admitted = sorted(r.tta_ms for r in records if r.admissions)
+        table[cls] = {
+            "mean": sum(r.tta_ms for r in records) // len(records),
+            "p50": admitted[len(admitted) // 2] if admitted else 0,
+            "p90": admitted[max(0, int(len(admitted) * 0.9) - 1)] if admitted else 0,
+            "n": len(records),
+            "unadmitted": len(records) - len(admitted),
+            "evictions": sum(r.evictions for r in records),
+        }
     return table
 
 
@@ -528,49 +642,49 @@ def _quantile(values: list[float], q: float) -> float:
     return sorted(values)[int(q * (len(values) - 1))] if values else 0.0
 
 
-def evictions_by_class(run: Run) -> dict[str, int]:
-    """Preemptions (reclaim within the cohort, lower priority in the queue) by victim class."""
-    counts: Counter[str] = Counter()
-    for rec in run.records.values():
-        counts[rec.cls] += rec.evictions
-    return {cls: n for cls, n in counts.items() if n}
-
-
 def stalls(run: Run, until: float) -> tuple[list[int], int]:
     """Admissions per 10 s window, and the windows with none while work was waiting."""
     windows = Counter(int((t - run.started) // 10) for t in run.admissions)
     count = int((until - run.started) // 10) + 1
     per_window = [windows.get(i, 0) for i in range(count)]
-    admitted_by: list[int] = []
-    total = 0
-    for value in per_window:
-        total += value
-        admitted_by.append(total)
-    created = sorted(r.created for r in run.records.values())
-    zero = 0
+    created = Counter(int((t - run.started) // 10) for t in run.created)
+    zero = made = admitted = 0
     for i, value in enumerate(per_window):
-        waiting = sum(1 for c in created if c - run.started < (i + 1) * 10) - admitted_by[i]
-        if value == 0 and waiting > 0:
+        made += created.get(i, 0)
+        admitted += value
+        if value == 0 and made - admitted > 0:
             zero += 1
     return per_window, zero
 
 
 async def drive(
-    plane: ControlPlane, cohorts: int, fraction: float, churn: Churn, nodes: list[str]
+    plane: ControlPlane,
+    objs: list[Obj],
+    cohorts: int,
+    fraction: float,
+    churn: Churn,
+    seconds: float,
+    nodes_made: bool = False,
 ) -> Run:
     kube = await Kube.connect(str(plane.kubeconfig), qps=None)
     run = Run(started=time.monotonic())
+    for obj in objs:
+        if obj["kind"] == "ClusterQueue":
+            run.checker.add_cluster_queue(obj)
+        elif obj["kind"] == "Node":
+            run.checker.add_node(obj)
     sets = counted(fraction)
     total = cohorts * QUEUES_PER_COHORT * sum(s[1] for s in sets)
+    nodes = [o["metadata"]["name"] for o in objs if o["kind"] == "Node"]
 
     async def progress() -> None:
         while True:
             await asyncio.sleep(10)
-            admitted = sum(1 for r in run.records.values() if r.admitted_seen is not None)
+            admitted = sum(1 for r in run.records.values() if r.admissions)
             done = sum(1 for r in run.records.values() if r.finished)
             print(
-                f"  {time.monotonic() - run.started:5.0f} s: created {len(run.records)}/{total}, "
-                f"admitted {admitted}, finished {done}",
+                f"  {time.monotonic() - run.started:5.0f} s: created {len(run.created)}/{total}, "
+                f"admitted {admitted}, finished {done}, violations {len(run.checker.violations)}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -579,11 +693,11 @@ async def drive(
     churner = None
     try:
         recorder = asyncio.create_task(record(kube, run, total))
-        await asyncio.sleep(0.5)  # the watch is open before the first create
+        await asyncio.sleep(0.2)  # the watch is open before the first create
         if churn.percent > 0 and churn.pods:
             churner = asyncio.create_task(churn_pods(kube, run, churn, nodes))
-        await generate(kube, run, cohorts, sets)
-        await asyncio.wait_for(recorder, 3600)
+        await generate(kube, run, objs, cohorts, sets, nodes_made)
+        await asyncio.wait_for(recorder, seconds)
         if churner is not None:
             await churner  # ends after its round once the scenario is done
     finally:
@@ -598,71 +712,75 @@ def topogate_side(
     directory: Path,
     cohorts: int,
     fraction: float,
-    racks: int,
-    per_rack: int,
+    budget: tuple[int, int],
     churn: Churn,
+    timeout: float,
+    racks: int = RACKS,
+    per_rack: int = NODES_PER_RACK,
     pods_per_node: int = 0,
 ) -> dict[str, Any]:
     plane = ControlPlane.start(directory / "plane", scheduler=False)
     try:
-        install_crds(plane.kubeconfig)
+        install_crds(plane.kubeconfig)  # as envtest does before Kueue's runner starts
+        wait_served(plane, time.monotonic() + 120)
         objs = cluster_objects(cohorts, racks, per_rack)
-        create_all(plane.kubeconfig, objs)
         nodes = [o["metadata"]["name"] for o in objs if o["kind"] == "Node"]
-        if pods_per_node:
+        if pods_per_node:  # the nodes and their pods before serve starts: the churn's base
+            create_all(plane.kubeconfig, [o for o in objs if o["kind"] == "Node"])
             asyncio.run(bind_pods(plane.kubeconfig, nodes, pods_per_node, churn))
         log = directory / "serve.log"
-        launched = time.monotonic()
-        with serving(
-            plane.kubeconfig, log, extra=["--lease-duration=60", "--renew-deadline=45"]
-        ) as proc:
-            probes, port = ports(log, time.monotonic() + 60)
-            wait_ready(probes, time.monotonic() + 600)
-            ready = time.monotonic() - launched
-            cpu0 = proc_cpu(proc.pid)
-            others0 = {n: proc_cpu(pid) for n, pid in plane.pids.items()}
-            self0 = resource.getrusage(resource.RUSAGE_SELF)
-            requests0 = api_requests(plane.metrics_text())
-            before = scrape(port)
+        others0 = {n: proc_cpu(pid) for n, pid in plane.pids.items()}
+        self0 = resource.getrusage(resource.RUSAGE_SELF)
+        requests0 = api_requests(plane.metrics_text())
+        qps, burst = budget
+        extra = [
+            "--lease-duration=60",
+            "--renew-deadline=45",
+            f"--kube-api-qps={qps}",
+            f"--kube-api-burst={burst}",
+        ]
+        with serving(plane.kubeconfig, log, extra=extra) as proc:
+            # serve starts as the generator starts, as Kueue's runner starts minimalkueue.
             started = time.monotonic()
-            run = asyncio.run(drive(plane, cohorts, fraction, churn, nodes))
+            run = asyncio.run(
+                drive(plane, objs, cohorts, fraction, churn, timeout, nodes_made=pods_per_node > 0)
+            )
             wall = time.monotonic() - started
+            cpu = proc_cpu(proc.pid)  # the whole process, from its start
+            rss = proc_peak_rss_mb(proc.pid)
+            _, port = ports(log, time.monotonic() + 10)
             after = scrape(port)
-            cpu = proc_cpu(proc.pid) - cpu0
             self1 = resource.getrusage(resource.RUSAGE_SELF)
             requests = api_requests(plane.metrics_text()) - requests0
             # Where the machine's two cores went: a loaded API server slows both sides' writes.
             others = {n: proc_cpu(pid) - others0[n] for n, pid in plane.pids.items()}
-            others["bench (runner)"] = (self1.ru_utime + self1.ru_stime) - (
-                self0.ru_utime + self0.ru_stime
-            )
-            rss = proc_peak_rss_mb(proc.pid)
+            others["runner"] = (self1.ru_utime + self1.ru_stime) - (self0.ru_utime + self0.ru_stime)
         per_window, zero = stalls(run, run.started + wall)
-        cycles = (
-            after["topogate_admission_cycle_seconds_count"]
-            - before["topogate_admission_cycle_seconds_count"]
-        )
-        cycle_sum = (
-            after["topogate_admission_cycle_seconds_sum"]
-            - before["topogate_admission_cycle_seconds_sum"]
-        )
-        first_created = min((r.created for r in run.records.values()), default=0.0)
+        cycles = after["topogate_admission_cycle_seconds_count"]
+        cycle_sum = after["topogate_admission_cycle_seconds_sum"]
+        first_created = min(run.created, default=0.0)
+        controller = requests - run.requests
         return {
             "nodes": racks * per_rack,
-            "ready": ready,
             "first_admission": min(run.admissions, default=first_created) - first_created,
             "wall": wall,
             "cpu": cpu,
+            "rss": rss,
             "cpu_others": others,
             "api_requests": dict(requests.most_common()),
-            "rss": rss,
+            "api_requests_runner": dict(run.requests.most_common()),
+            "api_requests_controller": dict(controller.most_common()),
             "classes": class_table(run),
-            "evictions": evictions_by_class(run),
+            "invariants": {
+                "admissions_checked": run.checker.checked,
+                "violations": run.checker.violations,
+            },
             "runner": {
                 "finish_write_p50_ms": 1000 * _quantile(run.finish_rtt, 0.5),
                 "finish_write_p90_ms": 1000 * _quantile(run.finish_rtt, 0.9),
                 "timer_late_p50_ms": 1000 * _quantile(run.late, 0.5),
                 "timer_late_p90_ms": 1000 * _quantile(run.late, 0.9),
+                "stale_timers": run.stale_timers,
             },
             "cycles": cycles,
             "cycle_mean_ms": 1000 * cycle_sum / cycles if cycles else 0.0,
@@ -682,9 +800,127 @@ def topogate_side(
         plane.stop()
 
 
+def wait_served(plane: ControlPlane, deadline: float) -> None:
+    """Until every kind the scenario uses is served (envtest waits for its CRDs as well)."""
+    kinds = [WORKLOADS, *BY_KIND.values()]
+    while True:
+        try:
+            for kind in kinds:
+                plane.request("GET", kind.path(None) + "?limit=1")
+            return
+        except (OSError, ValueError) as error:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the scenario's kinds are not served: {error}") from None
+            time.sleep(0.5)
+
+
+def kueue_dir() -> Path:
+    """Kueue's runner, minimalkueue (both budgets) and source, built or found in the cache."""
+    out = subprocess.run(
+        ["bash", str(ROOT / "hack/kueue/build.sh")], check=True, capture_output=True, text=True
+    )
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """The process's descendants: pid -> command name."""
+    children: dict[int, list[int]] = defaultdict(list)
+    names: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name, rest = stat.split("(", 1)[1].rsplit(")", 1)
+        children[int(rest.split()[1])].append(int(entry.name))
+        names[int(entry.name)] = name
+    out: dict[int, str] = {}
+    todo = list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        out[child] = names[child]
+        todo.extend(children.get(child, []))
+    return out
+
+
+def _kubeconfig_get(kubeconfig: Path, path: str, scratch: Path) -> str:
+    """GET ``path`` from the API server of an envtest kubeconfig (client certificate or token)."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    cluster = config["clusters"][0]["cluster"]
+    user = config["users"][0]["user"]
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # a local throwaway API server
+    headers = {}
+    if "client-certificate-data" in user:
+        cert, key = scratch / "client.crt", scratch / "client.key"
+        cert.write_bytes(base64.b64decode(user["client-certificate-data"]))
+        key.write_bytes(base64.b64decode(user["client-key-data"]))
+        context.load_cert_chain(cert, key)
+    if user.get("token"):
+        headers["Authorization"] = f"Bearer {user['token']}"
+    request = urllib.request.Request(cluster["server"].rstrip("/") + path, headers=headers)
+    with urllib.request.urlopen(request, timeout=10, context=context) as answer:
+        return str(answer.read().decode())
+
+
+KUEUE_WORKLOADS = Resource("kueue.x-k8s.io/v1beta2", "workloads")
+KUEUE_CLUSTER_QUEUES = Resource("kueue.x-k8s.io/v1beta2", "clusterqueues", namespaced=False)
+
+
+async def check_kueue(kubeconfig: Path, stop: threading.Event, checker: Checker) -> None:
+    """Kueue's admissions through the same checker, from a watch on its API server: its nodes
+    (all made before the first queue) when the first admission comes, each ClusterQueue when
+    an admission first names it."""
+    kube = await Kube.connect(str(kubeconfig), qps=None)
+
+    async def prepare(obj: Obj) -> None:
+        admission = (obj.get("status") or {}).get("admission")
+        key = f"{obj['metadata'].get('namespace')}/{obj['metadata']['name']}"
+        if admission and key not in checker.held:
+            if not checker.allocatable:
+                for node in (await kube.list(NODES))["items"]:
+                    checker.add_node(node)
+            queue = admission.get("clusterQueue")
+            if queue and queue not in checker.quotas:
+                checker.add_cluster_queue(await kube.get(KUEUE_CLUSTER_QUEUES, queue))
+
+    try:
+        listing = await kube.list(KUEUE_WORKLOADS)
+        for item in listing["items"]:  # a restart after an error: the state as it is now
+            await prepare(item)
+            checker.observe(item, f"{item['metadata']['namespace']}/{item['metadata']['name']}")
+        version = listing["metadata"]["resourceVersion"]
+        while not stop.is_set():
+            async for event in kube.watch(KUEUE_WORKLOADS, version, timeout_seconds=5):
+                obj = event["object"]
+                version = obj["metadata"].get("resourceVersion", version)
+                if event["type"] not in ("ADDED", "MODIFIED", "DELETED"):  # a BOOKMARK
+                    continue
+                key = f"{obj['metadata'].get('namespace')}/{obj['metadata']['name']}"
+                if event["type"] == "DELETED":
+                    checker.observe(None, key)
+                    continue
+                await prepare(obj)
+                checker.observe(obj, key)
+                if stop.is_set():
+                    break
+    finally:
+        await kube.close()
+
+
 def kueue_side(
-    checkout: Path, binaries: Path, directory: Path, cohorts: int, fraction: float
+    kueue: Path,
+    directory: Path,
+    cohorts: int,
+    fraction: float,
+    budget: tuple[int, int],
+    timeout: float,
 ) -> dict[str, Any]:
+    checkout = kueue / "src"
+    binary = KUEUE_BINARIES[budget]
     config = yaml.safe_load(
         (checkout / "test/performance/scheduler/configs/tas/generator.yaml").read_text()
     )
@@ -695,27 +931,128 @@ def kueue_side(
     path = directory / "generator.yaml"
     path.write_text(yaml.safe_dump(config))
     out = directory / "kueue"
+    out.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(dir=directory))
+    # The runner stops its API server before it exits: sample the API server's counters and
+    # the processes' CPU every 2 s, the last sample stands for the end.
+    sample: dict[str, Any] = {"requests": Counter(), "cpu": {}}
+    stop = threading.Event()
     started = time.monotonic()
-    subprocess.run(
-        ["bash", str(ROOT / "hack/kueue_side.sh"), "run", str(checkout), str(path), str(out)],
-        env={**os.environ, "KUEUE_BIN": str(binaries)},
-        check=True,
-        stdout=open(directory / "kueue-runner.log", "wb"),  # noqa: SIM115 - the child's
-        stderr=subprocess.STDOUT,
-    )
+    with open(directory / "kueue-runner.log", "wb") as log:
+        proc = subprocess.Popen(
+            ["bash", str(ROOT / "hack/kueue_side.sh"), "run", str(path), str(out), binary],
+            env={**os.environ, "KUEUE_DIR": str(kueue)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+        def sampler() -> None:
+            while not stop.wait(2):
+                cpu: dict[str, float] = {}
+                for pid, name in _descendants(proc.pid).items():
+                    with contextlib.suppress(OSError, ValueError, IndexError):
+                        cpu[name] = cpu.get(name, 0.0) + proc_cpu(pid)
+                # A process that has exited keeps its last figure (the runner stops its API
+                # server before the last sample).
+                for name, value in cpu.items():
+                    sample["cpu"][name] = max(value, sample["cpu"].get(name, 0.0))
+                if (out / "kubeconfig").exists():
+                    # From when the API server is up with its CRDs, as on topogate's side.
+                    sample.setdefault("cpu0", cpu)
+                    try:
+                        text = _kubeconfig_get(out / "kubeconfig", "/metrics", scratch)
+                        sample["requests"] = api_requests(text)
+                    except (OSError, ValueError, KeyError, ssl.SSLError) as error:
+                        sample["error"] = repr(error)
+
+        checker = Checker()
+        checking: list[BaseException] = []
+
+        def check() -> None:
+            deadline = time.monotonic() + 300
+            while not (out / "kubeconfig").exists():
+                if stop.wait(0.2) or time.monotonic() > deadline:
+                    return
+            # Until the runner ends: an error (its API server not answering yet, a watch too
+            # old) restarts the check from a fresh list, and is counted.
+            while not stop.is_set():
+                try:
+                    asyncio.run(check_kueue(out / "kubeconfig", stop, checker))
+                except (OSError, KubeError, TimeoutError, ValueError, KeyError) as error:
+                    if not stop.is_set():  # the runner stops its API server as it ends
+                        checking.append(error)
+                        stop.wait(1)
+
+        thread = threading.Thread(target=sampler, daemon=True)
+        thread.start()
+        checker_thread = threading.Thread(target=check, daemon=True)
+        checker_thread.start()
+        try:
+            code = proc.wait(timeout + 120)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            raise SystemExit(f"Kueue's runner did not end within {timeout + 120:.0f} s") from None
+        finally:
+            stop.set()
+            thread.join()
+            checker_thread.join(30)
     wall = time.monotonic() - started
+    if code != 0:
+        tail = (directory / "kueue-runner.log").read_text(errors="replace")[-3000:]
+        raise SystemExit(f"Kueue's runner failed ({code}):\n{tail}")
     summary = yaml.safe_load((out / "summary.yaml").read_text())
-    stats = yaml.safe_load((out / "minimalkueue.stats.yaml").read_text())
-    classes = {
-        name: {"mean": float(values["averageTimeToAdmissionMs"]), "n": values.get("count", 0)}
-        for name, values in (summary.get("workloadClasses") or {}).items()
-    }
+    stats = yaml.safe_load((out / f"{binary}.stats.yaml").read_text())
+    classes: dict[str, dict[str, Any]] = {}
+    for name, values in (summary.get("workloadClasses") or {}).items():
+        classes[name] = {
+            "mean": float(values["averageTimeToAdmissionMs"]),
+            "n": values.get("count", 0),
+            "evictions": values.get("totalEvictions", 0),
+        }
+    # Per Workload (its wlStates.csv): p50/p90 over the admitted, and how many never were.
+    per_class: dict[str, list[int]] = defaultdict(list)
+    with open(out / "wlStates.csv") as rows:
+        for row in csv.DictReader(rows):
+            per_class[row["class name"]].append(int(row["ms to admitted"]))
+    for name, values in per_class.items():
+        admitted = sorted(v for v in values if v > 0)
+        row = classes.setdefault(name, {"mean": 0.0, "n": len(values)})
+        row["unadmitted"] = len(values) - len(admitted)
+        row["p50"] = admitted[len(admitted) // 2] if admitted else 0
+        row["p90"] = admitted[max(0, int(len(admitted) * 0.9) - 1)] if admitted else 0
     cpu = (float(stats.get("userMs", 0)) + float(stats.get("sysMs", 0))) / 1000
+    # The budget minimalkueue says it runs at (its log's "K8S Client" line): proof of the build.
+    said = None
+    for log_file in out.glob(f"{binary}.*.log"):
+        match = re.search(r'K8S Client.*"qps": ([0-9.]+), "burst": ([0-9]+)', log_file.read_text())
+        if match:
+            said = [float(match[1]), int(match[2])]
+    if said != [float(budget[0]), budget[1]]:
+        raise SystemExit(f"{binary} says its client budget is {said}, not {budget}")
+    cpu0 = sample.get("cpu0", {})
+    others = {
+        name: value - cpu0.get(name, 0.0)
+        for name, value in sample["cpu"].items()
+        if not name.startswith("minimalkueue")
+    }
     return {
+        "binary": binary,
+        "client_budget_logged": said,
         "wall": float(stats.get("wallMs", wall * 1000)) / 1000,
         "cpu": cpu,
         "rss": float(stats.get("maxrss", 0)) / 1024,
+        "cpu_others": others,
+        "api_requests": dict(sample["requests"].most_common()),
         "classes": classes,
+        "dropped_workload_events": summary.get("droppedWorkloadEvents", 0),
+        "invariants": {
+            "admissions_checked": checker.checked,
+            "placement_unverifiable": checker.unplaceable,
+            "violations": checker.violations,
+            "checker_restarts": [repr(error) for error in checking],
+        },
+        "metrics_error": sample.get("error"),
         "raw": {"summary": summary, "stats": stats},
     }
 
@@ -733,22 +1070,48 @@ def speed_marker() -> float:
     return 1000 * statistics.median(times)
 
 
-def report(ours: dict[str, Any], theirs: dict[str, Any] | None) -> None:
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+# --- the report -----------------------------------------------------------------------------
+
+
+def _requests_line(requests: dict[str, int], top: int = 8) -> str:
+    total = sum(requests.values())
+    shown = ", ".join(f"{what} {count}" for what, count in list(requests.items())[:top])
+    return f"{total} ({shown})"
+
+
+def report(result: dict[str, Any]) -> None:
+    ours, theirs = result["topogate"], result["kueue"]
+    qps, burst = result["budget"]
     print(
-        f"topogate serve: wall {ours['wall']:.0f} s, CPU {ours['cpu']:.1f} s, "
+        f"scenario {result['scenario']}, {result['workloads']} Workloads, client budget "
+        f"QPS {qps} / burst {burst} on both sides; {result['uptime_before']}"
+    )
+    print("  (a shared machine: loaded-machine figures; compare within a sitting)")
+    print(
+        f"topogate serve: wall {ours['wall']:.0f} s, CPU {ours['cpu']:.1f} s (whole process), "
         f"peak RSS {ours['rss']:.0f} MB"
     )
     print(
-        f"  {ours['nodes']} nodes: ready (caches synced, leading) {ours['ready']:.1f} s after "
-        f"start; first admission {ours['first_admission'] * 1000:.0f} ms after the first create"
+        f"  first admission {ours['first_admission'] * 1000:.0f} ms after the first create; "
+        f"cycles {ours['cycles']:.0f}, mean {ours['cycle_mean_ms']:.1f} ms"
     )
-    print(f"  cycles {ours['cycles']:.0f}, mean {ours['cycle_mean_ms']:.1f} ms")
     marker = ours["speed_marker_ms"]
     print(f"  machine speed marker before and after this side: {marker[0]:.0f}, {marker[1]:.0f} ms")
     others = ", ".join(f"{name} {cpu:.1f} s" for name, cpu in ours["cpu_others"].items())
     print(f"  CPU of the rest on this side: {others}")
-    top = list(ours["api_requests"].items())[:8]
-    print("  API requests: " + ", ".join(f"{what} {count}" for what, count in top))
+    print("  API requests: " + _requests_line(ours["api_requests"]))
+    print("    of them serve's: " + _requests_line(ours["api_requests_controller"]))
+    inv = ours["invariants"]
+    print(
+        f"  invariants: {inv['admissions_checked']} admissions checked, "
+        f"{len(inv['violations'])} violations"
+    )
+    for line in inv["violations"][:10]:
+        print(f"    {line}")
     churn = ours["churn"]
     if churn["rounds"]:
         print(
@@ -757,36 +1120,101 @@ def report(ours: dict[str, Any], theirs: dict[str, Any] | None) -> None:
             f"(a round took {churn['round_p50']:.2f} s median, {churn['round_max']:.2f} s max)"
         )
     print(f"  admissions per 10 s: {ours['per_window']}")
-    print(f"  evictions by victim class: {ours['evictions'] or 'none'}")
     r = ours["runner"]
     print(
         f"  the runner's Finished write took {r['finish_write_p50_ms']:.0f} ms median, "
         f"{r['finish_write_p90_ms']:.0f} ms p90; its timers woke {r['timer_late_p50_ms']:.0f} ms "
-        f"late median, {r['timer_late_p90_ms']:.0f} ms p90 (the API server's and the runner's "
-        "share of each gang's turnaround)"
+        f"late median, {r['timer_late_p90_ms']:.0f} ms p90; {r['stale_timers']} stale timers "
+        "voided (evicted, admitted again)"
     )
     print(f"  10 s windows with no admission while work waited: {ours['zero_windows']}")
     if theirs is not None:
         print(
-            f"Kueue minimalkueue: wall {theirs['wall']:.0f} s, CPU {theirs['cpu']:.1f} s, "
-            f"peak RSS {theirs['rss']:.0f} MB"
+            f"Kueue {theirs['binary']}: wall {theirs['wall']:.0f} s, CPU {theirs['cpu']:.1f} s "
+            f"(whole process), peak RSS {theirs['rss']:.0f} MB; dropped workload events "
+            f"{theirs['dropped_workload_events']}"
         )
         marker = theirs["speed_marker_ms"]
         print(f"  machine speed marker before and after: {marker[0]:.0f}, {marker[1]:.0f} ms")
-        print(f"  CPU ratio topogate/Kueue: {ours['cpu'] / theirs['cpu']:.2f}")
+        others = ", ".join(f"{name} {cpu:.1f} s" for name, cpu in theirs["cpu_others"].items())
+        print(
+            f"  CPU of the rest on this side (from its API server's start, 2 s samples): {others}"
+        )
+        inv = theirs["invariants"]
+        print(
+            f"  invariants: {inv['admissions_checked']} admissions checked (placement of "
+            f"{inv['placement_unverifiable']} not verifiable: shared hostname labels), "
+            f"{len(inv['violations'])} violations; the check restarted "
+            f"{len(inv['checker_restarts'])} times"
+        )
+        for line in inv["violations"][:10]:
+            print(f"    {line}")
+        print("  API requests (its runner's included): " + _requests_line(theirs["api_requests"]))
+        ratios = result["ratios"]
+        print(
+            f"  ratios topogate/Kueue: controller CPU {ratios['cpu']:.2f}, API server CPU "
+            f"{ratios['apiserver_cpu']:.2f}, API requests {ratios['api_requests']:.2f}, "
+            f"peak RSS {ratios['rss']:.2f}"
+        )
     print(
-        f"{'class':24} {'topogate mean ms':>17} {'p50':>7} {'p90':>7}"
-        + (f" {'Kueue mean ms':>14} {'ratio':>6}" if theirs else "")
+        f"{'class':24} {'topogate mean ms':>17} {'p50':>7} {'p90':>7} {'unadm':>5}"
+        + (f" {'Kueue mean ms':>14} {'p50':>7} {'unadm':>5} {'ratio':>6}" if theirs else "")
     )
     for cls in [s[0] for s in SETS]:
         row = ours["classes"].get(cls)
         if row is None:
             continue
-        line = f"{cls:24} {row['mean']:17.0f} {row['p50']:7.0f} {row['p90']:7.0f}"
+        line = (
+            f"{cls:24} {row['mean']:17.0f} {row['p50']:7.0f} {row['p90']:7.0f} "
+            f"{row['unadmitted']:5.0f}"
+        )
         if theirs and cls in theirs["classes"]:
-            k = theirs["classes"][cls]["mean"]
-            line += f" {k:14.0f} {row['mean'] / k if k else float('nan'):6.2f}"
+            k = theirs["classes"][cls]
+            ratio = result["ratios"]["classes"].get(cls, float("nan"))
+            line += (
+                f" {k['mean']:14.0f} {k.get('p50', 0):7.0f} {k.get('unadmitted', 0):5.0f}"
+                f" {ratio:6.2f}"
+            )
         print(line)
+
+
+def ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:
+    def ratio(a: float, b: float) -> float:
+        return a / b if b else float("nan")
+
+    return {
+        "cpu": ratio(ours["cpu"], theirs["cpu"]),
+        "rss": ratio(ours["rss"], theirs["rss"]),
+        "apiserver_cpu": ratio(
+            ours["cpu_others"].get("kube-apiserver", 0.0),
+            theirs["cpu_others"].get("kube-apiserver", 0.0),
+        ),
+        "api_requests": ratio(
+            sum(ours["api_requests"].values()), sum(theirs["api_requests"].values())
+        ),
+        "classes": {
+            cls: ratio(row["mean"], theirs["classes"][cls]["mean"])
+            for cls, row in ours["classes"].items()
+            if cls in theirs["classes"]
+        },
+    }
+
+
+def parse_budget(text: str) -> tuple[int, int]:
+    try:
+        qps, burst = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--budget {text!r}: QPS/BURST, e.g. 50/100") from None
+    if qps <= 0 or burst <= 0:
+        raise argparse.ArgumentTypeError(f"--budget {text!r}: both must be positive")
+    return qps, burst
+
+
+def commit() -> str:
+    out = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    return out.stdout.strip()
 
 
 def main() -> None:
@@ -797,9 +1225,21 @@ def main() -> None:
     parser.add_argument(
         "--fraction", type=float, default=1.0, help="scale each set's count (1: Kueue's)"
     )
-    parser.add_argument("--kueue-checkout", type=Path, help="also run Kueue's side from here")
     parser.add_argument(
-        "--kueue-bin", type=Path, help="Kueue's runner and minimalkueue, built from that checkout"
+        "--budget",
+        type=parse_budget,
+        default=(50, 100),
+        help="client QPS/BURST of both controllers (default 50/100, minimalkueue's; Kueue's "
+        "side also runs at 300/500)",
+    )
+    parser.add_argument("--kueue", action="store_true", help="also run Kueue's side, first")
+    parser.add_argument(
+        "--kueue-dir",
+        type=Path,
+        help="hack/kueue/build.sh's output (default: build it or find it in the cache)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=1800, help="seconds per side (Kueue's runner: 30m)"
     )
     parser.add_argument("--racks", type=int, default=RACKS, help="topogate side: racks")
     parser.add_argument(
@@ -817,34 +1257,76 @@ def main() -> None:
     parser.add_argument(
         "--churn-interval", type=float, default=1.0, help="seconds between churn rounds"
     )
-    parser.add_argument("--json", type=Path, help="write the figures here too")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=RESULTS,
+        help="directory for the sitting's JSON file (default: %(default)s)",
+    )
     args = parser.parse_args()
-    if (args.kueue_checkout is None) != (args.kueue_bin is None):
-        parser.error("--kueue-checkout and --kueue-bin go together")
+    if args.kueue and args.budget not in KUEUE_BINARIES:
+        parser.error(
+            f"--budget {args.budget[0]}/{args.budget[1]}: Kueue's side runs at "
+            + " or ".join(f"{q}/{b}" for q, b in KUEUE_BINARIES)
+        )
+    if args.kueue and (args.racks, args.nodes_per_rack, args.pods_per_node) != (
+        RACKS,
+        NODES_PER_RACK,
+        0,
+    ):
+        parser.error("--racks, --nodes-per-rack and --pods-per-node change topogate's side only")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    workloads = args.cohorts * QUEUES_PER_COHORT * sum(s[1] for s in counted(args.fraction))
+    result: dict[str, Any] = {
+        "scenario": f"tas-c{args.cohorts}" + (f"-f{args.fraction:g}" if args.fraction != 1 else ""),
+        "workloads": workloads,
+        "budget": list(args.budget),
+        "started": stamp,
+        "commit": commit(),
+        "command": " ".join(sys.argv),
+        "uptime_before": uptime(),
+        "kueue": None,
+    }
     with tempfile.TemporaryDirectory() as tmp:
-        theirs = None
-        if args.kueue_checkout is not None:
-            checkout, binaries = args.kueue_checkout.resolve(), args.kueue_bin.resolve()
+        if args.kueue:
+            kueue = (args.kueue_dir or kueue_dir()).resolve()
+            result["kueue_version"] = kueue.name
             before = speed_marker()
-            theirs = kueue_side(checkout, binaries, Path(tmp), args.cohorts, args.fraction)
+            theirs = kueue_side(
+                kueue, Path(tmp), args.cohorts, args.fraction, args.budget, args.timeout
+            )
             theirs["speed_marker_ms"] = (before, speed_marker())
+            theirs["uptime_after"] = uptime()
+            result["kueue"] = theirs
         churn = Churn(args.churn, args.churn_interval)
         before = speed_marker()
         ours = topogate_side(
             Path(tmp),
             args.cohorts,
             args.fraction,
+            args.budget,
+            churn,
+            args.timeout,
             args.racks,
             args.nodes_per_rack,
-            churn,
             args.pods_per_node,
         )
         ours["speed_marker_ms"] = (before, speed_marker())
-        report(ours, theirs)
-        if args.json:
-            args.json.write_text(
-                json.dumps({"topogate": ours, "kueue": theirs}, indent=2, default=str)
-            )
+        result["topogate"] = ours
+    result["uptime_after"] = uptime()
+    if result["kueue"] is not None:
+        result["ratios"] = ratios(ours, result["kueue"])
+    report(result)
+    args.results.mkdir(parents=True, exist_ok=True)
+    qps, burst = args.budget
+    path = args.results / f"{result['scenario']}-{qps}-{burst}-{stamp}.json"
+    path.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print(f"written to {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    broken = len(ours["invariants"]["violations"])
+    if result["kueue"] is not None:
+        broken += len(result["kueue"]["invariants"]["violations"])
+    if broken:
+        sys.exit(f"{broken} invariant violations: the run fails")
 
 
 if __name__ == "__main__":

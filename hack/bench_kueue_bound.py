@@ -1,0 +1,223 @@
+"""The zero-latency bound of Kueue's TAS scenario: the scenario replayed in virtual time through
+the same decisions `serve` makes (its admitter's cycle over an in-memory API server), with
+every write, watch and cycle taking no time and every Workload finishing exactly its running
+time after its admission; prints per class the mean time to admission this leaves, the wait for
+quota and capacity alone, and writes it to
+hack/results/issue25-bench/bound-<scenario>.json for hack/bench_kueue_summary.py.
+
+    .venv/bin/python hack/bench_kueue_bound.py [--cohorts 5] [--fraction 1]
+
+As the live bench: each set creates its Workloads one after the other with its interval
+before each (at exactly k x interval), creationTimestamps in whole seconds as the API server
+writes them; an evicted Workload is requeued at once. A class's mean is over all its
+Workloads. It is a bound for controllers that decide as topogate's core does (its order: priority,
+creation time, its preemption); a controller admitting in another order could shift waiting
+from one class to another.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import datetime as dt
+import heapq
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from topogate.controllers.admitter import Admitter
+from topogate.kube.events import EventRecorder
+from topogate.kube.resources import WORKLOADS, Obj
+from topogate.metrics import Metrics
+from topogate.state import ControllerState
+from topogate.state.store import WATCHED
+from topogate.testing.fakekube import FakeKube
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_kueue_scenario import (
+    BY_KIND,
+    QUEUES_PER_COHORT,
+    RESULTS,
+    SETS,
+    cluster_objects,
+    counted,
+    queue_name,
+    workload,
+)
+
+EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+BY_PLURAL = {r.key: r for r in WATCHED}
+
+
+def _true(obj: Obj, kind: str) -> bool:
+    return any(
+        c.get("type") == kind and c.get("status") == "True"
+        for c in (obj.get("status") or {}).get("conditions") or []
+    )
+
+
+class Replay:
+    def __init__(self, cohorts: int, fraction: float) -> None:
+        self.now = 0.0  # virtual seconds since the start
+        self.kube = FakeKube(clock=lambda: EPOCH + dt.timedelta(seconds=int(self.now)))
+        self.state = ControllerState()
+        self.cursor = 0  # the FakeKube's events delivered to the state so far
+        self.admitter = Admitter(self.kube, self.state, Metrics(), EventRecorder(self.kube, "b"))
+        self.queue: list[tuple[float, int, str, Any]] = []  # (time, seq, what, payload)
+        self.seq = 0
+        self.created: dict[str, float] = {}
+        self.cls: dict[str, str] = {}
+        self.tta: dict[str, float] = {}  # the last admission counts, as Kueue's recorder
+        self.admissions: dict[str, int] = defaultdict(int)
+        self.admitted: set[str] = set()
+        self.evictions = 0
+        self.cycles = 0
+        for obj in cluster_objects(cohorts):
+            resource = BY_KIND[obj["kind"]]
+            self.kube.seed(resource, obj)
+        for cohort in range(cohorts):
+            for q in range(QUEUES_PER_COHORT):
+                namespace = queue_name(cohort, q)
+                for index, spec in enumerate(counted(fraction)):
+                    for i in range(spec[1]):
+                        at = (i + 1) * spec[2] / 1000
+                        self.push(at, "create", (namespace, f"{spec[0]}-{index}-{i}-0", spec))
+        self.deliver()
+
+    def push(self, at: float, what: str, payload: Any) -> None:
+        self.seq += 1
+        heapq.heappush(self.queue, (at, self.seq, what, payload))
+
+    def deliver(self) -> list[tuple[str, Obj]]:
+        """The new events to the state, as its reflectors would; returns the Workloads'."""
+        log = self.kube._log
+        out = []
+        for event in log[self.cursor :]:
+            resource = BY_PLURAL.get(event.plural)
+            if resource is None:
+                continue
+            new = None if event.type == "DELETED" else copy.deepcopy(event.obj)
+            self.state.handler(resource)(copy.deepcopy(event.previous), new)
+            if event.plural == WORKLOADS.key and new is not None:
+                meta = new["metadata"]
+                out.append((f"{meta['namespace']}/{meta['name']}", new))
+        self.cursor = len(log)
+        return out
+
+    def apply(self, what: str, payload: Any) -> None:
+        if what == "create":
+            namespace, name, spec = payload
+            self.kube.seed(WORKLOADS, workload(name, namespace, spec))
+            key = f"{namespace}/{name}"
+            self.created[key], self.cls[key] = self.now, spec[0]
+        elif what == "finish":
+            key, number = payload
+            if self.admissions[key] != number or key not in self.admitted:
+                return  # evicted since: its new admission has its own finish
+            namespace, name = key.split("/")
+            obj = self.kube.stored(WORKLOADS, name, namespace)
+            assert obj is not None
+            obj["status"]["conditions"].append(
+                {"type": "Finished", "status": "True", "reason": "ByTest", "message": "done"}
+            )
+            self.kube.seed(WORKLOADS, obj)
+            self.admitted.discard(key)
+
+    def requeue(self, key: str, obj: Obj) -> None:
+        status = obj["status"]
+        status["admission"] = None
+        status["conditions"] = [
+            c for c in status["conditions"] if c["type"] not in ("QuotaReserved", "Admitted")
+        ]
+        self.kube.seed(WORKLOADS, obj)
+
+    async def run(self) -> None:
+        while self.queue:
+            self.now = self.queue[0][0]
+            while self.queue and self.queue[0][0] <= self.now:
+                _, _, what, payload = heapq.heappop(self.queue)
+                self.apply(what, payload)
+            self.observe(self.deliver())
+            # Cycles at this instant until nothing changes: writes and requeues take no time.
+            for _ in range(20):
+                self.admitter.decide(describe=False)
+                self.cycles += 1
+                await self.admitter.settle()
+                if not self.observe(self.deliver()):
+                    break
+
+    def observe(self, events: list[tuple[str, Obj]]) -> bool:
+        changed = False
+        for key, obj in events:
+            admitted = _true(obj, "Admitted") and not _true(obj, "Finished")
+            if _true(obj, "Evicted") and obj["status"].get("admission"):
+                self.evictions += 1
+                self.admitted.discard(key)
+                self.admissions[key] += 1
+                self.requeue(key, copy.deepcopy(obj))
+                changed = True
+            elif admitted and key not in self.admitted:
+                self.admitted.add(key)
+                self.admissions[key] += 1
+                self.tta[key] = self.now - self.created[key]
+                runtime = int(obj["metadata"]["labels"]["bench/runtime-ms"]) / 1000
+                self.push(self.now + runtime, "finish", (key, self.admissions[key]))
+                changed = True
+        return changed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cohorts", type=int, default=5)
+    parser.add_argument("--fraction", type=float, default=1.0)
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    replay = Replay(args.cohorts, args.fraction)
+    started = time.process_time()
+    asyncio.run(replay.run())
+    took = time.process_time() - started
+    by_class: dict[str, list[float]] = defaultdict(list)
+    for key, cls in replay.cls.items():
+        by_class[cls].append(1000 * replay.tta.get(key, 0.0))
+    never = len(replay.cls) - len(replay.tta)
+    scenario = f"tas-c{args.cohorts}" + (f"-f{args.fraction:g}" if args.fraction != 1 else "")
+    print(
+        f"{scenario}: {len(replay.cls)} Workloads replayed in {replay.now:.1f} s virtual time, "
+        f"{replay.cycles} cycles, {replay.evictions} evictions, {never} never admitted; "
+        f"{took:.1f} s CPU"
+    )
+    print(f"{'class':24} {'bound mean ms':>14} {'p50':>7} {'p90':>7}")
+    classes = {}
+    for cls in [s[0] for s in SETS]:
+        values = sorted(by_class.get(cls, []))
+        if not values:
+            continue
+        row = {
+            "mean": sum(values) / len(values),
+            "p50": values[len(values) // 2],
+            "p90": values[max(0, int(len(values) * 0.9) - 1)],
+            "n": len(values),
+        }
+        classes[cls] = row
+        print(f"{cls:24} {row['mean']:14.0f} {row['p50']:7.0f} {row['p90']:7.0f}")
+    args.results.mkdir(parents=True, exist_ok=True)
+    path = args.results / f"bound-{scenario}.json"
+    out = {
+        "scenario": scenario,
+        "command": " ".join(sys.argv),
+        "virtual_seconds": replay.now,
+        "cycles": replay.cycles,
+        "evictions": replay.evictions,
+        "never_admitted": never,
+        "classes": classes,
+    }
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"written to {path}")
+
+
+if __name__ == "__main__":
+    main()
