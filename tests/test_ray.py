@@ -458,3 +458,17 @@ def test_a_rayjobs_last_pod_gone_brings_the_rayjob_back_to_the_job_sync() -> Non
     assert state.signals.take_jobs() == set()  # a running pod's change is not the job's
     state.handler(PODS)(pod, None)
     assert state.signals.take_jobs() == {("RayJob", "ml/rj")}
+
+
+@pytest.mark.parametrize("containers", [5, True, 1.5, "ray"])
+def test_a_sidecar_head_whose_containers_are_no_list_is_refused_not_a_crash(
+    containers: Any,
+) -> None:
+    # Adding the submitter to the head was list(5): a TypeError out of the webhook and plan.
+    obj = rayjob(group("w"), submissionMode="SidecarMode")
+    obj["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"] = containers
+    assert refusal(obj).endswith(
+        "spec.rayClusterSpec.headGroupSpec.template.spec.containers: must be a list"
+    )
+    answer = validate(_review(obj))["response"]
+    assert answer["allowed"] is False and answer["status"]["code"] == 422

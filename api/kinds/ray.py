@@ -279,7 +279,10 @@ class RayJobKind(Suspendable):
         if mode == SIDECAR_MODE:
             # KubeRay adds the submitter to the head pod, with its default resources.
             head, path = out[0]
-            containers = list(as_map(head.template.get("spec")).get("containers") or [])
+            found = as_map(head.template.get("spec")).get("containers")
+            if found is not None and not isinstance(found, list):
+                raise InputError("must be a list", where=where, field=f"{path}.spec.containers")
+            containers = list(found or [])
             containers.append(
                 {"name": SUBMITTER_CONTAINER, "resources": copy.deepcopy(SUBMITTER_RESOURCES)}
             )
