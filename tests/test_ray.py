@@ -202,8 +202,10 @@ def test_starting_a_rayjob_writes_the_marked_default_submitter() -> None:
         (raycluster(group("a_b")), "spec.workerGroupSpecs[0].groupName: Invalid value: 'a_b'"),
         (raycluster({"template": template()}), "spec.workerGroupSpecs[0].groupName: is required"),
         (
-            raycluster(*(group(f"g{i}") for i in range(18))),
-            "spec.workerGroupSpecs: Too many: 19: must have at most 18 items",
+            # 18, Kueue's jobframework figure, let 9 to 18 through to the Workload's own limit
+            # of 8, whose refusal was pydantic's dump of every PodSet.
+            raycluster(*(group(f"g{i}") for i in range(8))),
+            "spec.workerGroupSpecs: Too many: 9: must have at most 8 items",
         ),
         (raycluster(group("w", -1)), "spec.workerGroupSpecs[0].replicas: -1 must be"),
         (

@@ -31,7 +31,7 @@ from typing import Any
 
 from ..constants import MAX_INT32
 from ..errors import InputError
-from ..models import PodSet
+from ..models import MAX_PODSETS, PodSet
 from ..quantity import QuantityError, parse_quantity
 from .base import Obj, Suspendable, as_map
 from .reading import count, inherit, mapping, object_topology, podset
@@ -39,8 +39,6 @@ from .reading import count, inherit, mapping, object_topology, podset
 HEAD, SUBMITTER = "head", "submitter"
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 K8S_JOB_MODE, SIDECAR_MODE = "K8sJobMode", "SidecarMode"
-# Kueue's jobframework.MaxPodSets: the most PodSets a Workload holds.
-MAX_PODSETS = 18
 # KubeRay's Redis cleanup Job, run when GCS fault tolerance is on (the annotation, or
 # spec.gcsFaultToleranceOptions): Kueue counts its requests on the head.
 FT_ANNOTATION = "ray.io/ft-enabled"
