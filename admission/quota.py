@@ -5,6 +5,7 @@ written admissions, and the rows `topogate status --queues` shows. Pure and sync
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,8 +99,21 @@ class QueueSpec:
             flavors,
             spec.cohort_of,
             policy,
-            None if weight is None else float(parse_quantity(weight)),
+            _weight(weight),
         )
+
+
+def _weight(weight: str | int | None) -> float | None:
+    """``fairSharing.weight`` as a float; one past a float's range is infinite, as Kueue's
+    ``AsApproximateFloat64`` reads it (its share is then 0), not an OverflowError that no
+    reader of the catalog catches."""
+    if weight is None:
+        return None
+    value = parse_quantity(weight)
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +135,7 @@ class CohortSpec:
             cohort.metadata.name,
             spec.parent_name,
             _flavor_quotas(spec.resource_groups),
-            None if weight is None else float(parse_quantity(weight)),
+            _weight(weight),
         )
 
 

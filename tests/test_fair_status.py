@@ -157,6 +157,23 @@ async def test_a_share_write_refused_is_not_tried_again_until_the_share_changes(
     assert _shares(h)["clusterqueues/cq"] not in (None, 167)
 
 
+async def test_a_weight_past_a_floats_range_is_infinite_not_a_crash() -> None:
+    # float() of a 1e400 quantity raised OverflowError out of the catalog (build_catalog
+    # leaves out only what raises ValueError): every admission cycle and webhook view failed.
+    h, admitter = _tree()
+    queue = h.kube.objects(CLUSTER_QUEUES)[0]
+    assert queue["metadata"]["name"] == "cq"
+    queue["spec"]["fairSharing"] = {"weight": "1e400"}
+    h.kube.seed(CLUSTER_QUEUES, queue)
+    cohort = _cohort("team", "org")
+    cohort["spec"]["fairSharing"] = {"weight": "1e400"}
+    h.kube.seed(COHORTS, cohort)
+    h.deliver()
+    await admitter.cycle()
+    assert h.state.ledger.admission_of("ml/w") is not None
+    assert _shares(h)["clusterqueues/cq"] == 0  # as Kueue: an infinite weight, a share of 0
+
+
 async def test_fair_sharing_off_writes_nothing_and_removes_an_old_share() -> None:
     h, admitter = _tree(fair_sharing=False)
     stale = copy.deepcopy(_cq("lender", 16, "team"))
