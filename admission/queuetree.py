@@ -19,7 +19,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .fairshare import Share, tree_shares
-from .quota import CohortSpec, CohortTree, QueueSpec, QuotaBook, queue_local, queue_quota
+from .quota import (
+    MAX_COHORT_DEPTH,
+    CohortSpec,
+    CohortTree,
+    QueueSpec,
+    QuotaBook,
+    queue_local,
+    queue_quota,
+)
 
 CLUSTER_QUEUE, COHORT, LOCAL_QUEUE = "ClusterQueue", "Cohort", "LocalQueue"
 
@@ -79,6 +87,8 @@ def queue_tree(
         cycle = tree.cycles.get(name)
         if cycle:
             node.problem = f"in a cycle: {' -> '.join(cycle)}"
+        elif name in tree.too_deep:
+            node.problem = f"{tree.too_deep[name]} levels below its root, too deep"
         node.children = [cohort_node(c) for c in sorted(tree.child_cohorts[name])]
         node.children += [
             queue_node(q) for q in sorted(tree.child_queues[name], key=lambda q: q.name)
@@ -110,12 +120,26 @@ def tree_warnings(tree: CohortTree, objects: Mapping[str, CohortSpec]) -> list[s
         stopped = sorted(
             q
             for q in tree.inactive
-            if frozenset(tree.cycles[tree.queues[q].cohort or ""]) == frozenset(cycle)
+            if frozenset(tree.cycles.get(tree.queues[q].cohort or "", ())) == frozenset(cycle)
         )
         warnings.append(
             f"Cohort {name} is in a cycle ({' -> '.join(cycle)}): ClusterQueues "
             f"{', '.join(stopped) or '(none)'} are inactive and admit nothing"
         )
+    below: dict[str, list[str]] = {}  # each cut Cohort: the queues at or below it
+    for queue in sorted(q for q in tree.inactive if tree.queues[q].cohort in tree.too_deep):
+        cohort = tree.queues[queue].cohort or ""
+        while tree.too_deep[cohort] > MAX_COHORT_DEPTH:
+            cohort = tree.cohorts[cohort].parent or ""
+        below.setdefault(cohort, []).append(queue)
+    warnings += [
+        f"Cohort {name} is {MAX_COHORT_DEPTH} levels below its root Cohort; topogate reads "
+        f"{MAX_COHORT_DEPTH - 1} at most: ClusterQueues "
+        f"{', '.join(below.get(name, [])) or '(none)'} at or below it are inactive and admit "
+        "nothing"
+        for name, depth in sorted(tree.too_deep.items())
+        if depth == MAX_COHORT_DEPTH
+    ]
     return warnings
 
 

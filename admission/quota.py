@@ -5,6 +5,7 @@ written admissions, and the rows `topogate status --queues` shows. Pure and sync
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,8 +99,21 @@ class QueueSpec:
             flavors,
             spec.cohort_of,
             policy,
-            None if weight is None else float(parse_quantity(weight)),
+            _weight(weight),
         )
+
+
+def _weight(weight: str | int | None) -> float | None:
+    """``fairSharing.weight`` as a float; one past a float's range is infinite, as Kueue's
+    ``AsApproximateFloat64`` reads it (its share is then 0), not an OverflowError that no
+    reader of the catalog catches."""
+    if weight is None:
+        return None
+    value = parse_quantity(weight)
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +135,13 @@ class CohortSpec:
             cohort.metadata.name,
             spec.parent_name,
             _flavor_quotas(spec.resource_groups),
-            None if weight is None else float(parse_quantity(weight)),
+            _weight(weight),
         )
+
+
+# Cohorts at this many levels below their root or more are cut from the tree, their queues
+# inactive: the tree's walks recurse once per level (Python's stack holds about 1,000 frames).
+MAX_COHORT_DEPTH = 64
 
 
 class CohortTree:
@@ -142,15 +161,17 @@ class CohortTree:
                 self.cohorts[cohort.parent] = CohortSpec(cohort.parent)
         self.queues = queues
         # cohort -> the cycle it leads into (Kueue's HasCycle: the walk up meets a name twice).
-        self.cycles: dict[str, tuple[str, ...]] = {}
-        for name in self.cohorts:
-            cycle = self._cycle_from(name)
-            if cycle:
-                self.cycles[name] = cycle
+        self.cycles: dict[str, tuple[str, ...]] = self._find_cycles()
+        # cohort -> its levels below its root, for those MAX_COHORT_DEPTH or more down: cut
+        # like cycles (the walks over the tree recurse once per level).
+        self.too_deep: dict[str, int] = {
+            name: depth for name, depth in self._depths().items() if depth >= MAX_COHORT_DEPTH
+        }
         # Arithmetic runs on the tree with the cycles cut (their queues are inactive, but
         # `status` and preemption may still ask about them and must not loop).
         self.parent: dict[str, str | None] = {
-            c.name: None if c.name in self.cycles else c.parent for c in self.cohorts.values()
+            c.name: None if c.name in self.cycles or c.name in self.too_deep else c.parent
+            for c in self.cohorts.values()
         }
         self.child_cohorts: dict[str, list[str]] = {name: [] for name in self.cohorts}
         self.child_queues: dict[str, list[QueueSpec]] = {name: [] for name in self.cohorts}
@@ -168,18 +189,55 @@ class CohortTree:
             for q in queues.values()
             if q.cohort in self.cycles
         }
+        for q in queues.values():
+            if q.cohort in self.too_deep:
+                self.inactive[q.name] = (
+                    f"ClusterQueue {q.name} is inactive: its Cohort {q.cohort} is "
+                    f"{self.too_deep[q.cohort]} levels below its root Cohort; topogate reads "
+                    f"{MAX_COHORT_DEPTH - 1} at most"
+                )
         self._subtree: dict[tuple[str, str, str], int] = {}
         self._heights: dict[str, int] = {}
 
-    def _cycle_from(self, name: str) -> tuple[str, ...]:
-        seen: list[str] = []
-        current: str | None = name
-        while current is not None and current not in seen:
-            seen.append(current)
-            current = self.cohorts[current].parent
-        if current is None:
-            return ()
-        return (*seen[seen.index(current) :], current)
+    def _find_cycles(self) -> dict[str, tuple[str, ...]]:
+        """Each cohort's walk up, once: a name met twice closes a cycle, which every cohort
+        on it or leading into it gets (as seen from the first cohort of the cycle it meets).
+        Linear in the cohorts: a walk stops where an earlier one went."""
+        cycles: dict[str, tuple[str, ...]] = {}
+        done: set[str] = set()
+        for name in self.cohorts:
+            path: dict[str, int] = {}  # cohort -> its place on this walk
+            current: str | None = name
+            while current is not None and current not in done and current not in path:
+                path[current] = len(path)
+                current = self.cohorts[current].parent
+            walked = list(path)
+            if current is not None and current in path:  # closed here
+                ring = walked[path[current] :]
+                for i, member in enumerate(ring):
+                    cycles[member] = (*ring[i:], *ring[:i], member)
+                for leader in walked[: path[current]]:
+                    cycles[leader] = cycles[current]
+            elif current is not None and current in cycles:  # leads into a known cycle
+                for leader in walked:
+                    cycles[leader] = cycles[current]
+            done.update(walked)
+        return cycles
+
+    def _depths(self) -> dict[str, int]:
+        """Levels below its root of each cohort outside the cycles (a root: 0)."""
+        depths: dict[str, int] = {}
+        for name in self.cohorts:
+            path: list[str] = []
+            current: str | None = name
+            while current is not None and current not in depths and current not in self.cycles:
+                path.append(current)
+                current = self.cohorts[current].parent
+            depth = depths[current] if current is not None and current in depths else -1
+            for cohort in reversed(path):
+                depth += 1
+                depths[cohort] = depth
+        return depths
 
     @property
     def flat(self) -> bool:

@@ -15,7 +15,14 @@ from .annotations import AnnotationError, check_groups
 from .constants import KUEUE_GROUP, MIN_PARALLELISM_KEYS, QUEUE_LABELS
 from .errors import InputError
 from .kinds import JOB_KINDS, PartialAdmission, job_kind_for, reading
-from .models import ObjectMeta, PodSet, PodSetTopologyRequest, Workload, WorkloadSpec
+from .models import (
+    MAX_PODSETS,
+    ObjectMeta,
+    PodSet,
+    PodSetTopologyRequest,
+    Workload,
+    WorkloadSpec,
+)
 from .validation import join, object_name, parse_model
 from .vocabularies import KAI_PREFERRED, KAI_REQUIRED, KAI_TOPOLOGY, NETWORK_TOPOLOGY
 
@@ -215,6 +222,14 @@ def workload_from_object(
             "a group) or topogate.dev/v1alpha1 Workload",
             where=where,
         )
+    if len(podsets) > MAX_PODSETS:
+        # The model's own refusal is pydantic's dump of every PodSet, naming no field.
+        raise InputError(
+            f"Too many: {len(podsets)} PodSets ({', '.join(p.name for p in podsets)}): a "
+            f"Workload holds at most {MAX_PODSETS}",
+            where=where,
+            field=_common_parent(list(paths.values())),
+        )
     metadata = _meta(obj, where)
     try:
         workload = Workload(metadata=metadata, spec=WorkloadSpec(pod_sets=podsets))
@@ -226,6 +241,18 @@ def workload_from_object(
         ) from None
     _check_groups(workload, paths, where)
     return WorkloadSource(workload, paths, where)
+
+
+def _common_parent(paths: list[str]) -> str:
+    """The field the PodSets' template paths share (``spec.replicatedJobs`` of
+    ``spec.replicatedJobs[0].template...``), else ``spec``."""
+    parts = [p.replace("[", ".[").split(".") for p in paths]
+    shared: list[str] = []
+    for step in zip(*parts, strict=False):
+        if len(set(step)) != 1:
+            break
+        shared.append(step[0])
+    return ".".join(shared).replace(".[", "[") or "spec"
 
 
 def _check_groups(workload: Workload, paths: Mapping[str, str], where: str) -> None:

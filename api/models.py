@@ -541,10 +541,14 @@ class PodSet(ApiModel):
         return self
 
 
+# The most PodSets a Workload holds (its CRD's maxItems, as Kueue's v1beta1 Workload).
+MAX_PODSETS = 8
+
+
 class WorkloadSpec(ApiModel):
     pod_sets: list[PodSet] = Field(
         min_length=1,
-        max_length=8,
+        max_length=MAX_PODSETS,
         json_schema_extra=_cel(
             (
                 "self.filter(p, has(p.minCount)).size() <= 1",

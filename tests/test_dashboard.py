@@ -256,3 +256,79 @@ def test_a_workload_the_page_cannot_read_is_left_out_not_a_crash() -> None:
     state.handler(WORKLOADS)(None, broken)
     doc = document(state, leading=True)
     assert [w["name"] for w in doc["workloads"]] == ["train"]
+
+
+async def _serving(feed: Feed) -> TestClient[Any, Any]:
+    app = make_metrics_app(Metrics())
+    add_dashboard(app, feed)
+    client: TestClient[Any, Any] = TestClient(TestServer(app))
+    await client.start_server()
+    return client
+
+
+async def _until(done: Any, seconds: float = 10.0) -> None:
+    for _ in range(int(seconds / 0.02)):
+        if done():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"not within {seconds} s")
+
+
+async def test_a_viewer_that_never_reads_is_dropped_not_buffered_for_ever(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its stream waited in drain for ever, holding the unread documents (the loop was free,
+    # but the memory and the handler were not), and nothing bounded how many such viewers.
+    import logging
+    import socket
+
+    caplog.set_level(logging.INFO, "topogate.dashboard")
+    monkeypatch.setattr(dashboard, "CHECK_INTERVAL", 0.01)
+    monkeypatch.setattr(dashboard, "WRITE_TIMEOUT", 0.5)
+    feed = Feed(cluster(), lambda: True)
+    versions = iter(range(1_000_000))
+    big = b"x" * (4 << 20)  # a new 4 MiB document every check: past any socket buffer
+    monkeypatch.setattr(feed, "current", lambda: ((next(versions), True), big))
+    client = await _serving(feed)
+    sock = socket.socket()
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        loop = asyncio.get_running_loop()
+        assert client.port is not None
+        await loop.sock_connect(sock, (str(client.host), client.port))
+        await loop.sock_sendall(sock, b"GET /dashboard/events HTTP/1.1\r\nHost: x\r\n\r\n")
+        await _until(lambda: feed.viewers == 1)
+        await _until(lambda: feed.viewers == 0)  # dropped after WRITE_TIMEOUT
+        assert "dropped a dashboard viewer that read nothing for 0.5 s" in caplog.text
+    finally:
+        sock.close()
+        await client.close()
+
+
+async def test_viewers_past_the_limit_are_told_to_come_back_and_drops_free_their_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(dashboard, "CHECK_INTERVAL", 0.01)
+    monkeypatch.setattr(dashboard, "KEEPALIVE", 0.05)
+    monkeypatch.setattr(dashboard, "MAX_VIEWERS", 2)
+    feed = Feed(cluster(), lambda: True)
+    client = await _serving(feed)
+    try:
+        for _ in range(20):  # viewers that connect and drop at once
+            (await client.get("/dashboard/events")).close()
+        await _until(lambda: feed.viewers == 0)
+        streams = [await client.get("/dashboard/events") for _ in range(2)]
+        assert [s.status for s in streams] == [200, 200]
+        refused = await client.get("/dashboard/events")
+        assert refused.status == 503 and refused.headers["Retry-After"] == "30"
+        assert "/dashboard/state" in await refused.text()
+        assert (await client.get("/dashboard/state")).status == 200  # the snapshot still serves
+        streams[0].close()
+        await _until(lambda: feed.viewers == 1)
+        again = await client.get("/dashboard/events")
+        assert again.status == 200
+        again.close()
+        streams[1].close()
+    finally:
+        await client.close()

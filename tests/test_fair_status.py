@@ -9,6 +9,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from tests.test_shells import Harness, workload
 from topogate.admission.fairshare import MAX_INT64, tree_shares
 from topogate.admission.quota import CohortSpec, CohortTree, FlavorQuota, QueueSpec, QuotaBook
@@ -131,6 +133,45 @@ async def test_a_share_write_that_fails_is_written_by_a_later_cycle() -> None:
     assert h.state.signals.admit_event.is_set()  # the failure asks for another cycle
     await admitter.cycle()
     assert _shares(h)["clusterqueues/cq"] == 167
+
+
+@pytest.mark.parametrize("status", [403, 422])
+async def test_a_share_write_refused_is_not_tried_again_until_the_share_changes(
+    status: int,
+) -> None:
+    # Each refusal asked for another cycle, whose shares queued the same write again: an
+    # admission cycle and a refused write per token of --pending-status-qps, for ever.
+    h, admitter = _tree()
+    refusal = KubeError(status, "Forbidden" if status == 403 else "Invalid", "no")
+    h.kube.fail_next("patch", refusal, 2, "clusterqueues/status")  # cq's and lender's
+    await admitter.cycle()
+    assert admitter.shares.failures == 2
+    writes = len(_share_writes(h))
+    await admitter.cycle()
+    assert len(_share_writes(h)) == writes  # the same body is not sent again
+    assert _shares(h)["clusterqueues/cq"] is None
+    # A new share is written: cq borrows more.
+    h.kube.seed(WORKLOADS, workload("w2", count=1))
+    h.deliver()
+    await admitter.cycle()
+    assert _shares(h)["clusterqueues/cq"] not in (None, 167)
+
+
+async def test_a_weight_past_a_floats_range_is_infinite_not_a_crash() -> None:
+    # float() of a 1e400 quantity raised OverflowError out of the catalog (build_catalog
+    # leaves out only what raises ValueError): every admission cycle and webhook view failed.
+    h, admitter = _tree()
+    queue = h.kube.objects(CLUSTER_QUEUES)[0]
+    assert queue["metadata"]["name"] == "cq"
+    queue["spec"]["fairSharing"] = {"weight": "1e400"}
+    h.kube.seed(CLUSTER_QUEUES, queue)
+    cohort = _cohort("team", "org")
+    cohort["spec"]["fairSharing"] = {"weight": "1e400"}
+    h.kube.seed(COHORTS, cohort)
+    h.deliver()
+    await admitter.cycle()
+    assert h.state.ledger.admission_of("ml/w") is not None
+    assert _shares(h)["clusterqueues/cq"] == 0  # as Kueue: an infinite weight, a share of 0
 
 
 async def test_fair_sharing_off_writes_nothing_and_removes_an_old_share() -> None:

@@ -281,6 +281,38 @@ def test_bad_values_are_refused_naming_the_value(helm: str) -> None:
     assert "serviceAccount.name" in refusal(helm, {"serviceAccount": {"create": False, "name": ""}})
 
 
+@pytest.mark.parametrize(
+    ("values", "says"),
+    [
+        ({"replicas": "two"}, "at '/replicas': got string, want integer"),
+        ({"replicas": -1}, "at '/replicas': minimum: got -1, want 0"),
+        ({"webhook": {"port": "9443x"}}, "at '/webhook/port': got string, want integer"),
+        ({"metrics": {"port": 70000}}, "at '/metrics/port': maximum"),
+        ({"resources": "big"}, "at '/resources': got string, want object"),
+        ({"nodeSelector": ["gpu"]}, "at '/nodeSelector': got array, want object"),
+        ({"tolerations": {"key": "gpu"}}, "at '/tolerations': got object, want array"),
+        ({"podAnnotations": {"a": 1}}, "at '/podAnnotations/a': got number, want string"),
+        ({"crds": {"install": "yes"}}, "at '/crds/install': got string, want boolean"),
+        ({"image": {"tag": 1.1}}, "at '/image/tag': got number, want string"),
+        ({"extraArgs": "--x"}, "at '/extraArgs': got string, want array"),
+        ({"features": {"exactBudget": -1}}, "at '/features/exactBudget'"),
+        ({"leaderElection": {"leaseDuration": "soon"}}, "at '/leaderElection/leaseDuration'"),
+        ({"replica": 3}, "additional properties 'replica' not allowed"),
+    ],
+)
+def test_values_of_the_wrong_type_are_refused_naming_the_value(
+    helm: str, values: Doc, says: str
+) -> None:
+    # Without the chart's schema each rendered (replicas: two, a port of "9443x") and the API
+    # server refused the Deployment at install, naming no value; a typo was silently ignored.
+    assert says in refusal(helm, values)
+
+
+def test_numbers_given_as_strings_still_render(helm: str) -> None:
+    docs = template(helm, {"leaderElection": {"leaseDuration": "30"}, "image": {"tag": "1.10"}})
+    assert "--lease-duration=30" in pod_spec(docs)["containers"][0]["args"]
+
+
 def _namespace(api: client.ApiClient, name: str) -> None:
     with contextlib.suppress(client.ApiException):  # made by an earlier test
         client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})

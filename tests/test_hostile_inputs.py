@@ -325,3 +325,47 @@ def test_a_pod_status_of_the_wrong_shape_is_invalid_input(status: Any, field: st
     with pytest.raises(InputError) as caught:
         pod_usage_from_kube(pod)
     assert caught.value.where == "Pod ml/p" and caught.value.field == field
+
+
+def _jobset(replicated: int) -> dict[str, Any]:
+    inner = {"spec": {"containers": [{"name": "c"}], "restartPolicy": "Never"}}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "js", "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+        "spec": {
+            "replicatedJobs": [
+                {"name": f"r{i}", "replicas": 1, "template": {"spec": {"template": inner}}}
+                for i in range(replicated)
+            ]
+        },
+    }
+
+
+def _rayjob(groups: int) -> dict[str, Any]:
+    from tests import test_ray as ray
+
+    return ray.rayjob(*(ray.group(f"w{i}", 1) for i in range(groups)))
+
+
+@pytest.mark.parametrize(
+    ("obj", "group", "field", "names"),
+    [
+        (_jobset(9), "jobset.x-k8s.io", "spec.replicatedJobs", "r0, r1, r2"),
+        (_rayjob(7), "ray.io", "spec", "head, w0, w1, w2, w3, w4, w5, w6, submitter"),
+    ],
+)
+def test_more_podsets_than_a_workload_holds_are_refused_naming_them(
+    tmp_path: Path, obj: dict[str, Any], group: str, field: str, names: str
+) -> None:
+    # The Workload model's refusal was pydantic's dump ("List should have at most 8 items
+    # after validation, not 9 [type=too_long, input_value=[PodSet(name=...") on `spec`.
+    with pytest.raises(InputError) as caught:
+        workload_from_object(obj)
+    assert caught.value.field == field
+    assert caught.value.message.startswith(f"Too many: 9 PodSets ({names}")
+    assert caught.value.message.endswith("a Workload holds at most 8")
+    answer = validate(Review.parse(review_for(obj, obj["kind"], group, namespace="ml")))
+    assert answer["response"]["allowed"] is False and answer["response"]["status"]["code"] == 422
+    code, err = _plan(tmp_path, json.dumps(obj), ".json")
+    assert code == 2 and err.count("\n") == 1 and "type=too_long" not in err

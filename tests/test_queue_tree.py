@@ -116,6 +116,38 @@ def test_a_cycle_and_an_unknown_parent_are_named() -> None:
     assert any(line.startswith("cohort x (in a cycle: x -> y -> x) ") for line in lines)
 
 
+def test_a_cohort_chain_deeper_than_the_tree_reads_stops_only_its_own_queues() -> None:
+    # A chain of 600 Cohorts overflowed the stack of every walk over the tree (the admitter's
+    # cycle, fair shares, `status --queues`), and finding cycles walked it once per Cohort.
+    chain = [_cohort(f"c{i}", f"c{i - 1}" if i else None, gpus=8) for i in range(600)]
+    queues = [_queue("shallow", 8, cohort="c10"), _queue("deep", 8, cohort="c599")]
+    report = queue_report(queues, [], [], chain)
+    assert report.warnings == [
+        "Cohort c64 is 64 levels below its root Cohort; topogate reads 63 at most: "
+        "ClusterQueues deep at or below it are inactive and admit nothing"
+    ]
+    lines = render_queues(report, "table").splitlines()
+    assert any(line.strip().startswith("└─ cq shallow") for line in lines)
+    assert any(
+        line.startswith("cohort c599 (599 levels below its root, too deep)") for line in lines
+    )
+
+
+def test_cycles_are_found_once_with_the_cohorts_that_lead_into_them() -> None:
+    from topogate.admission.quota import CohortSpec, CohortTree
+
+    parents = {"a": "b", "b": "c", "c": "a", "l1": "l2", "l2": "b", "r": None, "s": "r"}
+    tree = CohortTree({}, {n: CohortSpec(n, p) for n, p in parents.items()})
+    assert tree.cycles == {
+        "a": ("a", "b", "c", "a"),
+        "b": ("b", "c", "a", "b"),
+        "c": ("c", "a", "b", "c"),
+        "l1": ("b", "c", "a", "b"),
+        "l2": ("b", "c", "a", "b"),
+    }
+    assert tree.parent["s"] == "r" and tree.too_deep == {}
+
+
 def _write(path: Path, docs: list[Obj]) -> Path:
     path.write_text(yaml.safe_dump_all(docs))
     return path

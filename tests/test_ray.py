@@ -202,8 +202,10 @@ def test_starting_a_rayjob_writes_the_marked_default_submitter() -> None:
         (raycluster(group("a_b")), "spec.workerGroupSpecs[0].groupName: Invalid value: 'a_b'"),
         (raycluster({"template": template()}), "spec.workerGroupSpecs[0].groupName: is required"),
         (
-            raycluster(*(group(f"g{i}") for i in range(18))),
-            "spec.workerGroupSpecs: Too many: 19: must have at most 18 items",
+            # 18, Kueue's jobframework figure, let 9 to 18 through to the Workload's own limit
+            # of 8, whose refusal was pydantic's dump of every PodSet.
+            raycluster(*(group(f"g{i}") for i in range(8))),
+            "spec.workerGroupSpecs: Too many: 9: must have at most 8 items",
         ),
         (raycluster(group("w", -1)), "spec.workerGroupSpecs[0].replicas: -1 must be"),
         (
@@ -458,3 +460,17 @@ def test_a_rayjobs_last_pod_gone_brings_the_rayjob_back_to_the_job_sync() -> Non
     assert state.signals.take_jobs() == set()  # a running pod's change is not the job's
     state.handler(PODS)(pod, None)
     assert state.signals.take_jobs() == {("RayJob", "ml/rj")}
+
+
+@pytest.mark.parametrize("containers", [5, True, 1.5, "ray"])
+def test_a_sidecar_head_whose_containers_are_no_list_is_refused_not_a_crash(
+    containers: Any,
+) -> None:
+    # Adding the submitter to the head was list(5): a TypeError out of the webhook and plan.
+    obj = rayjob(group("w"), submissionMode="SidecarMode")
+    obj["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"] = containers
+    assert refusal(obj).endswith(
+        "spec.rayClusterSpec.headGroupSpec.template.spec.containers: must be a list"
+    )
+    answer = validate(_review(obj))["response"]
+    assert answer["allowed"] is False and answer["status"]["code"] == 422

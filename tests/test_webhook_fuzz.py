@@ -4,6 +4,7 @@ Fail the API server would then refuse every queued job)."""
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -224,3 +225,54 @@ async def test_the_server_never_answers_500() -> None:
             for body in bodies:
                 reply = await client.post(path, data=body)
                 assert reply.status in (200, 400), (path, body[:40], reply.status)
+
+
+def _new_kinds() -> list[tuple[dict[str, Any], str]]:
+    """A valid queued object of each job kind added with Kubeflow and Ray (the fuzz above
+    builds only Job-shaped ones), with its API group."""
+    from tests import test_kubeflow_kinds as kubeflow
+    from tests import test_ray as ray
+
+    def replica(count: int) -> dict[str, Any]:
+        return {"replicas": count, "template": kubeflow.template()}
+
+    return [
+        (kubeflow.pytorchjob(Master=replica(1), Worker=replica(3)), "kubeflow.org"),
+        (kubeflow.mpijob(True, Launcher=replica(1), Worker=replica(2)), "kubeflow.org"),
+        (ray.raycluster(ray.group("w", 2, 2)), "ray.io"),
+        (ray.rayjob(ray.group("w", 2)), "ray.io"),
+        (ray.rayjob(ray.group("w", 2), submissionMode="SidecarMode"), "ray.io"),
+    ]
+
+
+def _paths(obj: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [path]
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            found += _paths(value, (*path, key))
+    elif isinstance(obj, list):
+        for i, value in enumerate(obj):
+            found += _paths(value, (*path, i))
+    return found
+
+
+# Every part replaced by each wrong shape in turn: exhaustive rather than drawn, since a
+# drawn path and value rarely meet the one field a kind reads differently.
+HOSTILE: list[Any] = [None, "x", 5, -1, 2**63, 1.5, True, [], [1], {}, {"a": 1}, "9" * 5000]
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_a_kubeflow_or_ray_object_with_any_part_replaced_is_answered(index: int) -> None:
+    # A SidecarMode RayJob whose head containers were 5 was a TypeError out of validate.
+    base, group = _new_kinds()[index]
+    for path in _paths(base)[1:]:
+        if path[0] in ("kind", "apiVersion"):
+            continue
+        for value in HOSTILE:
+            obj = copy.deepcopy(base)
+            target = obj
+            for part in path[:-1]:
+                target = target[part]
+            target[path[-1]] = value
+            for operation in ("CREATE", "UPDATE"):
+                answered(review_for(obj, obj["kind"], group, operation, namespace="ml"))

@@ -31,7 +31,7 @@ from typing import Any
 
 from ..constants import MAX_INT32
 from ..errors import InputError
-from ..models import PodSet
+from ..models import MAX_PODSETS, PodSet
 from ..quantity import QuantityError, parse_quantity
 from .base import Obj, Suspendable, as_map
 from .reading import count, inherit, mapping, object_topology, podset
@@ -39,8 +39,6 @@ from .reading import count, inherit, mapping, object_topology, podset
 HEAD, SUBMITTER = "head", "submitter"
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 K8S_JOB_MODE, SIDECAR_MODE = "K8sJobMode", "SidecarMode"
-# Kueue's jobframework.MaxPodSets: the most PodSets a Workload holds.
-MAX_PODSETS = 18
 # KubeRay's Redis cleanup Job, run when GCS fault tolerance is on (the annotation, or
 # spec.gcsFaultToleranceOptions): Kueue counts its requests on the head.
 FT_ANNOTATION = "ray.io/ft-enabled"
@@ -279,7 +277,10 @@ class RayJobKind(Suspendable):
         if mode == SIDECAR_MODE:
             # KubeRay adds the submitter to the head pod, with its default resources.
             head, path = out[0]
-            containers = list(as_map(head.template.get("spec")).get("containers") or [])
+            found = as_map(head.template.get("spec")).get("containers")
+            if found is not None and not isinstance(found, list):
+                raise InputError("must be a list", where=where, field=f"{path}.spec.containers")
+            containers = list(found or [])
             containers.append(
                 {"name": SUBMITTER_CONTAINER, "resources": copy.deepcopy(SUBMITTER_RESOURCES)}
             )

@@ -7,7 +7,8 @@ Like the pending messages, a courtesy: written by one task at a bounded rate (se
 the newest share winning when several come before its turn. A write is a merge patch of that
 one field (the field is ours; nothing else of the status is sent), through the fenced client.
 A failed write (the API server unreachable, the Lease lapsed, the object gone) is forgotten
-and a cycle asked for, whose shares queue it again.
+and a cycle asked for, whose shares queue it again; a refused one (a 4xx: RBAC, a schema
+without the field) is not tried again until the share changes.
 
 With fair sharing off, a share written before is removed from topogate's objects (as Kueue
 removes it); Kueue's Cohorts are left alone then, their status may be Kueue's own.
@@ -19,7 +20,7 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
-from topogate.kube.errors import API_ERRORS
+from topogate.kube.errors import API_ERRORS, KubeError
 from topogate.kube.protocol import KubeApi
 from topogate.kube.ratelimit import TokenBucket
 from topogate.kube.resources import CLUSTER_QUEUES, COHORTS, KUEUE_COHORTS, Obj, Resource
@@ -36,6 +37,13 @@ def written_share(obj: Obj) -> int | None:
     fair = status.get("fairSharing") if isinstance(status, Mapping) else None
     share = fair.get("weightedShare") if isinstance(fair, Mapping) else None
     return share if isinstance(share, int) and not isinstance(share, bool) else None
+
+
+def _refused(error: BaseException) -> bool:
+    """An answer of the API server that trying the same write again cannot change (a 4xx
+    other than a conflict or too many requests; 404 is the object gone, which the watch
+    tells)."""
+    return isinstance(error, KubeError) and 400 <= error.status < 500 and error.status != 429
 
 
 class ShareStatus:
@@ -120,6 +128,11 @@ class ShareStatus:
             if target not in self._failing:
                 self._failing.add(target)
                 log.info("fair-sharing status of %s %s not written: %s", resource.key, name, error)
+            if _refused(error):
+                # Kept as said: the same body would be refused again (RBAC, a schema without
+                # the field), and asking a cycle for it would loop at the write rate; a new
+                # share is tried afresh.
+                return
             if self._said.get(target) == share:
                 del self._said[target]
                 self.state.signals.admit()  # whose shares queue it again

@@ -54,6 +54,10 @@ NODE_LEVEL = "node"  # DomainTree's level below a topology whose lowest is not t
 MAX_WORKLOADS = 1000  # listed at most (pending first, then newest); the count says how many
 CHECK_INTERVAL = 1.0
 KEEPALIVE = 15.0
+# A viewer holds a copy of the document in its connection's buffer until it reads it: at most
+# this many viewers stream at once, and one that reads nothing for WRITE_TIMEOUT is dropped.
+MAX_VIEWERS = 32
+WRITE_TIMEOUT = 30.0
 
 
 def _dict(value: Any) -> Mapping[str, Any]:
@@ -468,6 +472,7 @@ class Feed:
 
         self.state, self.leading, self.clock = state, leading, clock
         self.version = 1
+        self.viewers = 0  # event streams open now
         self._built: tuple[tuple[int, bool], bytes] | None = None
         self._next_build = 0.0
         for resource in WATCHED:
@@ -517,6 +522,20 @@ async def _state(request: web.Request) -> web.Response:
 
 async def _events(request: web.Request) -> web.StreamResponse:
     feed = request.app[_FEED]
+    if feed.viewers >= MAX_VIEWERS:
+        raise web.HTTPServiceUnavailable(
+            text=f"the dashboard streams to {MAX_VIEWERS} viewers at most; "
+            "GET /dashboard/state reads the document once\n",
+            headers={"Retry-After": "30"},
+        )
+    feed.viewers += 1
+    try:
+        return await _stream(request, feed)
+    finally:
+        feed.viewers -= 1
+
+
+async def _stream(request: web.Request, feed: Feed) -> web.StreamResponse:
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
@@ -528,11 +547,26 @@ async def _events(request: web.Request) -> web.StreamResponse:
         while True:
             made_of, body = feed.current()
             if made_of != sent:
-                await response.write(b"data: " + body + b"\n\n")
+                if not await _send(request, response, b"data: " + body + b"\n\n"):
+                    break
                 sent, quiet = made_of, 0.0
             elif quiet >= KEEPALIVE:
-                await response.write(b": keep-alive\n\n")
+                if not await _send(request, response, b": keep-alive\n\n"):
+                    break
                 quiet = 0.0
             await asyncio.sleep(CHECK_INTERVAL)
             quiet += CHECK_INTERVAL
     return response
+
+
+async def _send(request: web.Request, response: web.StreamResponse, data: bytes) -> bool:
+    """Write ``data``; False when the viewer read nothing for WRITE_TIMEOUT (its connection is
+    closed, freeing what it left unread)."""
+    try:
+        await asyncio.wait_for(response.write(data), WRITE_TIMEOUT)
+    except TimeoutError:
+        log.info("dropped a dashboard viewer that read nothing for %s s", WRITE_TIMEOUT)
+        if request.transport is not None:
+            request.transport.abort()
+        return False
+    return True
