@@ -39,7 +39,7 @@ def spread(values: list[float], fmt: str = "{:.2f}") -> str:
 
 def load(directory: Path, last: int) -> dict[tuple[str, str], list[dict[str, Any]]]:
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for path in sorted(directory.glob("tas-*.json")):
+    for path in sorted([*directory.glob("tas-*.json"), *directory.glob("large-scale-*.json")]):
         data = json.loads(path.read_text())
         data["_file"] = path.name
         groups[(data["scenario"], "/".join(map(str, data["budget"])))].append(data)
