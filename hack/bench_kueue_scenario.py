@@ -983,8 +983,8 @@ KUEUE_CLUSTER_QUEUES = Resource("kueue.x-k8s.io/v1beta2", "clusterqueues", names
 
 async def check_kueue(kubeconfig: Path, stop: threading.Event, checker: Checker) -> None:
     """Kueue's admissions through the same checker, from a watch on its API server: its nodes
-    (all made before the first queue) when the first admission comes, each ClusterQueue when
-    an admission first names it."""
+    (all made before the first queue) when the first admission comes, all ClusterQueues when
+    an admission first names one not yet read."""
     kube = await Kube.connect(str(kubeconfig), qps=None)
     nodes_listed = False  # once: large-scale has no nodes, an empty list must not be re-read
 
@@ -999,7 +999,11 @@ async def check_kueue(kubeconfig: Path, stop: threading.Event, checker: Checker)
                 nodes_listed = True
             queue = admission.get("clusterQueue")
             if queue and queue not in checker.quotas:
-                checker.add_cluster_queue(await kube.get(KUEUE_CLUSTER_QUEUES, queue))
+                # Every ClusterQueue there is, not only the one named: a cohort's lendable
+                # quota is its members' together, and with a member missing a valid borrow
+                # looks like a violation (large-scale: 100 queues a cohort).
+                for item in (await kube.list(KUEUE_CLUSTER_QUEUES))["items"]:
+                    checker.add_cluster_queue(item)
 
     try:
         listing = await kube.list(KUEUE_WORKLOADS)
