@@ -126,6 +126,84 @@ SETS = [
 ]
 QUEUES_PER_COHORT, RACKS, NODES_PER_RACK = 6, 10, 64
 CHURN_NAMESPACE = "churn"
+# Kueue's release that first ships each scenario's generator config (configs/large-scale came
+# after v0.17.0); --kueue-version overrides.
+KUEUE_VERSIONS = {"tas": "v0.17.0", "large-scale": "v0.19.0"}
+LARGE_SCALE_CONFIG = "test/performance/scheduler/configs/large-scale/generator.yaml"
+TAS_CONFIG = "test/performance/scheduler/configs/tas/generator.yaml"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What differs between Kueue's scenarios: the sets (SETS' shape), the queues, the flavor."""
+
+    name: str
+    sets: list[tuple[Any, ...]]
+    queues_per_cohort: int
+    nominal: str
+    borrowing: str
+    flavor: str
+    topology: bool  # nodes and a Topology (tas); quota only, no nodes (large-scale)
+    preemption: tuple[str, str] = ("Any", "LowerPriority")  # reclaimWithinCohort, withinCQ
+
+
+TAS = Scenario("tas", SETS, QUEUES_PER_COHORT, "20", "100", FLAVOR, True)
+
+
+def large_scale(config: dict[str, Any]) -> Scenario:
+    """Kueue's configs/large-scale generator config as a Scenario: one cohort set of one queue
+    set, each workloads set of one-pod workloads asking `request` CPU; its flavor is the
+    generator's default, "rf", with no node labels and no topology."""
+    cohorts = config["cohorts"]
+    if len(cohorts) != 1 or len(cohorts[0]["queuesSets"]) != 1 or config.get("topology"):
+        raise SystemExit("large-scale generator config: expected one cohort set of one queue set")
+    queues = cohorts[0]["queuesSets"][0]
+    sets: list[tuple[Any, ...]] = []
+    for wl_set in queues["workloadsSets"]:
+        if len(wl_set["workloads"]) != 1:
+            raise SystemExit("large-scale generator config: one workload per workloads set")
+        wl = wl_set["workloads"][0]
+        sets.append(
+            (
+                wl["className"],
+                int(wl_set["count"]),
+                int(wl_set["creationIntervalMs"]),
+                int(wl["runtimeMs"]),
+                int(wl["priority"]),
+                str(wl["request"]),
+                int(wl.get("podCount") or 1),
+                "none",
+                0,
+            )
+        )
+    return Scenario(
+        "large-scale",
+        sets,
+        int(queues["count"]),
+        str(queues["nominalQuota"]),
+        str(queues["borrowingLimit"]),
+        (config.get("resourceFlavor") or {}).get("name", "rf"),
+        False,
+        (queues["reclaimWithinCohort"], queues["withinClusterQueue"]),
+    )
+
+
+def large_scale_config(version: str, kueue: Path | None = None) -> dict[str, Any]:
+    """The module's configs/large-scale/generator.yaml: from hack/kueue/build.sh's source copy,
+    else from the Go module cache (`go mod download` puts it there)."""
+    candidates = [kueue / "src" / LARGE_SCALE_CONFIG] if kueue else []
+    gomodcache = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True)
+    if gomodcache.returncode == 0 and gomodcache.stdout.strip():
+        module = Path(gomodcache.stdout.strip()) / f"sigs.k8s.io/kueue@{version}"
+        candidates.append(module / LARGE_SCALE_CONFIG)
+    for path in candidates:
+        if path.is_file():
+            loaded: dict[str, Any] = yaml.safe_load(path.read_text())
+            return loaded
+    raise SystemExit(
+        f"no {LARGE_SCALE_CONFIG} for Kueue {version} (tried {', '.join(map(str, candidates))}); "
+        f"`go mod download sigs.k8s.io/kueue@{version}` or hack/kueue/build.sh fetches it"
+    )
 
 
 @dataclass
@@ -173,7 +251,23 @@ class Run:
 # --- the objects ----------------------------------------------------------------------------
 
 
-def cluster_objects(cohorts: int, racks: int = RACKS, per_rack: int = NODES_PER_RACK) -> list[Obj]:
+def cluster_objects(
+    cohorts: int, racks: int = RACKS, per_rack: int = NODES_PER_RACK, scenario: Scenario = TAS
+) -> list[Obj]:
+    if not scenario.topology:  # quota only: no nodes, a flavor without labels or topology
+        flavor = {
+            "apiVersion": "topogate.dev/v1alpha1",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": scenario.flavor},
+            "spec": {},
+        }
+        queues = [
+            obj
+            for cohort in range(cohorts)
+            for queue in range(scenario.queues_per_cohort)
+            for obj in _queue(queue_name(cohort, queue), f"cohort-{cohort}", scenario)
+        ]
+        return [flavor, *queues]
     nodes = []
     for rack in range(racks):
         for index in range(per_rack):
@@ -217,8 +311,8 @@ def queue_name(cohort: int, queue: int) -> str:
     return f"cq-0-{queue}-cohort-{cohort}"  # as Kueue's generator names them
 
 
-def _queue(name: str, cohort: str) -> list[Obj]:
-    quota = {"name": "cpu", "nominalQuota": "20", "borrowingLimit": "100"}
+def _queue(name: str, cohort: str, scenario: Scenario = TAS) -> list[Obj]:
+    quota = {"name": "cpu", "nominalQuota": scenario.nominal, "borrowingLimit": scenario.borrowing}
     return [
         {
             "apiVersion": "topogate.dev/v1alpha1",
@@ -229,12 +323,12 @@ def _queue(name: str, cohort: str) -> list[Obj]:
                 "resourceGroups": [
                     {
                         "coveredResources": ["cpu"],
-                        "flavors": [{"name": FLAVOR, "resources": [quota]}],
+                        "flavors": [{"name": scenario.flavor, "resources": [quota]}],
                     }
                 ],
                 "preemption": {
-                    "reclaimWithinCohort": "Any",
-                    "withinClusterQueue": "LowerPriority",
+                    "reclaimWithinCohort": scenario.preemption[0],
+                    "withinClusterQueue": scenario.preemption[1],
                 },
             },
         },
@@ -257,6 +351,7 @@ def workload(name: str, namespace: str, spec: tuple[Any, ...]) -> Obj:
             f"{KUEUE}/podset-slice-required-topology": RACK,
             f"{KUEUE}/podset-slice-size": str(slice_size),
         },
+        "none": {},  # large-scale: quota only
     }[constraint]
     container = {"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}
     return {
@@ -287,9 +382,9 @@ def workload(name: str, namespace: str, spec: tuple[Any, ...]) -> Obj:
 # --- the runner's parts: generator, recorder, finisher ----------------------------------------
 
 
-def counted(fraction: float) -> list[tuple[Any, ...]]:
-    """The sets with their counts scaled (1.0: Kueue's)."""
-    return [(s[0], max(1, round(s[1] * fraction)), *s[2:]) for s in SETS]
+def counted(fraction: float, sets: list[tuple[Any, ...]] = SETS) -> list[tuple[Any, ...]]:
+    """The sets with their counts (Workloads per queue) scaled, at least 1 (1.0: Kueue's)."""
+    return [(s[0], max(1, round(s[1] * fraction)), *s[2:]) for s in sets]
 
 
 async def create(kube: Kube, run: Run, obj: Obj) -> None:
@@ -306,6 +401,7 @@ async def generate(
     cohorts: int,
     sets: list[tuple[Any, ...]],
     nodes_made: bool = False,
+    queues: int = QUEUES_PER_COHORT,
 ) -> None:
     """As Kueue's generator: the nodes, the Topology and the flavor, then every queue at
     once, each followed by its sets' Workloads, each set one after the other."""
@@ -335,7 +431,7 @@ async def generate(
         await asyncio.gather(*(one_set(name, i, spec) for i, spec in enumerate(sets)))
 
     await asyncio.gather(
-        *(one_queue(queue_name(c, q)) for c in range(cohorts) for q in range(QUEUES_PER_COHORT))
+        *(one_queue(queue_name(c, q)) for c in range(cohorts) for q in range(queues))
     )
 
 
@@ -614,7 +710,7 @@ def wait_ready(port: int, deadline: float) -> None:
 # --- the sides ------------------------------------------------------------------------------
 
 
-def class_table(run: Run) -> dict[str, dict[str, int]]:
+def class_table(run: Run, sets: list[tuple[Any, ...]] = SETS) -> dict[str, dict[str, int]]:
     """Per class, as Kueue's recorder summarises: count of all Workloads seen, mean time to
     admission over all of them (0 ms for one never admitted) in integer division; and for
     reading, p50/p90 over the admitted ones and how many never were."""
@@ -622,7 +718,7 @@ def class_table(run: Run) -> dict[str, dict[str, int]]:
     for rec in run.records.values():
         by_class[rec.cls].append(rec)
     table = {}
-    for cls in [s[0] for s in SETS]:
+    for cls in [s[0] for s in sets]:
         records = by_class.get(cls, [])
         if not records:
             continue
@@ -665,6 +761,7 @@ async def drive(
     churn: Churn,
     seconds: float,
     nodes_made: bool = False,
+    scenario: Scenario = TAS,
 ) -> Run:
     kube = await Kube.connect(str(plane.kubeconfig), qps=None)
     run = Run(started=time.monotonic())
@@ -673,8 +770,8 @@ async def drive(
             run.checker.add_cluster_queue(obj)
         elif obj["kind"] == "Node":
             run.checker.add_node(obj)
-    sets = counted(fraction)
-    total = cohorts * QUEUES_PER_COHORT * sum(s[1] for s in sets)
+    sets = counted(fraction, scenario.sets)
+    total = cohorts * scenario.queues_per_cohort * sum(s[1] for s in sets)
     nodes = [o["metadata"]["name"] for o in objs if o["kind"] == "Node"]
 
     async def progress() -> None:
@@ -696,7 +793,7 @@ async def drive(
         await asyncio.sleep(0.2)  # the watch is open before the first create
         if churn.percent > 0 and churn.pods:
             churner = asyncio.create_task(churn_pods(kube, run, churn, nodes))
-        await generate(kube, run, objs, cohorts, sets, nodes_made)
+        await generate(kube, run, objs, cohorts, sets, nodes_made, scenario.queues_per_cohort)
         await asyncio.wait_for(recorder, seconds)
         if churner is not None:
             await churner  # ends after its round once the scenario is done
@@ -718,12 +815,13 @@ def topogate_side(
     racks: int = RACKS,
     per_rack: int = NODES_PER_RACK,
     pods_per_node: int = 0,
+    scenario: Scenario = TAS,
 ) -> dict[str, Any]:
     plane = ControlPlane.start(directory / "plane", scheduler=False)
     try:
         install_crds(plane.kubeconfig)  # as envtest does before Kueue's runner starts
         wait_served(plane, time.monotonic() + 120)
-        objs = cluster_objects(cohorts, racks, per_rack)
+        objs = cluster_objects(cohorts, racks, per_rack, scenario)
         nodes = [o["metadata"]["name"] for o in objs if o["kind"] == "Node"]
         if pods_per_node:  # the nodes and their pods before serve starts: the churn's base
             create_all(plane.kubeconfig, [o for o in objs if o["kind"] == "Node"])
@@ -743,7 +841,16 @@ def topogate_side(
             # serve starts as the generator starts, as Kueue's runner starts minimalkueue.
             started = time.monotonic()
             run = asyncio.run(
-                drive(plane, objs, cohorts, fraction, churn, timeout, nodes_made=pods_per_node > 0)
+                drive(
+                    plane,
+                    objs,
+                    cohorts,
+                    fraction,
+                    churn,
+                    timeout,
+                    nodes_made=pods_per_node > 0,
+                    scenario=scenario,
+                )
             )
             wall = time.monotonic() - started
             cpu = proc_cpu(proc.pid)  # the whole process, from its start
@@ -761,7 +868,7 @@ def topogate_side(
         first_created = min(run.created, default=0.0)
         controller = requests - run.requests
         return {
-            "nodes": racks * per_rack,
+            "nodes": racks * per_rack if scenario.topology else 0,
             "first_admission": min(run.admissions, default=first_created) - first_created,
             "wall": wall,
             "cpu": cpu,
@@ -770,7 +877,7 @@ def topogate_side(
             "api_requests": dict(requests.most_common()),
             "api_requests_runner": dict(run.requests.most_common()),
             "api_requests_controller": dict(controller.most_common()),
-            "classes": class_table(run),
+            "classes": class_table(run, scenario.sets),
             "invariants": {
                 "admissions_checked": run.checker.checked,
                 "violations": run.checker.violations,
@@ -814,10 +921,14 @@ def wait_served(plane: ControlPlane, deadline: float) -> None:
             time.sleep(0.5)
 
 
-def kueue_dir() -> Path:
+def kueue_dir(version: str = KUEUE_VERSIONS["tas"]) -> Path:
     """Kueue's runner, minimalkueue (both budgets) and source, built or found in the cache."""
     out = subprocess.run(
-        ["bash", str(ROOT / "hack/kueue/build.sh")], check=True, capture_output=True, text=True
+        ["bash", str(ROOT / "hack/kueue/build.sh")],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KUEUE_VERSION": version},
     )
     return Path(out.stdout.strip().splitlines()[-1])
 
@@ -872,20 +983,27 @@ KUEUE_CLUSTER_QUEUES = Resource("kueue.x-k8s.io/v1beta2", "clusterqueues", names
 
 async def check_kueue(kubeconfig: Path, stop: threading.Event, checker: Checker) -> None:
     """Kueue's admissions through the same checker, from a watch on its API server: its nodes
-    (all made before the first queue) when the first admission comes, each ClusterQueue when
-    an admission first names it."""
+    (all made before the first queue) when the first admission comes, all ClusterQueues when
+    an admission first names one not yet read."""
     kube = await Kube.connect(str(kubeconfig), qps=None)
+    nodes_listed = False  # once: large-scale has no nodes, an empty list must not be re-read
 
     async def prepare(obj: Obj) -> None:
+        nonlocal nodes_listed
         admission = (obj.get("status") or {}).get("admission")
         key = f"{obj['metadata'].get('namespace')}/{obj['metadata']['name']}"
         if admission and key not in checker.held:
-            if not checker.allocatable:
+            if not nodes_listed and not checker.allocatable:
                 for node in (await kube.list(NODES))["items"]:
                     checker.add_node(node)
+                nodes_listed = True
             queue = admission.get("clusterQueue")
             if queue and queue not in checker.quotas:
-                checker.add_cluster_queue(await kube.get(KUEUE_CLUSTER_QUEUES, queue))
+                # Every ClusterQueue there is, not only the one named: a cohort's lendable
+                # quota is its members' together, and with a member missing a valid borrow
+                # looks like a violation (large-scale: 100 queues a cohort).
+                for item in (await kube.list(KUEUE_CLUSTER_QUEUES))["items"]:
+                    checker.add_cluster_queue(item)
 
     try:
         listing = await kube.list(KUEUE_WORKLOADS)
@@ -918,12 +1036,14 @@ def kueue_side(
     fraction: float,
     budget: tuple[int, int],
     timeout: float,
+    scenario: Scenario = TAS,
 ) -> dict[str, Any]:
     checkout = kueue / "src"
     binary = KUEUE_BINARIES[budget]
-    config = yaml.safe_load(
-        (checkout / "test/performance/scheduler/configs/tas/generator.yaml").read_text()
-    )
+    config_path = LARGE_SCALE_CONFIG if scenario.name == "large-scale" else TAS_CONFIG
+    config = yaml.safe_load((checkout / config_path).read_text())
+    if scenario.name == "large-scale" and large_scale(config) != scenario:
+        raise SystemExit(f"{checkout / config_path} is not the scenario topogate's side runs")
     config["cohorts"][0]["count"] = cohorts
     for queues in config["cohorts"][0]["queuesSets"]:
         for workloads in queues["workloadsSets"]:
@@ -941,7 +1061,12 @@ def kueue_side(
     with open(directory / "kueue-runner.log", "wb") as log:
         proc = subprocess.Popen(
             ["bash", str(ROOT / "hack/kueue_side.sh"), "run", str(path), str(out), binary],
-            env={**os.environ, "KUEUE_DIR": str(kueue)},
+            env={
+                **os.environ,
+                "KUEUE_DIR": str(kueue),
+                # As Kueue's Makefile: TAS controllers for tas only.
+                "KUEUE_TAS": "true" if scenario.topology else "false",
+            },
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -1083,7 +1208,7 @@ def _requests_line(requests: dict[str, int], top: int = 8) -> str:
     return f"{total} ({shown})"
 
 
-def report(result: dict[str, Any]) -> None:
+def report(result: dict[str, Any], sets: list[tuple[Any, ...]] = SETS) -> None:
     ours, theirs = result["topogate"], result["kueue"]
     qps, burst = result["budget"]
     print(
@@ -1160,7 +1285,7 @@ def report(result: dict[str, Any]) -> None:
         f"{'class':24} {'topogate mean ms':>17} {'p50':>7} {'p90':>7} {'unadm':>5}"
         + (f" {'Kueue mean ms':>14} {'p50':>7} {'unadm':>5} {'ratio':>6}" if theirs else "")
     )
-    for cls in [s[0] for s in SETS]:
+    for cls in [s[0] for s in sets]:
         row = ours["classes"].get(cls)
         if row is None:
             continue
@@ -1221,9 +1346,31 @@ def main() -> None:
     # A SIGTERM (timeout(1), Ctrl-C's cousin) unwinds, so the control plane is stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cohorts", type=int, default=5, help="5: Kueue's 15,000 Workloads")
     parser.add_argument(
-        "--fraction", type=float, default=1.0, help="scale each set's count (1: Kueue's)"
+        "--scenario",
+        choices=["tas", "large-scale"],
+        default="tas",
+        help="Kueue's configs/tas (default) or configs/large-scale (1,000 queues, quota only)",
+    )
+    parser.add_argument(
+        "--cohorts",
+        type=int,
+        help="tas: 5 (default), Kueue's 15,000 Workloads; large-scale: 10 (default), 1,000 queues",
+    )
+    parser.add_argument(
+        "--fraction", type=float, default=1.0, help="tas: scale each set's count (1: Kueue's)"
+    )
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="large-scale: scale each workloads set's count per queue (35 small, 11 medium, 4 "
+        "large), rounded, at least 1; queues, quotas, intervals and runtimes stay Kueue's",
+    )
+    parser.add_argument(
+        "--kueue-version",
+        help="Kueue release of the generator config and of Kueue's side (default: v0.17.0 for "
+        "tas, v0.19.0 for large-scale, the first with configs/large-scale)",
     )
     parser.add_argument(
         "--budget",
@@ -1264,6 +1411,26 @@ def main() -> None:
         help="directory for the sitting's JSON file (default: %(default)s)",
     )
     args = parser.parse_args()
+    version = args.kueue_version or KUEUE_VERSIONS[args.scenario]
+    if args.scenario == "tas":
+        if args.scale != 1.0:
+            parser.error("--scale is large-scale's; tas scales with --fraction")
+        scenario, fraction, cohorts = TAS, args.fraction, args.cohorts or 5
+    else:
+        if args.fraction != 1.0 or (args.racks, args.nodes_per_rack, args.pods_per_node) != (
+            RACKS,
+            NODES_PER_RACK,
+            0,
+        ):
+            parser.error(
+                "large-scale has no nodes: --fraction, --racks, --nodes-per-rack and "
+                "--pods-per-node are tas's; it scales with --scale"
+            )
+        if args.scale <= 0:
+            parser.error(f"--scale {args.scale:g}: must be positive")
+        kueue_path = (args.kueue_dir or kueue_dir(version)).resolve() if args.kueue else None
+        scenario = large_scale(large_scale_config(version, kueue_path))
+        fraction, cohorts = args.scale, args.cohorts or 10
     if args.kueue and args.budget not in KUEUE_BINARIES:
         parser.error(
             f"--budget {args.budget[0]}/{args.budget[1]}: Kueue's side runs at "
@@ -1276,9 +1443,16 @@ def main() -> None:
     ):
         parser.error("--racks, --nodes-per-rack and --pods-per-node change topogate's side only")
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    workloads = args.cohorts * QUEUES_PER_COHORT * sum(s[1] for s in counted(args.fraction))
+    sets = counted(fraction, scenario.sets)
+    workloads = cohorts * scenario.queues_per_cohort * sum(s[1] for s in sets)
+    if scenario is TAS:
+        name = f"tas-c{cohorts}" + (f"-f{fraction:g}" if fraction != 1 else "")
+    else:
+        name = f"large-scale-c{cohorts}" + (f"-s{fraction:g}" if fraction != 1 else "")
     result: dict[str, Any] = {
-        "scenario": f"tas-c{args.cohorts}" + (f"-f{args.fraction:g}" if args.fraction != 1 else ""),
+        "scenario": name,
+        "kueue_release": version,  # of the generator config (and Kueue's side with --kueue)
+        "workloads_per_queue": {s[0]: s[1] for s in sets},
         "workloads": workloads,
         "budget": list(args.budget),
         "started": stamp,
@@ -1289,11 +1463,11 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory() as tmp:
         if args.kueue:
-            kueue = (args.kueue_dir or kueue_dir()).resolve()
+            kueue = (args.kueue_dir or kueue_dir(version)).resolve()
             result["kueue_version"] = kueue.name
             before = speed_marker()
             theirs = kueue_side(
-                kueue, Path(tmp), args.cohorts, args.fraction, args.budget, args.timeout
+                kueue, Path(tmp), cohorts, fraction, args.budget, args.timeout, scenario
             )
             theirs["speed_marker_ms"] = (before, speed_marker())
             theirs["uptime_after"] = uptime()
@@ -1302,24 +1476,27 @@ def main() -> None:
         before = speed_marker()
         ours = topogate_side(
             Path(tmp),
-            args.cohorts,
-            args.fraction,
+            cohorts,
+            fraction,
             args.budget,
             churn,
             args.timeout,
             args.racks,
             args.nodes_per_rack,
             args.pods_per_node,
+            scenario,
         )
         ours["speed_marker_ms"] = (before, speed_marker())
         result["topogate"] = ours
     result["uptime_after"] = uptime()
     if result["kueue"] is not None:
         result["ratios"] = ratios(ours, result["kueue"])
-    report(result)
+    report(result, scenario.sets)
     args.results.mkdir(parents=True, exist_ok=True)
     qps, burst = args.budget
-    path = args.results / f"{result['scenario']}-{qps}-{burst}-{stamp}.json"
+    # The file names the scenario and, for large-scale, the Kueue release it comes from.
+    release = "" if scenario is TAS else f"-kueue-{version}"
+    path = args.results / f"{result['scenario']}{release}-{qps}-{burst}-{stamp}.json"
     path.write_text(json.dumps(result, indent=1, default=str) + "\n")
     print(f"written to {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     broken = len(ours["invariants"]["violations"])

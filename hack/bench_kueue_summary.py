@@ -39,7 +39,7 @@ def spread(values: list[float], fmt: str = "{:.2f}") -> str:
 
 def load(directory: Path, last: int) -> dict[tuple[str, str], list[dict[str, Any]]]:
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for path in sorted(directory.glob("tas-*.json")):
+    for path in sorted([*directory.glob("tas-*.json"), *directory.glob("large-scale-*.json")]):
         data = json.loads(path.read_text())
         data["_file"] = path.name
         groups[(data["scenario"], "/".join(map(str, data["budget"])))].append(data)
@@ -116,7 +116,9 @@ def summarise(
         if sides:
             header += f" {'Kueue/bound':>12}"
     print(header)
-    for cls in CLASSES:
+    # tas's classes in their order; another scenario's (large-scale) as its files name them.
+    named = [c for c in CLASSES if c in runs[-1]["topogate"]["classes"]]
+    for cls in named or list(runs[-1]["topogate"]["classes"]):
         ours = each(runs, "topogate", "classes", cls, "mean")
         if not ours:
             continue

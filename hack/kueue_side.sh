@@ -7,6 +7,8 @@
 #
 # MINIMALKUEUE: minimalkueue (default; client QPS 50 / burst 100 as released) or
 # minimalkueue-qps300-burst500 (hack/kueue/build.sh's variant at Kueue's deployed default).
+# KUEUE_TAS: true (default; the tas scenario, as run-tas-performance-scheduler) or false (Kueue's
+# run-large-scale-performance-scheduler starts minimalkueue without its TAS controllers).
 # KUEUE_DIR: hack/kueue/build.sh's output (default: build it, or find it in the cache); its src/
 # gives the CRDs and the PROJECT_DIR the runner reads. The run writes OUTPUT_DIR/summary.yaml
 # (per workload class: mean time to admission), OUTPUT_DIR/wlStates.csv (per Workload) and
@@ -34,4 +36,4 @@ PROJECT_DIR=$src/ KUBEBUILDER_ASSETS=$bin "$kueue/bin/runner" \
   --crds="$src/config/components/crd/bases" \
   --generatorConfig="$config" \
   --minimalKueue="$kueue/bin/$minimal" \
-  --enableTAS=true --timeout=30m --withLogs=true --logToFile=true
+  --enableTAS="${KUEUE_TAS:-true}" --timeout=30m --withLogs=true --logToFile=true
