@@ -279,6 +279,19 @@ class ResourceGroup(ApiModel):
         return self
 
 
+def _no_limits_without(groups: Sequence[ResourceGroup], what: str) -> None:
+    """Borrowing and lending limits mean nothing without something to borrow from: refused
+    (a ClusterQueue without a cohort, a Cohort without a parent), naming the first one."""
+    for group in groups:
+        for flavor in group.flavors:
+            for quota in flavor.resources:
+                if quota.borrowing_limit is not None or quota.lending_limit is not None:
+                    raise ValueError(
+                        f"flavor {flavor.name!r}, resource {quota.name!r}: "
+                        f"borrowingLimit and lendingLimit need {what}"
+                    )
+
+
 def _flavors_once(groups: list[ResourceGroup]) -> list[ResourceGroup]:
     names = [f.name for g in groups for f in g.flavors]
     repeated = sorted({n for n in names if names.count(n) > 1})
@@ -360,14 +373,7 @@ class ClusterQueueSpec(ApiModel):
                 f"cohort {self.cohort!r} and cohortName {self.cohort_name!r} must agree"
             )
         if self.cohort_of is None:
-            for group in self.resource_groups:
-                for flavor in group.flavors:
-                    for quota in flavor.resources:
-                        if quota.borrowing_limit is not None or quota.lending_limit is not None:
-                            raise ValueError(
-                                f"flavor {flavor.name!r}, resource {quota.name!r}: "
-                                "borrowingLimit and lendingLimit need a cohort"
-                            )
+            _no_limits_without(self.resource_groups, "a cohort")
         return self
 
     @field_validator("resource_groups")
@@ -454,14 +460,7 @@ class CohortSpec(ApiModel):
     @model_validator(mode="after")
     def _limits_need_a_parent(self) -> CohortSpec:
         if self.parent_name is None:
-            for group in self.resource_groups:
-                for flavor in group.flavors:
-                    for quota in flavor.resources:
-                        if quota.borrowing_limit is not None or quota.lending_limit is not None:
-                            raise ValueError(
-                                f"flavor {flavor.name!r}, resource {quota.name!r}: "
-                                "borrowingLimit and lendingLimit need a parentName"
-                            )
+            _no_limits_without(self.resource_groups, "a parentName")
         return self
 
     @field_validator("resource_groups")
