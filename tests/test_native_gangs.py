@@ -523,3 +523,44 @@ def test_only_a_users_podgroup_brings_its_pods_group_to_the_job_sync() -> None:
     assert state.signals.take_jobs() == set()
     deliver(None, native_group())
     assert state.signals.take_jobs() == {("PodGroup", "ml/train")}
+
+
+async def test_a_refused_eviction_write_is_retried_with_a_doubling_wait_not_every_second() -> None:
+    from tests.test_shells import RACK as HARNESS_RACK
+    from tests.test_shells import Harness, admitted_with_a_gated_pod
+    from topogate.api.times import parse_time
+    from topogate.controllers.gangfailures import RETRY_MAX_SECONDS, GangFailures
+    from topogate.kube.events import EventRecorder
+
+    h = Harness()
+    pod = await admitted_with_a_gated_pod(h)
+    at = "2026-01-01T00:00:00Z"
+    start = parse_time(at)
+    assert start is not None
+    now = [start + 31]  # past the grace at once
+    shell = GangFailures(
+        h.kube, h.state, h.metrics, EventRecorder(h.kube, "test"), grace=30, clock=lambda: now[0]
+    )
+    shell.podgroups = GROUPS.api_version
+    h.kube.seed(GROUPS, podgroup(GROUPS.api_version, {"metadata": {"name": "w"}}, 1, HARNESS_RACK))
+    h.kube.seed(PODS, _tried(pod, at, "pod message"))
+    h.deliver()
+    forbidden = KubeError(403, "Forbidden", "workloads/status is forbidden")
+    h.kube.fail_next("patch", forbidden, times=8, resource=WORKLOADS)
+
+    def writes() -> int:
+        return len(h.kube.calls_of("patch", WORKLOADS))
+
+    waits = []
+    for _ in range(8):
+        before = writes()
+        wait = await shell.sweep()
+        assert wait is not None and writes() == before + 1  # one try per due sweep
+        assert await shell.sweep() is not None and writes() == before + 1  # not before its time
+        waits.append(wait)
+        now[0] += wait
+    assert waits == [1, 2, 4, 8, 16, 32, RETRY_MAX_SECONDS, RETRY_MAX_SECONDS]
+    assert await shell.sweep() is None  # taken at last: evicted, nothing left to retry
+    stored = h.kube.stored(WORKLOADS, "w", "ml")
+    assert stored is not None
+    assert any(cond["type"] == "Evicted" for cond in stored["status"]["conditions"])

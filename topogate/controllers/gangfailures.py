@@ -46,7 +46,8 @@ log = logging.getLogger("topogate.gangfailures")
 
 GANG_GRACE = 60.0
 GANG_UNSCHEDULABLE = "GangUnschedulable"  # topogate's eviction reason (Kueue has none for this)
-RETRY_SECONDS = 1.0
+RETRY_SECONDS = 1.0  # first wait after a failed eviction write; doubled per failure
+RETRY_MAX_SECONDS = 60.0
 
 
 class GangFailures:
@@ -70,6 +71,9 @@ class GangFailures:
         # and no pod joins a group, so nothing is watched).
         self.podgroups: str | None = None
         self._watched: set[str] = set()  # Workloads with a pod kube-scheduler could not bind
+        # Workloads whose eviction write failed: (failures so far, when to try again). A
+        # write refused for good (RBAC, a webhook) would otherwise be re-sent every second.
+        self._retry: dict[str, tuple[int, float]] = {}
         self._wake = asyncio.Event()
         state.subscribe(PODS, self._on_pod)
 
@@ -102,12 +106,19 @@ class GangFailures:
                 self._watched.discard(key)  # a pod event brings it back
                 continue
             due = max(g.since for g in stuck) + self.grace
+            failures, retry_at = self._retry.get(key, (0, due))
+            due = max(due, retry_at)
             if due > now:
                 waits.append(due - now)
             elif await self._evict(key, stuck):
                 self._watched.discard(key)
+                self._retry.pop(key, None)
             else:
-                waits.append(RETRY_SECONDS)
+                delay = min(RETRY_SECONDS * 2**failures, RETRY_MAX_SECONDS)
+                self._retry[key] = (failures + 1, now + delay)
+                waits.append(delay)
+        for key in [k for k in self._retry if k not in self._watched]:
+            del self._retry[key]  # no longer stuck: a new failure starts from the first wait
         return min(waits) if waits else None
 
     def stuck(self, key: str) -> list[StuckGang]:
