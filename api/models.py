@@ -13,7 +13,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ValidationError,
     ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
     field_validator,
     model_validator,
 )
@@ -382,6 +385,16 @@ class ClusterQueueSpec(ApiModel):
         return _flavors_once(groups)
 
 
+def _absent_if_malformed(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """A queue's or cohort's status is what controllers report, not what its owner asked for:
+    one that does not parse (another controller's, a hand-edited file) is read as absent
+    rather than keeping the queue out of every decision."""
+    try:
+        return handler(value)
+    except ValidationError:
+        return None
+
+
 class QueueStatus(ApiModel):
     pending_workloads: int | None = None
     admitted_workloads: int | None = None
@@ -405,7 +418,7 @@ class ClusterQueue(ApiModel):
     kind: Literal["ClusterQueue"] = "ClusterQueue"
     metadata: ObjectMeta
     spec: ClusterQueueSpec = Field(default_factory=ClusterQueueSpec)
-    status: ClusterQueueStatus | None = None
+    status: Annotated[ClusterQueueStatus | None, WrapValidator(_absent_if_malformed)] = None
 
 
 class LocalQueueSpec(ApiModel):
@@ -417,7 +430,7 @@ class LocalQueue(ApiModel):
     kind: Literal["LocalQueue"] = "LocalQueue"
     metadata: ObjectMeta
     spec: LocalQueueSpec
-    status: QueueStatus | None = None
+    status: Annotated[QueueStatus | None, WrapValidator(_absent_if_malformed)] = None
 
 
 class CohortResourceQuota(ResourceQuota):
@@ -481,7 +494,7 @@ class Cohort(ApiModel):
     kind: Literal["Cohort"] = "Cohort"
     metadata: ObjectMeta
     spec: CohortSpec = Field(default_factory=CohortSpec)
-    status: CohortStatus | None = None
+    status: Annotated[CohortStatus | None, WrapValidator(_absent_if_malformed)] = None
 
     @field_validator("api_version")
     @classmethod

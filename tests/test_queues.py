@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.kit import GPU, L3, RACK, node, podset
 from topogate.admission.cycle import FlavorTopology, SnapshotPlacer, admission_cycle
 from topogate.admission.lanes import PendingWorkload
@@ -153,3 +155,33 @@ def test_queue_spec_from_a_cluster_queue_object() -> None:
     spec = QueueSpec.from_model(queue)
     assert spec.strategy == "StrictFIFO"
     assert spec.flavors == (FlavorQuota("gpu", {"cpu": 100_000, GPU: 64}),)
+
+
+def test_a_malformed_status_is_read_as_absent_but_a_malformed_spec_is_refused() -> None:
+    from pydantic import ValidationError
+
+    from topogate.api.models import Cohort, LocalQueue
+
+    bad_status = {"pendingWorkloads": "lots", "conditions": 7, "fairSharing": [1]}
+    queue = ClusterQueue.model_validate(
+        {"metadata": {"name": "cq"}, "spec": {"cohort": "c"}, "status": bad_status}
+    )
+    assert queue.status is None and queue.spec.cohort_of == "c"
+    local = LocalQueue.model_validate(
+        {
+            "metadata": {"name": "lq", "namespace": "ns"},
+            "spec": {"clusterQueue": "cq"},
+            "status": bad_status,
+        }
+    )
+    assert local.status is None and local.spec.cluster_queue == "cq"
+    cohort = Cohort.model_validate({"metadata": {"name": "c"}, "status": "broken"})
+    assert cohort.status is None
+    # A good status is still read, and the spec stays strict.
+    good = ClusterQueue.model_validate(
+        {"metadata": {"name": "cq"}, "status": {"fairSharing": {"weightedShare": 3}}}
+    )
+    assert good.status is not None and good.status.fair_sharing is not None
+    assert good.status.fair_sharing.weighted_share == 3
+    with pytest.raises(ValidationError):
+        ClusterQueue.model_validate({"metadata": {"name": "cq"}, "spec": {"cohort": 7}})
