@@ -3,7 +3,7 @@ minimal controller (its test/performance/scheduler runner and minimalkueue, buil
 hack/kueue/build.sh) at the same client budget, one after the other in one sitting; prints
 figures and writes them to hack/results/issue25-bench/<scenario>-<budget>-<timestamp>.json.
 
-    .venv/bin/python hack/bench_kueue_scenario.py [--cohorts 5] [--budget 50/100] [--kueue]
+    .venv/bin/python hack/bench_kueue_scenario.py [--cohorts 5] [--budget 50/100 [--budget 300/500]] [--kueue]
 
 The scenario is Kueue's test/performance/scheduler/configs/tas/generator.yaml: 1 block x 10
 racks x 64 nodes (96 CPU each); per cohort 6 ClusterQueues (20 CPU nominal, borrowing limit
@@ -1342,6 +1342,74 @@ def commit() -> str:
     return out.stdout.strip()
 
 
+def sitting(
+    args: argparse.Namespace,
+    budget: tuple[int, int],
+    scenario: Scenario,
+    version: str,
+    cohorts: int,
+    fraction: float,
+) -> dict[str, Any]:
+    """One pair at one client budget: Kueue's side first (with --kueue), then topogate's;
+    prints the figures, writes the pair's file and returns its result."""
+    sets = counted(fraction, scenario.sets)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    workloads = cohorts * scenario.queues_per_cohort * sum(s[1] for s in sets)
+    if scenario is TAS:
+        name = f"tas-c{cohorts}" + (f"-f{fraction:g}" if fraction != 1 else "")
+    else:
+        name = f"large-scale-c{cohorts}" + (f"-s{fraction:g}" if fraction != 1 else "")
+    result: dict[str, Any] = {
+        "scenario": name,
+        "kueue_release": version,  # of the generator config (and Kueue's side with --kueue)
+        "workloads_per_queue": {s[0]: s[1] for s in sets},
+        "workloads": workloads,
+        "budget": list(budget),
+        "started": stamp,
+        "commit": commit(),
+        "command": " ".join(sys.argv),
+        "uptime_before": uptime(),
+        "kueue": None,
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.kueue:
+            kueue = (args.kueue_dir or kueue_dir(version)).resolve()
+            result["kueue_version"] = kueue.name
+            before = speed_marker()
+            theirs = kueue_side(kueue, Path(tmp), cohorts, fraction, budget, args.timeout, scenario)
+            theirs["speed_marker_ms"] = (before, speed_marker())
+            theirs["uptime_after"] = uptime()
+            result["kueue"] = theirs
+        churn = Churn(args.churn, args.churn_interval)
+        before = speed_marker()
+        ours = topogate_side(
+            Path(tmp),
+            cohorts,
+            fraction,
+            budget,
+            churn,
+            args.timeout,
+            args.racks,
+            args.nodes_per_rack,
+            args.pods_per_node,
+            scenario,
+        )
+        ours["speed_marker_ms"] = (before, speed_marker())
+        result["topogate"] = ours
+    result["uptime_after"] = uptime()
+    if result["kueue"] is not None:
+        result["ratios"] = ratios(ours, result["kueue"])
+    report(result, scenario.sets)
+    args.results.mkdir(parents=True, exist_ok=True)
+    qps, burst = budget
+    # The file names the scenario and, for large-scale, the Kueue release it comes from.
+    release = "" if scenario is TAS else f"-kueue-{version}"
+    path = args.results / f"{result['scenario']}{release}-{qps}-{burst}-{stamp}.json"
+    path.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print(f"written to {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    return result
+
+
 def main() -> None:
     # A SIGTERM (timeout(1), Ctrl-C's cousin) unwinds, so the control plane is stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -1375,9 +1443,10 @@ def main() -> None:
     parser.add_argument(
         "--budget",
         type=parse_budget,
-        default=(50, 100),
+        action="append",
         help="client QPS/BURST of both controllers (default 50/100, minimalkueue's; Kueue's "
-        "side also runs at 300/500)",
+        "side also runs at 300/500); given twice, both budgets' pairs run in this sitting, one "
+        "after the other, and their ratios are printed together",
     )
     parser.add_argument("--kueue", action="store_true", help="also run Kueue's side, first")
     parser.add_argument(
@@ -1431,77 +1500,34 @@ def main() -> None:
         kueue_path = (args.kueue_dir or kueue_dir(version)).resolve() if args.kueue else None
         scenario = large_scale(large_scale_config(version, kueue_path))
         fraction, cohorts = args.scale, args.cohorts or 10
-    if args.kueue and args.budget not in KUEUE_BINARIES:
-        parser.error(
-            f"--budget {args.budget[0]}/{args.budget[1]}: Kueue's side runs at "
-            + " or ".join(f"{q}/{b}" for q, b in KUEUE_BINARIES)
-        )
+    budgets: list[tuple[int, int]] = list(dict.fromkeys(args.budget or [(50, 100)]))
+    for budget in budgets:
+        if args.kueue and budget not in KUEUE_BINARIES:
+            parser.error(
+                f"--budget {budget[0]}/{budget[1]}: Kueue's side runs at "
+                + " or ".join(f"{q}/{b}" for q, b in KUEUE_BINARIES)
+            )
     if args.kueue and (args.racks, args.nodes_per_rack, args.pods_per_node) != (
         RACKS,
         NODES_PER_RACK,
         0,
     ):
         parser.error("--racks, --nodes-per-rack and --pods-per-node change topogate's side only")
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    sets = counted(fraction, scenario.sets)
-    workloads = cohorts * scenario.queues_per_cohort * sum(s[1] for s in sets)
-    if scenario is TAS:
-        name = f"tas-c{cohorts}" + (f"-f{fraction:g}" if fraction != 1 else "")
-    else:
-        name = f"large-scale-c{cohorts}" + (f"-s{fraction:g}" if fraction != 1 else "")
-    result: dict[str, Any] = {
-        "scenario": name,
-        "kueue_release": version,  # of the generator config (and Kueue's side with --kueue)
-        "workloads_per_queue": {s[0]: s[1] for s in sets},
-        "workloads": workloads,
-        "budget": list(args.budget),
-        "started": stamp,
-        "commit": commit(),
-        "command": " ".join(sys.argv),
-        "uptime_before": uptime(),
-        "kueue": None,
-    }
-    with tempfile.TemporaryDirectory() as tmp:
-        if args.kueue:
-            kueue = (args.kueue_dir or kueue_dir(version)).resolve()
-            result["kueue_version"] = kueue.name
-            before = speed_marker()
-            theirs = kueue_side(
-                kueue, Path(tmp), cohorts, fraction, args.budget, args.timeout, scenario
+    results = [sitting(args, b, scenario, version, cohorts, fraction) for b in budgets]
+    if len(results) > 1 and all(r.get("ratios") for r in results):
+        print("\nthis sitting, topogate / Kueue at each budget:")
+        for r in results:
+            q = r["ratios"]
+            classes = " ".join(f"{cls} {v:.2f}" for cls, v in q["classes"].items())
+            print(
+                f"  {r['budget'][0]}/{r['budget'][1]}: CPU {q['cpu']:.2f}, API-server CPU "
+                f"{q['apiserver_cpu']:.2f}, RSS {q['rss']:.2f}; TTA {classes}"
             )
-            theirs["speed_marker_ms"] = (before, speed_marker())
-            theirs["uptime_after"] = uptime()
-            result["kueue"] = theirs
-        churn = Churn(args.churn, args.churn_interval)
-        before = speed_marker()
-        ours = topogate_side(
-            Path(tmp),
-            cohorts,
-            fraction,
-            args.budget,
-            churn,
-            args.timeout,
-            args.racks,
-            args.nodes_per_rack,
-            args.pods_per_node,
-            scenario,
-        )
-        ours["speed_marker_ms"] = (before, speed_marker())
-        result["topogate"] = ours
-    result["uptime_after"] = uptime()
-    if result["kueue"] is not None:
-        result["ratios"] = ratios(ours, result["kueue"])
-    report(result, scenario.sets)
-    args.results.mkdir(parents=True, exist_ok=True)
-    qps, burst = args.budget
-    # The file names the scenario and, for large-scale, the Kueue release it comes from.
-    release = "" if scenario is TAS else f"-kueue-{version}"
-    path = args.results / f"{result['scenario']}{release}-{qps}-{burst}-{stamp}.json"
-    path.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    print(f"written to {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
-    broken = len(ours["invariants"]["violations"])
-    if result["kueue"] is not None:
-        broken += len(result["kueue"]["invariants"]["violations"])
+    broken = 0
+    for r in results:
+        broken += len(r["topogate"]["invariants"]["violations"])
+        if r["kueue"] is not None:
+            broken += len(r["kueue"]["invariants"]["violations"])
     if broken:
         sys.exit(f"{broken} invariant violations: the run fails")
 
