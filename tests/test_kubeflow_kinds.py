@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 import json
 from typing import Any
 
@@ -24,6 +25,7 @@ from topogate.api.objects import condition
 from topogate.controllers.jobsync import JobSync
 from topogate.kube.events import EventRecorder
 from topogate.kube.resources import JOB_RESOURCES, PODS, WORKLOADS
+from topogate.ungater.ranks import Domain, PodView, plan_ungates
 from topogate.webhooks.review import Review, mutate
 
 Obj = dict[str, Any]
@@ -120,6 +122,13 @@ def test_topology_is_read_per_replica_template_and_ranked_by_replica_index() -> 
 
 def test_a_pod_names_its_podset_by_its_replica_type_label() -> None:
     assert pod_podset({"training.kubeflow.org/replica-type": "worker"}) == "worker"
+    # The mpi-operator (v2) writes no replica-type: its pods name their role.
+    mpi_pod = {
+        "training.kubeflow.org/operator-name": "mpi-operator",
+        "training.kubeflow.org/job-name": "allreduce",
+        "training.kubeflow.org/job-role": "launcher",
+    }
+    assert pod_podset(mpi_pod) == "launcher"
 
 
 @pytest.mark.parametrize(
@@ -259,18 +268,45 @@ def test_run_launcher_as_worker_makes_workers_rank_from_one() -> None:
     assert patch_of(bare)[1]["value"] == {"annotations": {OFFSET: "1"}}
 
 
-def test_no_offset_without_run_launcher_as_worker_or_with_a_podset_group() -> None:
+def test_no_offset_without_run_launcher_as_worker_or_without_workers() -> None:
     specs = {"Launcher": {"template": template({})}, "Worker": {"template": template()}}
     suspend = [{"op": "add", "path": "/spec/runPolicy", "value": {"suspend": True}}]
     assert patch_of(mpijob(None, **copy.deepcopy(specs))) == suspend
     assert patch_of(mpijob(False, **copy.deepcopy(specs))) == suspend
-    grouped = copy.deepcopy(specs)
-    grouped["Launcher"]["template"]["metadata"]["annotations"] = {
-        f"{c.KUEUE_GROUP}/{c.GROUP_NAME}": "g"
-    }
-    assert patch_of(mpijob(True, **grouped)) == suspend
     # No worker: nothing to offset.
     assert patch_of(mpijob(True, Launcher={"template": template({})})) == suspend
+
+
+def test_workers_of_a_launcher_in_a_podset_group_rank_from_one_too() -> None:
+    """Kueue leaves the offset off when the launcher names a PodSet group (its ungater
+    offsets the group's larger PodSet); topogate's ungater ranks each PodSet alone, so the
+    webhook writes it, and the operator's workers 1..11 rank 0..10 by index, not by name
+    (worker-10 sorts before worker-2)."""
+    group = {f"{c.KUEUE_GROUP}/{c.GROUP_NAME}": "g", REQUIRED: RACK}
+    obj = mpijob(
+        True,
+        Launcher={"template": template(dict(group))},
+        Worker={"replicas": 11, "template": template(dict(group))},
+    )
+    offset = patch_of(obj)[1]
+    assert offset["path"].endswith(
+        "/Worker/template/metadata/annotations/kueue.x-k8s.io~1pod-index-offset"
+    )
+    pods = [
+        PodView(
+            f"hybrid-worker-{i}", f"u{i}", {REPLICA_INDEX: str(i + 1)}, {OFFSET: "1"}, gated=True
+        )
+        for i in range(11)
+    ]
+    hosts = [Domain((f"h{r}",), 1) for r in range(11)]
+    plan = plan_ungates(["host"], hosts, pods, count=11, index_label=REPLICA_INDEX)
+    assert {u.pod: u.node_selector["host"] for u in plan} == {
+        f"hybrid-worker-{i}": f"h{i}" for i in range(11)
+    }
+    # Without it, index 11 is out of range: name order, worker-10 on the third host.
+    bare = [dataclasses.replace(p, annotations={}) for p in pods]
+    greedy = plan_ungates(["host"], hosts, bare, count=11, index_label=REPLICA_INDEX)
+    assert {u.pod: u.node_selector["host"] for u in greedy}["hybrid-worker-10"] == "h2"
 
 
 def test_priority_is_the_run_policys_class_then_the_templates() -> None:

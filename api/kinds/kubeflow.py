@@ -7,8 +7,10 @@ As Kueue builds them: one PodSet per replica type present in the replica specs m
 kind's fixed order (PyTorchJob: Master then Worker; MPIJob: Launcher then Worker), named by the
 lower-cased type (``master``, ``worker``, ``launcher``), of ``replicas`` pods (1 when unset).
 Topology annotations are read from each replica's pod template; a pod's rank in its PodSet is
-the ``training.kubeflow.org/replica-index`` label both operators put on it. Finished is the
-``Succeeded`` or ``Failed`` condition.
+the ``training.kubeflow.org/replica-index`` label both operators put on it (the mpi-operator
+puts none on a launcher that is not also a worker: a PodSet of one pod needs no rank). A pod's
+PodSet is its ``replica-type`` label (training-operator) or ``job-role`` label (mpi-operator
+v2, which writes no replica-type). Finished is the ``Succeeded`` or ``Failed`` condition.
 """
 
 from __future__ import annotations
@@ -17,15 +19,17 @@ import copy
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ..constants import ANNOTATION_PREFIXES, GROUP_NAME, POD_INDEX_OFFSET
+from ..constants import POD_INDEX_OFFSET
 from ..errors import InputError
 from ..models import PodSet
-from .base import JsonPatch, Obj, PodSetsInfo, Suspendable, annotations_of, as_map
+from .base import JsonPatch, Obj, PodSetsInfo, Suspendable, as_map
 from .reading import count, inherit, mapping, object_topology, podset
 
-# Both operators label each pod with its replica type (lower-cased) and its index in it.
+# Both operators label each pod with its index in its replica type; the training-operator
+# names the type (lower-cased) in replica-type, the mpi-operator in job-role.
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
 
 
 class KubeflowJobKind(Suspendable):
@@ -142,9 +146,11 @@ class PyTorchJobKind(KubeflowJobKind):
 class MPIJobKind(KubeflowJobKind):
     """MPIJob v2beta1: ``launcher`` then ``worker``. With ``runLauncherAsWorker`` the
     operator numbers the workers from 1 (the launcher is rank 0), so the webhook writes
-    Kueue's ``pod-index-offset: "1"`` on the worker template, as Kueue's MPIJob webhook does,
-    unless the launcher template names a PodSet group (Kueue's ungater then ranks the group
-    as one)."""
+    Kueue's ``pod-index-offset: "1"`` on the worker template, as Kueue's MPIJob webhook does.
+    Kueue leaves it off when the launcher template names a PodSet group, because its ungater
+    then offsets the larger PodSet of the group by the smaller's count; topogate's ungater
+    ranks each PodSet alone, so the offset is written in that case too (as for
+    LeaderWorkerSet's workers), or workers 1..n would fall back to name order."""
 
     kind = "MPIJob"
     group = "kubeflow.org"
@@ -155,6 +161,7 @@ class MPIJobKind(KubeflowJobKind):
     # Kueue's MPIJob tests admit one with an "Extra" replica spec: it has no PodSet.
     refuse_other_types = False
     template_pattern = "spec.mpiReplicaSpecs[*].template"
+    pod_podset_label = JOB_ROLE_LABEL  # "launcher" or "worker"
 
     def suspend_on_create(self, obj: Mapping[str, Any]) -> JsonPatch:
         return [*super().suspend_on_create(obj), *self._worker_offset(obj)]
@@ -166,9 +173,6 @@ class MPIJobKind(KubeflowJobKind):
         specs = as_map(spec.get(self.replica_specs))
         launcher, worker = specs.get("Launcher"), specs.get("Worker")
         if not isinstance(launcher, dict) or not isinstance(worker, dict):
-            return []
-        grouped = annotations_of(as_map(launcher.get("template")))
-        if any(f"{prefix}{GROUP_NAME}" in grouped for prefix in ANNOTATION_PREFIXES):
             return []
         template = worker.get("template")
         if not isinstance(template, dict):

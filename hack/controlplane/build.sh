@@ -17,9 +17,11 @@
 #     training-operator-webhooks.yaml  webhooks (manifests/base/crds, kustomize build manifests/base/webhook)
 #   kuberay-operator                github.com/ray-project/kuberay/ray-operator (RayCluster, RayJob;
 #     kuberay-crd.yaml              a wrapper module) with its CRDs (config/crd/bases); no webhooks
+#   mpi-operator                    github.com/kubeflow/mpi-operator (MPIJob kubeflow.org/v2beta1; a
+#     mpi-operator-crd.yaml         wrapper module) with its CRD (manifests/base); no webhooks
 #
 # Outputs live outside the repository, keyed by version:
-#   ${TOPOGATE_CACHE:-~/.cache/topogate}/controlplane/kube-<v>-etcd-<v>-kustomize-<v>-jobset-<v>-lws-<v>-training-operator-<v>-kuberay-<v>/bin
+#   ${TOPOGATE_CACHE:-~/.cache/topogate}/controlplane/kube-<v>-etcd-<v>-kustomize-<v>-jobset-<v>-lws-<v>-training-operator-<v>-kuberay-<v>-mpi-operator-<v>/bin
 # A warm machine returns at once; a cold one needs the Go module proxy and many minutes.
 set -euo pipefail
 
@@ -39,19 +41,23 @@ LWS_VERSION=${LWS_VERSION:-v0.9.0}
 TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-v1.8.1}
 # v1.6.2: the newest ray-operator the module proxy here serves (v1.7.0 is refused).
 KUBERAY_VERSION=${KUBERAY_VERSION:-v1.6.2}
+# v0.8.2: the MPIJob v2beta1 operator Kueue v0.19.0 builds against; the module proxy serves this
+# exact version (its version list answers 403).
+MPI_OPERATOR_VERSION=${MPI_OPERATOR_VERSION:-v0.8.2}
 CACHE=${TOPOGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/topogate}
-OUT=$CACHE/controlplane/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-kustomize-$KUSTOMIZE_VERSION-jobset-$JOBSET_VERSION-lws-$LWS_VERSION-training-operator-$TRAINING_OPERATOR_VERSION-kuberay-$KUBERAY_VERSION
+OUT=$CACHE/controlplane/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-kustomize-$KUSTOMIZE_VERSION-jobset-$JOBSET_VERSION-lws-$LWS_VERSION-training-operator-$TRAINING_OPERATOR_VERSION-kuberay-$KUBERAY_VERSION-mpi-operator-$MPI_OPERATOR_VERSION
 BIN=$OUT/bin
 
 KUBE_TOOLS="kube-apiserver kube-scheduler kube-controller-manager"
 complete() {
   local tool
-  for tool in $KUBE_TOOLS etcd kustomize jobset-controller lws-controller training-operator kuberay-operator; do
+  for tool in $KUBE_TOOLS etcd kustomize jobset-controller lws-controller training-operator kuberay-operator mpi-operator; do
     [ -x "$1/$tool" ] || return 1
   done
   [ -s "$1/jobset-crd.yaml" ] && [ -s "$1/jobset-webhooks.yaml" ] && [ -s "$1/lws-crd.yaml" ] &&
     [ -s "$1/lws-webhooks.yaml" ] && [ -s "$1/training-operator-crd.yaml" ] &&
-    [ -s "$1/training-operator-webhooks.yaml" ] && [ -s "$1/kuberay-crd.yaml" ]
+    [ -s "$1/training-operator-webhooks.yaml" ] && [ -s "$1/kuberay-crd.yaml" ] &&
+    [ -s "$1/mpi-operator-crd.yaml" ]
 }
 if complete "$BIN"; then
   echo "$BIN"
@@ -188,6 +194,20 @@ build_kuberay() {
   chmod 644 "$staging/kuberay-crd.yaml"
 }
 
+build_mpi_operator() {
+  tool_module mpi-operator github.com/kubeflow/mpi-operator "$MPI_OPERATOR_VERSION" \
+    github.com/kubeflow/mpi-operator/cmd/mpi-operator
+  log "compiling the MPI operator $MPI_OPERATOR_VERSION"
+  go build -p 2 -trimpath -ldflags "-s -w" -o "$staging/mpi-operator" \
+    github.com/kubeflow/mpi-operator/cmd/mpi-operator
+  local dir
+  dir=$(go list -m -f '{{.Dir}}' github.com/kubeflow/mpi-operator)
+  # The v2beta1 CRD; training-operator's own MPIJob CRD (v1, the same name mpijobs.kubeflow.org)
+  # is never installed: the plane runs training-operator for PyTorchJob only.
+  cp "$dir/manifests/base/kubeflow.org_mpijobs.yaml" "$staging/mpi-operator-crd.yaml"
+  chmod 644 "$staging/mpi-operator-crd.yaml"
+}
+
 started=$(date +%s)
 # Reuse what previous cache entries of the same versions already built (only the missing
 # parts are compiled): each part is keyed by its own version in the entry's name.
@@ -208,6 +228,7 @@ reuse "*-lws-$LWS_VERSION*" lws-controller lws-crd.yaml lws-webhooks.yaml
 reuse "*-training-operator-$TRAINING_OPERATOR_VERSION*" training-operator training-operator-crd.yaml \
   training-operator-webhooks.yaml
 reuse "*-kuberay-$KUBERAY_VERSION*" kuberay-operator kuberay-crd.yaml
+reuse "*-mpi-operator-$MPI_OPERATOR_VERSION*" mpi-operator mpi-operator-crd.yaml
 [ -x "$staging/etcd" ] || build_etcd
 for tool in $KUBE_TOOLS; do
   if [ ! -x "$staging/$tool" ]; then build_kube; break; fi
@@ -218,6 +239,7 @@ done
 [ -x "$staging/training-operator" ] && [ -s "$staging/training-operator-webhooks.yaml" ] ||
   build_training_operator
 [ -x "$staging/kuberay-operator" ] && [ -s "$staging/kuberay-crd.yaml" ] || build_kuberay
+[ -x "$staging/mpi-operator" ] && [ -s "$staging/mpi-operator-crd.yaml" ] || build_mpi_operator
 chmod 755 "$staging"
 rm -rf "$BIN"
 mv "$staging" "$BIN"

@@ -1,7 +1,8 @@
 """A local Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, kube-scheduler and
 kube-controller-manager running the Job, StatefulSet and garbage-collector controllers; on
 request also JobSet's and LeaderWorkerSet's own controllers and webhooks (``start_jobset``,
-``start_lws``), and KubeRay's operator (``start_kuberay``).
+``start_lws``), and KubeRay's operator (``start_kuberay``), and Kubeflow's MPI operator
+(``start_mpi_operator``).
 
 Started envtest-style from binaries built by ``hack/controlplane/build.sh``: client
 certificates for authentication, RBAC authorization, and the ServiceAccount and
@@ -12,7 +13,7 @@ admission plugins stay on, so the API server calls topogate's webhooks exactly a
 presenting a client certificate (its admission configuration) that they can require.
 
     python -m topogate.testing.controlplane start --dir DIR [--jobset] [--lws] [--workloads]
-        [--training-operator] [--kuberay]
+        [--training-operator] [--kuberay] [--mpi-operator]
     python -m topogate.testing.controlplane stop --dir DIR
 """
 
@@ -158,6 +159,7 @@ class ControlPlane:
         workloads: bool = False,
         training_operator: bool = False,
         kuberay: bool = False,
+        mpi_operator: bool = False,
     ) -> ControlPlane:
         directory.mkdir(parents=True, exist_ok=True)
         bin_dir = bin_dir or binaries()
@@ -172,6 +174,8 @@ class ControlPlane:
                 plane.start_training_operator()
             if kuberay:
                 plane.start_kuberay()
+            if mpi_operator:
+                plane.start_mpi_operator()
         except BaseException:
             plane.stop()
             raise
@@ -594,6 +598,19 @@ class ControlPlane:
             30,
         )
 
+    # --- Kubeflow's MPI operator -------------------------------------------------------------
+
+    def start_mpi_operator(self, bin_dir: Path | None = None) -> None:
+        """Kubeflow's MPI operator (MPIJob kubeflow.org/v2beta1) with the CRD of its release
+        (:mod:`topogate.testing.mpioperator`): it makes an MPIJob's launcher Job and worker
+        pods while the job is not suspended, and deletes the workers (suspending the
+        launcher) when it is suspended. Does nothing if it runs already."""
+        from topogate.testing import mpioperator
+
+        if mpioperator.NAME in self.pids:
+            return
+        mpioperator.start(self, bin_dir or self.bin_dir or binaries())
+
     # --- requests as the admin -----------------------------------------------------------
 
     def _admin_context(self) -> ssl.SSLContext:
@@ -739,6 +756,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="with Kubeflow's training-operator (PyTorchJob), its CRD and webhook",
     )
     parser.add_argument(
+        "--mpi-operator", action="store_true", help="with Kubeflow's MPI operator and MPIJob CRD"
+    )
+    parser.add_argument(
         "--workloads",
         action="store_true",
         help=f"Kubernetes' own gangs: {WORKLOAD_GATES} and {WORKLOAD_API} served",
@@ -754,6 +774,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 workloads=args.workloads,
                 training_operator=args.training_operator,
                 kuberay=args.kuberay,
+                mpi_operator=args.mpi_operator,
             )
         except ControlPlaneError as error:
             print(f"controlplane: {error}", file=sys.stderr)
