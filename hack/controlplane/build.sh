@@ -17,9 +17,12 @@
 #     training-operator-webhooks.yaml  webhooks (manifests/base/crds, kustomize build manifests/base/webhook)
 #   kuberay-operator                github.com/ray-project/kuberay/ray-operator (RayCluster, RayJob;
 #     kuberay-crd.yaml              a wrapper module) with its CRDs (config/crd/bases); no webhooks
+#   trainer-controller-manager      github.com/kubeflow/trainer/v2 (Kubeflow Trainer v2: TrainJob,
+#     trainer-crd.yaml              TrainingRuntime, ClusterTrainingRuntime; a wrapper module) with
+#     trainer-webhooks.yaml         its CRDs (manifests/base/crds) and webhooks (manifests/base/webhook)
 #
 # Outputs live outside the repository, keyed by version:
-#   ${TOPOGATE_CACHE:-~/.cache/topogate}/controlplane/kube-<v>-etcd-<v>-kustomize-<v>-jobset-<v>-lws-<v>-training-operator-<v>-kuberay-<v>/bin
+#   ${TOPOGATE_CACHE:-~/.cache/topogate}/controlplane/kube-<v>-etcd-<v>-kustomize-<v>-jobset-<v>-lws-<v>-training-operator-<v>-kuberay-<v>-trainer-<v>/bin
 # A warm machine returns at once; a cold one needs the Go module proxy and many minutes.
 set -euo pipefail
 
@@ -39,19 +42,23 @@ LWS_VERSION=${LWS_VERSION:-v0.9.0}
 TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-v1.8.1}
 # v1.6.2: the newest ray-operator the module proxy here serves (v1.7.0 is refused).
 KUBERAY_VERSION=${KUBERAY_VERSION:-v1.6.2}
+# v2.2.1: the Trainer Kueue v0.19.0 builds against; the proxy here lists only v2.0.0 but serves
+# v2.1.0, v2.2.0 and v2.2.1 by exact version (v2.0.0 cannot put labels on a TrainJob's pods).
+TRAINER_VERSION=${TRAINER_VERSION:-v2.2.1}
 CACHE=${TOPOGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/topogate}
-OUT=$CACHE/controlplane/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-kustomize-$KUSTOMIZE_VERSION-jobset-$JOBSET_VERSION-lws-$LWS_VERSION-training-operator-$TRAINING_OPERATOR_VERSION-kuberay-$KUBERAY_VERSION
+OUT=$CACHE/controlplane/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-kustomize-$KUSTOMIZE_VERSION-jobset-$JOBSET_VERSION-lws-$LWS_VERSION-training-operator-$TRAINING_OPERATOR_VERSION-kuberay-$KUBERAY_VERSION-trainer-$TRAINER_VERSION
 BIN=$OUT/bin
 
 KUBE_TOOLS="kube-apiserver kube-scheduler kube-controller-manager"
 complete() {
   local tool
-  for tool in $KUBE_TOOLS etcd kustomize jobset-controller lws-controller training-operator kuberay-operator; do
+  for tool in $KUBE_TOOLS etcd kustomize jobset-controller lws-controller training-operator kuberay-operator trainer-controller-manager; do
     [ -x "$1/$tool" ] || return 1
   done
   [ -s "$1/jobset-crd.yaml" ] && [ -s "$1/jobset-webhooks.yaml" ] && [ -s "$1/lws-crd.yaml" ] &&
     [ -s "$1/lws-webhooks.yaml" ] && [ -s "$1/training-operator-crd.yaml" ] &&
-    [ -s "$1/training-operator-webhooks.yaml" ] && [ -s "$1/kuberay-crd.yaml" ]
+    [ -s "$1/training-operator-webhooks.yaml" ] && [ -s "$1/kuberay-crd.yaml" ] &&
+    [ -s "$1/trainer-crd.yaml" ] && [ -s "$1/trainer-webhooks.yaml" ]
 }
 if complete "$BIN"; then
   echo "$BIN"
@@ -188,6 +195,22 @@ build_kuberay() {
   chmod 644 "$staging/kuberay-crd.yaml"
 }
 
+build_trainer() {
+  tool_module trainer github.com/kubeflow/trainer/v2 "$TRAINER_VERSION" \
+    github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
+  log "compiling the Kubeflow Trainer controller manager $TRAINER_VERSION"
+  go build -p 2 -trimpath -ldflags "-s -w" -o "$staging/trainer-controller-manager" \
+    github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
+  local dir crd
+  dir=$(go list -m -f '{{.Dir}}' github.com/kubeflow/trainer/v2)
+  for crd in "$dir"/manifests/base/crds/trainer.kubeflow.org_*.yaml; do
+    cat "$crd"
+    echo ---
+  done >"$staging/trainer-crd.yaml"
+  "$staging/kustomize" build "$dir/manifests/base/webhook" >"$staging/trainer-webhooks.yaml"
+  chmod 644 "$staging/trainer-crd.yaml" "$staging/trainer-webhooks.yaml"
+}
+
 started=$(date +%s)
 # Reuse what previous cache entries of the same versions already built (only the missing
 # parts are compiled): each part is keyed by its own version in the entry's name.
@@ -208,6 +231,7 @@ reuse "*-lws-$LWS_VERSION*" lws-controller lws-crd.yaml lws-webhooks.yaml
 reuse "*-training-operator-$TRAINING_OPERATOR_VERSION*" training-operator training-operator-crd.yaml \
   training-operator-webhooks.yaml
 reuse "*-kuberay-$KUBERAY_VERSION*" kuberay-operator kuberay-crd.yaml
+reuse "*-trainer-$TRAINER_VERSION*" trainer-controller-manager trainer-crd.yaml trainer-webhooks.yaml
 [ -x "$staging/etcd" ] || build_etcd
 for tool in $KUBE_TOOLS; do
   if [ ! -x "$staging/$tool" ]; then build_kube; break; fi
@@ -218,6 +242,8 @@ done
 [ -x "$staging/training-operator" ] && [ -s "$staging/training-operator-webhooks.yaml" ] ||
   build_training_operator
 [ -x "$staging/kuberay-operator" ] && [ -s "$staging/kuberay-crd.yaml" ] || build_kuberay
+[ -x "$staging/trainer-controller-manager" ] && [ -s "$staging/trainer-webhooks.yaml" ] ||
+  build_trainer
 chmod 755 "$staging"
 rm -rf "$BIN"
 mv "$staging" "$BIN"
