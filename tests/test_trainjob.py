@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from tests.kit import review_for
@@ -29,7 +30,9 @@ from topogate.api.kinds.trainer import MANAGER
 from topogate.cli import main
 from topogate.kube.resources import JOB_RESOURCES, READ_RESOURCES
 from topogate.state import ControllerState
+from topogate.testing.fakekube import FakeKube
 from topogate.webhooks.review import Review, mutate, validate
+from topogate.webhooks.stateview import state_view
 
 Obj = dict[str, Any]
 RACK = "topology.kubernetes.io/rack"
@@ -455,3 +458,22 @@ def test_plan_reads_the_runtime_from_the_cluster_files(
     assert main(["plan", "--cluster", str(bare), "--workload", str(workload)]) == 2
     err = capsys.readouterr().err
     assert "spec.runtimeRef: ClusterTrainingRuntime 'torch' not found" in err
+
+
+async def test_serves_webhook_reads_a_runtime_the_watch_has_not_brought_yet() -> None:
+    """A runtime and its TrainJob applied together: the review finds the runtime with a GET
+    (the state has not seen it); an API server that cannot answer leaves the PodSets to the
+    controller instead of refusing the runtime as missing."""
+    kube = FakeKube()
+    view_for = state_view(ControllerState(), kube)
+    review = Review.parse(
+        review_for(trainjob(), "TrainJob", "trainer.kubeflow.org", "CREATE", "ml")
+    )
+    missing = validate(review, await view_for(review))["response"]
+    assert missing["allowed"] is False and "not found" in missing["status"]["message"]
+    kube.seed(READ_RESOURCES["ClusterTrainingRuntime"], runtime(TORCH))
+    assert validate(review, await view_for(review))["response"]["allowed"] is True
+    down = FakeKube()
+    down.fail_next("get", aiohttp.ClientConnectionError("reset"))
+    answer = validate(review, await state_view(ControllerState(), down)(review))["response"]
+    assert answer["allowed"] is True
