@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from tests import test_shells as shells
 from tests.kit import review_for
 from topogate.admission.integration import desired_workload
 from topogate.admission.podsets import Catalog, build_catalog
@@ -28,7 +29,9 @@ from topogate.api.kinds import TRAINJOB, PodSetsInfo, job_kind_by_plural
 from topogate.api.kinds.base import Lookup
 from topogate.api.kinds.trainer import MANAGER
 from topogate.cli import main
-from topogate.kube.resources import JOB_RESOURCES, READ_RESOURCES
+from topogate.controllers.jobsync import JobSync
+from topogate.kube.events import EventRecorder
+from topogate.kube.resources import EVENTS, JOB_RESOURCES, READ_RESOURCES, WORKLOADS
 from topogate.state import ControllerState
 from topogate.testing.fakekube import FakeKube
 from topogate.webhooks.review import Review, mutate, validate
@@ -477,3 +480,55 @@ async def test_serves_webhook_reads_a_runtime_the_watch_has_not_brought_yet() ->
     down.fail_next("get", aiohttp.ClientConnectionError("reset"))
     answer = validate(review, await state_view(ControllerState(), down)(review))["response"]
     assert answer["allowed"] is True
+
+
+async def test_the_job_sync_waits_for_the_runtime_then_makes_the_workload_and_starts_it() -> None:
+    """Created before its runtime: no Workload, an InvalidWorkload Event naming
+    spec.runtimeRef; the runtime's arrival brings the TrainJob back, its Workload is made,
+    admitted, and the TrainJob started through topogate's runtime patch."""
+    h = shells.Harness()
+    resource = JOB_RESOURCES["TrainJob"]
+    job = trainjob(num_nodes=2)
+    job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "q"}
+    h.kube.seed(resource, job)  # running without an admission (no webhook here)
+    h.deliver()
+    events = EventRecorder(h.kube, "test")
+    sync = JobSync(h.kube, h.state, events)
+    await sync.reconcile("TrainJob", "ml/finetune")
+    stored = h.kube.stored(resource, "finetune", "ml")
+    assert stored is not None and stored["spec"]["suspend"] is True
+    assert h.kube.objects(WORKLOADS) == []
+    h.deliver()
+    await sync.reconcile("TrainJob", "ml/finetune")  # the suspended version: said once more
+    await sync.reconcile("TrainJob", "ml/finetune")  # and not again
+    await events.drain()
+    said = [e for e in h.kube.objects(EVENTS) if e["reason"] == "InvalidWorkload"]
+    assert len(said) == 2
+    assert all(
+        "spec.runtimeRef: ClusterTrainingRuntime 'torch' not found" in e["note"] for e in said
+    )
+
+    node = job_template("node")
+    node["template"]["spec"]["template"] = shells.pod_template(4)
+    h.state.signals.take_jobs()
+    h.kube.seed(READ_RESOURCES["ClusterTrainingRuntime"], runtime(TORCH, node))
+    h.deliver()
+    assert h.state.signals.take_jobs() == {("TrainJob", "ml/finetune")}
+    events = EventRecorder(h.kube, "test")
+    sync.events = events
+    await sync.reconcile("TrainJob", "ml/finetune")
+    [created] = h.kube.objects(WORKLOADS)
+    assert [(p["name"], p["count"]) for p in created["spec"]["podSets"]] == [("node", 2)]
+    h.deliver()
+    admitter, _ = h.admitter()
+    await admitter.cycle()
+    h.deliver()
+    await sync.reconcile("TrainJob", "ml/finetune")
+    started = h.kube.stored(resource, "finetune", "ml")
+    assert started is not None and started["spec"]["suspend"] is False
+    [(name, template)] = TRAINJOB.pod_templates(copy.deepcopy(started))
+    assert name == "node"
+    assert template["metadata"]["labels"][c.PODSET_LABEL] == "node"
+    assert template["spec"]["schedulingGates"] == [{"name": c.TOPOLOGY_GATE}]
+    assert template["spec"]["nodeSelector"] == {"pool": "gpu"}
+    await events.drain()
