@@ -613,15 +613,7 @@ class ControlPlane:
             return
         bin_dir = bin_dir or self.bin_dir or binaries()
         self.start_jobset(bin_dir)
-        for crd in yaml.safe_load_all((bin_dir / "trainer-crd.yaml").read_text()):
-            if crd:
-                self._apply("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
-        plurals = ("trainjobs", "trainingruntimes", "clustertrainingruntimes")
-        self._wait_for(
-            lambda: all(self._crd_established(f"{p}.trainer.kubeflow.org") for p in plurals),
-            "the trainer.kubeflow.org CRDs Established",
-            30,
-        )
+        self.install_trainer_crds(bin_dir)
         d = self.directory / "trainer"
         certs = d / "tmp" / "k8s-webhook-server" / "serving-certs"
         certs.mkdir(parents=True, exist_ok=True)
@@ -654,6 +646,20 @@ class ControlPlane:
             "trainer", bin_dir / "trainer-webhooks.yaml", webhook_port, ca.cert_pem
         )
         self._wait_for(self._trainer_validating, "the trainer's TrainJob webhook answering", 30)
+
+    def install_trainer_crds(self, bin_dir: Path | None = None) -> None:
+        """Kubeflow Trainer's CRDs of the release (TrainJob, TrainingRuntime,
+        ClusterTrainingRuntime), created or left as they are, and Established."""
+        bin_dir = bin_dir or self.bin_dir or binaries()
+        for crd in yaml.safe_load_all((bin_dir / "trainer-crd.yaml").read_text()):
+            if crd:
+                self._apply("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+        plurals = ("trainjobs", "trainingruntimes", "clustertrainingruntimes")
+        self._wait_for(
+            lambda: all(self._crd_established(f"{p}.trainer.kubeflow.org") for p in plurals),
+            "the trainer.kubeflow.org CRDs Established",
+            30,
+        )
 
     def _trainer_validating(self) -> bool:
         """A dry-run TrainJob naming no existing runtime is refused by the trainer's webhook
