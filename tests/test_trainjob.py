@@ -149,6 +149,16 @@ def test_the_runtimes_numnodes_counts_when_the_trainjob_names_none() -> None:
     ] == [5]
 
 
+def test_the_trainjobs_numnodes_goes_to_the_first_trainer_job_the_runtimes_to_each() -> None:
+    second = job_template("node")
+    second["name"] = "node-b"
+    jobs = (job_template("node"), second)
+    podsets = workload_from_object(
+        trainjob(4), lookup=holding(runtime(TORCH, *jobs))
+    ).workload.spec.pod_sets
+    assert [(p.name, p.count) for p in podsets] == [("node", 4), ("node-b", 2)]
+
+
 def test_mpi_gives_numnodes_to_the_job_called_node_less_one_with_the_launcher_as_node() -> None:
     jobs = {"a": job_template("launcher"), "b": job_template("node")}
     mpi = {"numNodes": 1, "mpi": {"runLauncherAsNode": True}}

@@ -196,9 +196,11 @@ class TrainJobKind(Suspendable, Referring):
             pod_template: Mapping[str, Any] = mapping(job_spec.get("template"), where, pod_path)
             labels = as_map(as_map(job_template.get("metadata")).get("labels"))
             pods = count(job_spec.get("parallelism"), where, f"{path}.template.spec.parallelism")
-            trainer_job = labels.get(ANCESTOR_LABEL) == TRAINER_ANCESTOR and not trainer_seen
-            if trainer_job:
-                trainer_seen = True
+            trainer_job = labels.get(ANCESTOR_LABEL) == TRAINER_ANCESTOR
+            # The TrainJob's numNodes goes to the first trainer job only (the trainer's
+            # FindPodSetByAncestor); the runtime's numNodes to every one.
+            first_trainer = trainer_job and not trainer_seen
+            trainer_seen = trainer_seen or trainer_job
             if trainer_job and ml is not None:
                 pods = count(ml.get("numNodes"), where, f"{prefix}spec.mlPolicy.numNodes")
                 if trainer.get("resourcesPerNode") is not None:
@@ -207,7 +209,7 @@ class TrainJobKind(Suspendable, Referring):
                 if source == "mpi" and job_name == NODE:
                     as_node = as_map(as_map(ml).get("mpi")).get("runLauncherAsNode") is True
                     pods = max(num_nodes - 1, 1) if as_node else num_nodes
-                elif source != "mpi" and trainer_job:
+                elif source != "mpi" and first_trainer:
                     pods = num_nodes
             for patch in _patches(obj):
                 if as_map(patch).get("manager") == MANAGER:
