@@ -18,10 +18,12 @@ from topogate.api.jobs import workload_from_object
 from topogate.api.kinds import (
     Gated,
     JobKind,
+    Lookup,
     PartialAdmission,
     PodSetsInfo,
     Suspendable,
     job_kind,
+    no_lookup,
     queue_name,
 )
 
@@ -64,17 +66,23 @@ def _templates(job: Obj) -> list[tuple[str, Obj]]:
 
 
 def desired_workload(
-    job: Obj, priority_of: Callable[[str], int | None], group: str | None = None
+    job: Obj,
+    priority_of: Callable[[str], int | None],
+    group: str | None = None,
+    lookup: Lookup = no_lookup,
 ) -> Obj:
     """The Workload for a queued job, or for its group ``group`` (a :class:`Gated` kind runs
     as one Workload per group, named by the kind); InputError (from workload_from_object)
     when it is bad.
 
-    ``priority_of`` maps a PriorityClass name to its value (None when unknown).
+    ``priority_of`` maps a PriorityClass name to its value (None when unknown); ``lookup``
+    finds the other objects a kind reads (a TrainJob's runtime).
     """
     kind = _registered(job)
     gated = kind if isinstance(kind, Gated) else None
-    source = workload_from_object(dict(gated.group_source(job, group)) if gated and group else job)
+    source = workload_from_object(
+        dict(gated.group_source(job, group)) if gated and group else job, lookup=lookup
+    )
     workload = source.workload
     meta = job["metadata"]
     if gated is not None and group is not None:
@@ -84,7 +92,13 @@ def desired_workload(
     workload.metadata.namespace = meta.get("namespace") or "default"
     workload.metadata.labels = {JOB_UID_LABEL: str(meta["uid"])}
     workload.spec.queue_name = queue_name(job)
-    workload.spec.priority = _priority(job, priority_of)
+    # The PodSets' templates name the priority class where the object has none of its own
+    # (a TrainJob's are its runtime's, as Kueue reads them).
+    read_names = [
+        str((p.template.get("spec") or {}).get("priorityClassName") or "")
+        for p in workload.spec.pod_sets
+    ]
+    workload.spec.priority = _priority(job, priority_of, read_names)
     for podset in workload.spec.pod_sets:
         # How the ungater finds a pod's rank (Kueue's PodIndexLabel); a JobSet's
         # SubGroupIndexLabel and count are set by workload_from_object.
@@ -110,12 +124,15 @@ def desired_workload(
     return body
 
 
-def _priority(job: Mapping[str, Any], priority_of: Callable[[str], int | None]) -> int:
+def _priority(
+    job: Mapping[str, Any], priority_of: Callable[[str], int | None], read: list[str]
+) -> int:
     labels = (job.get("metadata") or {}).get("labels") or {}
     kind = _kind(job)
     names = [labels.get(PRIORITY_CLASS_LABEL)]
     if kind is not None:
         names.extend(kind.priority_class_names(dict(job)))
+    names.extend(read)
     for name in names:
         if name:
             value = priority_of(str(name))

@@ -14,7 +14,7 @@ from typing import Any
 from .annotations import AnnotationError, check_groups
 from .constants import KUEUE_GROUP, MIN_PARALLELISM_KEYS, QUEUE_LABELS
 from .errors import InputError
-from .kinds import JOB_KINDS, PartialAdmission, job_kind_for, reading
+from .kinds import JOB_KINDS, Lookup, PartialAdmission, Referring, job_kind_for, no_lookup, reading
 from .models import (
     MAX_PODSETS,
     ObjectMeta,
@@ -181,18 +181,26 @@ def _meta(obj: Mapping[str, Any], where: str) -> ObjectMeta:
 
 
 def workload_from_object(
-    obj: Mapping[str, Any], source: str = "", check_min_range: bool = True
+    obj: Mapping[str, Any],
+    source: str = "",
+    check_min_range: bool = True,
+    lookup: Lookup = no_lookup,
 ) -> WorkloadSource:
     """The Workload for a Job, JobSet, Pod or Workload; InputError names the bad field.
 
-    ``check_min_range``: see :meth:`PartialAdmission.set_min_counts`."""
+    ``check_min_range``: see :meth:`PartialAdmission.set_min_counts`. ``lookup``: the other
+    objects a :class:`Referring` kind reads (a TrainJob's runtime); by default none exists."""
     where = f"{source}: {object_name(obj)}" if source else object_name(obj)
     kind, api_version = obj.get("kind"), obj.get("apiVersion")
     podsets: list[PodSet] = []
     paths: dict[str, str] = {}
     job_kind = job_kind_for(api_version, kind)
     if job_kind is not None:
-        for read, path in job_kind.podsets(obj, where):
+        if isinstance(job_kind, Referring):
+            found = job_kind.podsets_with(obj, where, lookup)
+        else:
+            found = job_kind.podsets(obj, where)
+        for read, path in found:
             podsets.append(read)
             paths[read.name] = path
         if isinstance(job_kind, PartialAdmission):

@@ -342,8 +342,8 @@ def test_bound_pods_count_as_usage(
             "Deployment ml/train: kind 'Deployment' with apiVersion 'apps/v1' is not a workload; "
             "expected batch/v1 Job, jobset.x-k8s.io/v1alpha2 JobSet, leaderworkerset.x-k8s.io/v1 "
             "LeaderWorkerSet, kubeflow.org/v1 PyTorchJob, kubeflow.org/v2beta1 MPIJob, "
-            "ray.io/v1 RayCluster, ray.io/v1 RayJob, v1 Pod (alone or in a group) or "
-            "topogate.dev/v1alpha1 Workload",
+            "ray.io/v1 RayCluster, ray.io/v1 RayJob, trainer.kubeflow.org/v1alpha1 TrainJob, "
+            "v1 Pod (alone or in a group) or topogate.dev/v1alpha1 Workload",
         ),
     ],
 )

@@ -29,6 +29,7 @@ from topogate.api.kinds import (
     JobKind,
     PartialAdmission,
     PodSetsInfo,
+    Referring,
     Suspendable,
     job_kind,
     job_kind_by_plural,
@@ -145,6 +146,30 @@ SAMPLES: dict[str, Obj] = {
             "submitterPodTemplate": template({}),
         },
     },
+    # Its PodSets are read from its runtime (tests/test_trainjob.py); its own templates are
+    # the pod templates of its runtime patches.
+    "TrainJob": {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": meta("finetune"),
+        "spec": {
+            "runtimeRef": {"name": "torch"},
+            "runtimePatches": [
+                {
+                    "manager": "example.com/user",
+                    "trainingRuntimeSpec": {
+                        "template": {
+                            "spec": {
+                                "replicatedJobs": [
+                                    {"name": "node", "template": {"spec": {"template": template()}}}
+                                ]
+                            }
+                        }
+                    },
+                }
+            ],
+        },
+    },
 }
 
 
@@ -170,6 +195,7 @@ def test_kinds_are_registered_once_by_name_resource_and_group_kind() -> None:
         "kubeflow.org/v2beta1",
         "ray.io/v1",
         "ray.io/v1",
+        "trainer.kubeflow.org/v1alpha1",
     ]
 
 
@@ -205,6 +231,7 @@ def test_the_reflectors_watch_every_kind_and_wait_for_custom_resources() -> None
         "mpijobs",
         "rayclusters",
         "rayjobs",
+        "trainjobs",
     ]
 
 
@@ -216,7 +243,8 @@ def test_an_unknown_kind_is_refused_as_before() -> None:
         "kind 'Thing' with apiVersion 'example.com/v1' is not a workload; expected batch/v1 "
         "Job, jobset.x-k8s.io/v1alpha2 JobSet, leaderworkerset.x-k8s.io/v1 LeaderWorkerSet, "
         "kubeflow.org/v1 PyTorchJob, kubeflow.org/v2beta1 MPIJob, ray.io/v1 RayCluster, "
-        "ray.io/v1 RayJob, v1 Pod (alone or in a group) or topogate.dev/v1alpha1 Workload"
+        "ray.io/v1 RayJob, trainer.kubeflow.org/v1alpha1 TrainJob, v1 Pod (alone or in a "
+        "group) or topogate.dev/v1alpha1 Workload"
     )
     # A registered kind under a version topogate does not read is refused the same way.
     job = {**sample(JOB), "apiVersion": "batch/v2"}
@@ -233,7 +261,12 @@ def test_a_pod_names_its_podset_by_its_kinds_label() -> None:
 # -- the interface, on every registered kind ------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", JOB_KINDS, ids=lambda k: k.kind)
+# A TrainJob's PodSets are its runtime's, its marks go into its own runtime patch
+# (tests/test_trainjob.py checks how they meet).
+SELF_CONTAINED = [k for k in JOB_KINDS if not isinstance(k, Referring)]
+
+
+@pytest.mark.parametrize("kind", SELF_CONTAINED, ids=lambda k: k.kind)
 def test_the_podsets_templates_and_template_fields_agree(kind: JobKind) -> None:
     """The PodSets the Workload gets, the templates started jobs are marked through and the
     places the key warnings look in are the same templates, named and ordered alike."""
@@ -285,7 +318,7 @@ def test_a_misplaced_template_key_points_at_the_kinds_templates(kind: JobKind, h
     ]
 
 
-SUSPENDABLE = [k for k in JOB_KINDS if isinstance(k, Suspendable)]
+SUSPENDABLE = [k for k in SELF_CONTAINED if isinstance(k, Suspendable)]
 # Kubeflow's v1 kinds keep their switch under spec.runPolicy (absent from the samples).
 SUSPEND_OPS = {
     "Job": {"op": "add", "path": "/spec/suspend", "value": True},

@@ -129,6 +129,7 @@ def test_serve_under_config_rbac_is_never_refused(
     # a 404, not a refusal).
     cluster.install_lws_crds()
     cluster.install_kuberay_crds()
+    cluster.install_trainer_crds()
     rbac = rbac_objects(source)
     assert {o["kind"] for o in rbac} == RBAC_KINDS
     install_rbac(cluster, rbac)

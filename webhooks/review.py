@@ -22,7 +22,7 @@ import base64
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -36,8 +36,10 @@ from topogate.api.kinds import (
     JOB_KINDS,
     POD_GROUP,
     Gated,
+    Lookup,
     PartialAdmission,
     PodMarks,
+    Referring,
     Suspendable,
     gated_pod,
     job_kind,
@@ -63,6 +65,16 @@ class ClusterView(Protocol):
 
     def hypernodes(self) -> list[Mapping[str, Any]] | None:
         """The HyperNodes that exist now, or None when unknown."""
+
+
+@runtime_checkable
+class ObjectView(Protocol):
+    """A view that also holds the other objects jobs read (a TrainJob's runtime): `serve`'s
+    state. A view without it knows none, and such a job's PodSets are left to the
+    controller, which reports them."""
+
+    def read_objects(self) -> Lookup:
+        """The lookup of those objects (``api.kinds.Lookup``)."""
 
 
 class NoView:
@@ -306,7 +318,12 @@ def _check_job(review: Review, view: ClusterView) -> None:
     obj = dict(review.obj)
     obj.setdefault("apiVersion", kind.api_version)
     obj.setdefault("kind", kind.kind)
-    source = workload_from_object(obj, check_min_range=_min_parallelism_changed(review))
+    if isinstance(kind, Referring):
+        if not isinstance(view, ObjectView):
+            return  # its runtime is unknown here: the job sync reports what is wrong
+        source = workload_from_object(obj, lookup=view.read_objects())
+    else:
+        source = workload_from_object(obj, check_min_range=_min_parallelism_changed(review))
     _check_running_parallelism(review, source.where)
     if isinstance(kind, Gated) and review.operation == "UPDATE" and review.old is not None:
         kind.check_update(review.old, review.obj, source.where)

@@ -4,6 +4,9 @@ Queues, flavors and topologies come from the watched state, with no API call per
 HyperNode review is the exception: whether a new HyperNode closes a cycle must be judged
 against the HyperNodes that exist now, and the watch may lag a create made a moment ago (a
 stale list could let a cycle through), so those reviews list HyperNodes fresh, asynchronously.
+A job that reads another object (a TrainJob its runtime) is judged against that object as the
+API server has it: one the watch has not brought yet is read with a GET, so a runtime and its
+TrainJob applied together are not refused as missing.
 Concurrent reviews share one list that started after they arrived (:class:`FreshList`), so a
 flood of HyperNode reviews costs one LIST per round trip, not one per review.
 """
@@ -16,9 +19,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from topogate.admission.podsets import Catalog
-from topogate.kube.errors import API_ERRORS
+from topogate.api.kinds import Lookup, Referring, job_kind
+from topogate.kube.errors import API_ERRORS, KubeError
 from topogate.kube.protocol import KubeApi
-from topogate.kube.resources import HYPERNODES, Obj, Resource
+from topogate.kube.resources import HYPERNODES, READ_RESOURCES, Obj, Resource
 from topogate.state import ControllerState
 from topogate.state.catalogs import Catalogs
 
@@ -41,6 +45,43 @@ class WithHyperNodes:
 
     def hypernodes(self) -> list[Mapping[str, Any]] | None:
         return None if self._hypernodes is None else list(self._hypernodes)
+
+
+class WithReadObjects(WithHyperNodes):
+    """The state's view, with the objects a review's job reads found fresh where the watch
+    has not brought them (``review.ObjectView``)."""
+
+    def __init__(self, catalogs: Catalogs, fetched: Mapping[tuple[str, str | None, str], Obj]):
+        super().__init__(catalogs, None)
+        self._lookup, self._fetched = catalogs.read_objects(), fetched
+
+    def read_objects(self) -> Lookup:
+        def lookup(kind: str, namespace: str | None, name: str) -> Mapping[str, Any] | None:
+            return self._fetched.get((kind, namespace, name)) or self._lookup(kind, namespace, name)
+
+        return lookup
+
+
+async def _read_fresh(
+    kube: KubeApi, catalogs: Catalogs, refs: list[tuple[str, str | None, str]]
+) -> ClusterView:
+    """The view for a review of a job reading ``refs``: what the watch lacks is read with a
+    GET; when the API server cannot answer, a view that knows no such object (the job's
+    PodSets are then left to the controller, never refused as missing)."""
+    fetched: dict[tuple[str, str | None, str], Obj] = {}
+    known = catalogs.read_objects()
+    for ref in refs:
+        kind, namespace, name = ref
+        if known(*ref) is not None or kind not in READ_RESOURCES:
+            continue
+        try:
+            fetched[ref] = await kube.get(READ_RESOURCES[kind], name, namespace)
+        except KubeError as error:
+            if not error.not_found:
+                return WithHyperNodes(catalogs, None)
+        except API_ERRORS:
+            return WithHyperNodes(catalogs, None)
+    return WithReadObjects(catalogs, fetched)
 
 
 class FreshList:
@@ -96,6 +137,9 @@ def state_view(state: ControllerState, kube: KubeApi) -> ViewFor:
     fresh = FreshList(kube, HYPERNODES)
 
     async def view_for(review: Review) -> ClusterView:
+        kind = job_kind(review.kind)
+        if isinstance(kind, Referring) and kind.group == review.group:
+            return await _read_fresh(kube, state.catalogs, kind.references(review.obj))
         if review.group != HYPERNODE_GROUP:
             return state.catalogs
         # None (unknown): the object alone is checked.

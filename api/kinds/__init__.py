@@ -18,10 +18,14 @@ from typing import Any
 from .base import (
     Gated,
     JobKind,
+    Lookup,
     PartialAdmission,
     PodMarks,
     PodSetsInfo,
+    ReadKind,
+    Referring,
     Suspendable,
+    no_lookup,
 )
 from .base import queue_name as labelled_queue
 from .job import JOB
@@ -30,6 +34,7 @@ from .kubeflow import MPIJOB, PYTORCHJOB
 from .lws import LEADERWORKERSET
 from .podgroup import POD_GROUP
 from .ray import RAYCLUSTER, RAYJOB
+from .trainer import TRAINJOB
 
 __all__ = [
     "ALL_KINDS",
@@ -44,16 +49,22 @@ __all__ = [
     "PYTORCHJOB",
     "RAYCLUSTER",
     "RAYJOB",
+    "READ_KINDS",
+    "TRAINJOB",
     "Gated",
     "JobKind",
+    "Lookup",
     "PartialAdmission",
     "PodMarks",
     "PodSetsInfo",
+    "ReadKind",
+    "Referring",
     "Suspendable",
     "gated_pod",
     "job_kind",
     "job_kind_by_plural",
     "job_kind_for",
+    "no_lookup",
     "pod_podset",
     "queue_name",
 ]
@@ -68,12 +79,17 @@ JOB_KINDS: tuple[JobKind, ...] = (
     MPIJOB,
     RAYCLUSTER,
     RAYJOB,
+    TRAINJOB,
 )
 # Kinds with no object of their own: the state composes one from their pods.
 COMPOSED_KINDS: tuple[Gated, ...] = (POD_GROUP,)
 ALL_KINDS: tuple[JobKind, ...] = (*JOB_KINDS, *COMPOSED_KINDS)
 # The kinds held back by the gate on their pods, in the order a pod is matched against them.
 GATED_KINDS: tuple[Gated, ...] = tuple(k for k in ALL_KINDS if isinstance(k, Gated))
+# The other kinds the registered kinds read (a TrainJob's runtimes), each once.
+READ_KINDS: tuple[ReadKind, ...] = tuple(
+    dict.fromkeys(r for k in ALL_KINDS if isinstance(k, Referring) for r in k.reads)
+)
 
 
 def job_kind(kind: object) -> JobKind | None:

@@ -21,6 +21,11 @@ of the kinds that can do it:
   Workload) per group of pods; admission is the ungater releasing the group's pods into their
   domains, eviction is deleting them (their controller, if any, makes them again, gated),
   and the group waits in its queue again (Kueue's pod group ``Stop``).
+- :class:`Referring`: a kind whose PodSets are read from another object too (a Kubeflow
+  TrainJob's from the training runtime it names): it declares the kinds it reads
+  (:attr:`Referring.reads`), and reads its PodSets through a read-only lookup the caller
+  hands it (``serve``: its watched copies; ``plan``: the cluster files), as Kueue's
+  integration reads the runtime with its client.
 - :class:`PartialAdmission`: a kind whose PodSets may run with fewer pods than they ask
   (Kueue's partial admission; today the batch/v1 Job's ``job-min-parallelism``): the
   ``minCount``, the count it runs with when admitted, and the count it gets back when it is
@@ -42,7 +47,7 @@ from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -270,6 +275,54 @@ class Suspendable(JobKind):
         self.run_with_counts(out, info.counts)
         self.mark_templates(out, info)
         return out
+
+
+# (kind, namespace or None when cluster-scoped, name) -> the object as the API server has
+# it, or None when there is no such object.
+Lookup = Callable[[str, str | None, str], Mapping[str, Any] | None]
+
+
+def no_lookup(kind: str, namespace: str | None, name: str) -> Mapping[str, Any] | None:
+    """The lookup of a caller that holds no other object: every one is missing."""
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadKind:
+    """Another kind of object a :class:`Referring` kind reads (not a job: never queued)."""
+
+    kind: str
+    group: str
+    version: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+
+class Referring(ABC):
+    """A kind whose PodSets depend on another object (a TrainJob's on its training runtime).
+    A kind adds it next to :class:`JobKind`; its :meth:`JobKind.podsets` reads with
+    :func:`no_lookup` (every such object missing), callers that hold the objects call
+    :meth:`podsets_with`."""
+
+    # The kinds it reads, which `serve` watches (as optional CRDs) and `plan` reads from the
+    # cluster files.
+    reads: ClassVar[tuple[ReadKind, ...]]
+
+    @abstractmethod
+    def podsets_with(
+        self, obj: Mapping[str, Any], where: str, lookup: Lookup
+    ) -> list[tuple[PodSet, str]]:
+        """:meth:`JobKind.podsets`, with the other objects found through ``lookup``; a
+        missing one is an InputError naming the field that refers to it."""
+
+    @abstractmethod
+    def references(self, job: Mapping[str, Any]) -> list[tuple[str, str | None, str]]:
+        """(kind, namespace or None, name) of each object ``job`` reads; tolerant (a
+        malformed reference is none): a change of one may let the job's Workload be made."""
 
 
 class PartialAdmission(ABC):

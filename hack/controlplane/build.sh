@@ -19,9 +19,12 @@
 #     kuberay-crd.yaml              a wrapper module) with its CRDs (config/crd/bases); no webhooks
 #   mpi-operator                    github.com/kubeflow/mpi-operator (MPIJob kubeflow.org/v2beta1; a
 #     mpi-operator-crd.yaml         wrapper module) with its CRD (manifests/base); no webhooks
+#   trainer-controller-manager      github.com/kubeflow/trainer/v2 (Kubeflow Trainer v2: TrainJob,
+#     trainer-crd.yaml              TrainingRuntime, ClusterTrainingRuntime; a wrapper module) with
+#     trainer-webhooks.yaml         its CRDs (manifests/base/crds) and webhooks (manifests/base/webhook)
 #
 # Outputs live outside the repository, keyed by version:
-#   ${TOPOGATE_CACHE:-~/.cache/topogate}/controlplane/kube-<v>-etcd-<v>-kustomize-<v>-jobset-<v>-lws-<v>-training-operator-<v>-kuberay-<v>-mpi-operator-<v>/bin
+#   ${TOPOGATE_CACHE:-~/.cache/topogate}/controlplane/kube-<v>-etcd-<v>-kustomize-<v>-jobset-<v>-lws-<v>-training-operator-<v>-kuberay-<v>-mpi-operator-<v>-trainer-<v>/bin
 # A warm machine returns at once; a cold one needs the Go module proxy and many minutes.
 set -euo pipefail
 
@@ -44,20 +47,23 @@ KUBERAY_VERSION=${KUBERAY_VERSION:-v1.6.2}
 # v0.8.2: the MPIJob v2beta1 operator Kueue v0.19.0 builds against; the module proxy serves this
 # exact version (its version list answers 403).
 MPI_OPERATOR_VERSION=${MPI_OPERATOR_VERSION:-v0.8.2}
+# v2.2.1: the Trainer Kueue v0.19.0 builds against; the proxy here lists only v2.0.0 but serves
+# v2.1.0, v2.2.0 and v2.2.1 by exact version (v2.0.0 cannot put labels on a TrainJob's pods).
+TRAINER_VERSION=${TRAINER_VERSION:-v2.2.1}
 CACHE=${TOPOGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/topogate}
-OUT=$CACHE/controlplane/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-kustomize-$KUSTOMIZE_VERSION-jobset-$JOBSET_VERSION-lws-$LWS_VERSION-training-operator-$TRAINING_OPERATOR_VERSION-kuberay-$KUBERAY_VERSION-mpi-operator-$MPI_OPERATOR_VERSION
+OUT=$CACHE/controlplane/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-kustomize-$KUSTOMIZE_VERSION-jobset-$JOBSET_VERSION-lws-$LWS_VERSION-training-operator-$TRAINING_OPERATOR_VERSION-kuberay-$KUBERAY_VERSION-mpi-operator-$MPI_OPERATOR_VERSION-trainer-$TRAINER_VERSION
 BIN=$OUT/bin
 
 KUBE_TOOLS="kube-apiserver kube-scheduler kube-controller-manager"
 complete() {
   local tool
-  for tool in $KUBE_TOOLS etcd kustomize jobset-controller lws-controller training-operator kuberay-operator mpi-operator; do
+  for tool in $KUBE_TOOLS etcd kustomize jobset-controller lws-controller training-operator kuberay-operator mpi-operator trainer-controller-manager; do
     [ -x "$1/$tool" ] || return 1
   done
   [ -s "$1/jobset-crd.yaml" ] && [ -s "$1/jobset-webhooks.yaml" ] && [ -s "$1/lws-crd.yaml" ] &&
     [ -s "$1/lws-webhooks.yaml" ] && [ -s "$1/training-operator-crd.yaml" ] &&
     [ -s "$1/training-operator-webhooks.yaml" ] && [ -s "$1/kuberay-crd.yaml" ] &&
-    [ -s "$1/mpi-operator-crd.yaml" ]
+    [ -s "$1/mpi-operator-crd.yaml" ] && [ -s "$1/trainer-crd.yaml" ] && [ -s "$1/trainer-webhooks.yaml" ]
 }
 if complete "$BIN"; then
   echo "$BIN"
@@ -208,6 +214,22 @@ build_mpi_operator() {
   chmod 644 "$staging/mpi-operator-crd.yaml"
 }
 
+build_trainer() {
+  tool_module trainer github.com/kubeflow/trainer/v2 "$TRAINER_VERSION" \
+    github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
+  log "compiling the Kubeflow Trainer controller manager $TRAINER_VERSION"
+  go build -p 2 -trimpath -ldflags "-s -w" -o "$staging/trainer-controller-manager" \
+    github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
+  local dir crd
+  dir=$(go list -m -f '{{.Dir}}' github.com/kubeflow/trainer/v2)
+  for crd in "$dir"/manifests/base/crds/trainer.kubeflow.org_*.yaml; do
+    cat "$crd"
+    echo ---
+  done >"$staging/trainer-crd.yaml"
+  "$staging/kustomize" build "$dir/manifests/base/webhook" >"$staging/trainer-webhooks.yaml"
+  chmod 644 "$staging/trainer-crd.yaml" "$staging/trainer-webhooks.yaml"
+}
+
 started=$(date +%s)
 # Reuse what previous cache entries of the same versions already built (only the missing
 # parts are compiled): each part is keyed by its own version in the entry's name.
@@ -229,6 +251,7 @@ reuse "*-training-operator-$TRAINING_OPERATOR_VERSION*" training-operator traini
   training-operator-webhooks.yaml
 reuse "*-kuberay-$KUBERAY_VERSION*" kuberay-operator kuberay-crd.yaml
 reuse "*-mpi-operator-$MPI_OPERATOR_VERSION*" mpi-operator mpi-operator-crd.yaml
+reuse "*-trainer-$TRAINER_VERSION*" trainer-controller-manager trainer-crd.yaml trainer-webhooks.yaml
 [ -x "$staging/etcd" ] || build_etcd
 for tool in $KUBE_TOOLS; do
   if [ ! -x "$staging/$tool" ]; then build_kube; break; fi
@@ -240,6 +263,8 @@ done
   build_training_operator
 [ -x "$staging/kuberay-operator" ] && [ -s "$staging/kuberay-crd.yaml" ] || build_kuberay
 [ -x "$staging/mpi-operator" ] && [ -s "$staging/mpi-operator-crd.yaml" ] || build_mpi_operator
+[ -x "$staging/trainer-controller-manager" ] && [ -s "$staging/trainer-webhooks.yaml" ] ||
+  build_trainer
 chmod 755 "$staging"
 rm -rf "$BIN"
 mv "$staging" "$BIN"

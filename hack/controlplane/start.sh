@@ -3,8 +3,9 @@
 # on 127.0.0.1; with --jobset also JobSet's controller, CRD and webhooks, with --lws
 # LeaderWorkerSet's, with --training-operator Kubeflow's (PyTorchJob), with --kuberay KubeRay's operator and CRDs;
 # with --mpi-operator Kubeflow's MPI operator and MPIJob CRD;
+# with --trainer Kubeflow Trainer v2's controller manager (TrainJob), CRDs and webhooks;
 # with --workloads Kubernetes' own gangs (1.36 alpha feature gates, v1alpha2 API).
-# Usage: hack/controlplane/start.sh [DIR] [--jobset] [--lws] [--workloads] [--training-operator] [--kuberay] [--mpi-operator]   (DIR: .controlplane); prints the kubeconfig.
+# Usage: hack/controlplane/start.sh [DIR] [--jobset] [--lws] [--workloads] [--training-operator] [--kuberay] [--mpi-operator] [--trainer]   (DIR: .controlplane); prints the kubeconfig.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 dir=.controlplane

@@ -17,6 +17,7 @@ from topogate.api.constants import API_VERSION, KAI_API_VERSION, KUEUE_API_VERSI
 from topogate.api.errors import InputError
 from topogate.api.hypernodes import API_VERSION as HYPERNODE_API_VERSION
 from topogate.api.hypernodes import NODE, HyperNode, parse_hypernode
+from topogate.api.kinds import READ_KINDS
 from topogate.api.models import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Topology
 from topogate.api.objects import admission_of, gpu_assignment_of, is_finished, workload_of_pod
 from topogate.api.validation import parse_model
@@ -63,6 +64,12 @@ class ClusterInput:
     skipped: Counter[str] = field(default_factory=Counter)  # kinds read in no apiVersion
     # (kind, apiVersion) -> object names: a kind READ_AS knows, under an apiVersion it does not
     unread: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    # Objects job kinds read (a TrainJob's runtimes), by (kind, namespace or None, name).
+    read_objects: dict[tuple[str, str | None, str], Mapping[str, Any]] = field(default_factory=dict)
+
+    def lookup(self, kind: str, namespace: str | None, name: str) -> Mapping[str, Any] | None:
+        """``api.kinds.Lookup`` over the files: how `plan` reads a TrainJob's runtime."""
+        return self.read_objects.get((kind, namespace, name))
 
     def snapshot(self) -> ClusterSnapshot:
         """The capacity as ``serve`` counts it: bound pods, and what each admitted Workload
@@ -200,6 +207,8 @@ def load_cluster(paths: list[Path]) -> ClusterInput:
                         meta = doc.obj.get("metadata") or {}
                         owner = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
                         cluster.admitted[owner] = doc.obj
+                elif any((kind, api_version) == (r.kind, r.api_version) for r in READ_KINDS):
+                    _add_read_object(cluster, doc.obj)
                 elif kind == "HyperNode":
                     hypernode = parse_hypernode(doc.obj)
                     _unique(cluster.hypernodes, hypernode.name, "HyperNode")
@@ -216,6 +225,23 @@ def load_cluster(paths: list[Path]) -> ClusterInput:
 
 
 _QUEUE_KINDS = ("ClusterQueue", "LocalQueue", "Cohort")
+
+
+def _add_read_object(cluster: ClusterInput, obj: Mapping[str, Any]) -> None:
+    kind = str(obj["kind"])
+    read = next(r for r in READ_KINDS if r.kind == kind)
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise InputError("is required", field="metadata.name")
+    namespace = str(meta.get("namespace") or "default") if read.namespaced else None
+    key = (kind, namespace, name)
+    if key in cluster.read_objects:
+        raise InputError(f"{kind} {name!r} is defined twice", field="metadata.name")
+    cluster.read_objects[key] = obj
+
+
 KUEUE_WORKLOAD, KUEUE_PODSET = f"{KUEUE_GROUP}/workload", f"{KUEUE_GROUP}/podset"
 MAX_LABEL_VALUE = 63  # the API server's limit; an assignment could not carry a longer value
 

@@ -640,7 +640,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="PATH",
         help="one batch/v1 Job, JobSet, LeaderWorkerSet, PyTorchJob, MPIJob, RayCluster, RayJob, "
-        "v1 Pod, topogate Workload, or the Pods of one pod group",
+        "TrainJob (its runtime in --cluster), v1 Pod, topogate Workload, or the Pods of one "
+        "pod group",
     )
     parser.add_argument("--flavor", metavar="NAME", help="the ResourceFlavor to plan on")
     parser.add_argument("--output", "-o", choices=("json", "yaml", "table"), default="table")
@@ -685,7 +686,7 @@ def run(args: argparse.Namespace) -> int:
     document = _workload_document(args.workload)
     for warning in key_warnings(document.obj):  # before any refusal: a typo may explain it
         print(f"topogate plan: warning: {object_name(document.obj)}: {warning}", file=sys.stderr)
-    source = workload_from_object(document.obj, document.source)
+    source = workload_from_object(document.obj, document.source, lookup=cluster.lookup)
     check_as_api_server(source)
     queue = queue_of(source, document.obj)
     queued = (cluster.cluster_queues or cluster.local_queues) and not args.ignore_queues

@@ -37,7 +37,7 @@ from topogate.admission.integration import (
 )
 from topogate.api import constants as c
 from topogate.api.errors import InputError
-from topogate.api.kinds import Gated, job_kind, queue_name
+from topogate.api.kinds import Gated, Referring, job_kind, queue_name
 from topogate.api.objects import is_evicted, is_finished, key_of, meta
 from topogate.kube.errors import API_ERRORS, KubeError
 from topogate.kube.events import EventRecorder
@@ -231,10 +231,18 @@ class JobSync:
         self, kind: str, key: str, job: Obj, group: str | None = None
     ) -> None:
         version = str(meta(job).get("resourceVersion"))
+        registered = job_kind(kind)
+        if isinstance(registered, Referring):
+            # A refusal over a missing or bad runtime is tried again when that changes.
+            for read in registered.references(job):
+                found = self.state.store.lookup(*read) or {}
+                version += f"/{meta(found).get('resourceVersion')}"
         if self._invalid.get((kind, key)) == version:
             return
         try:
-            body = desired_workload(job, self.state.store.priority_of, group)
+            body = desired_workload(
+                job, self.state.store.priority_of, group, lookup=self.state.store.lookup
+            )
         except InputError as error:
             self._invalid[(kind, key)] = version
             log.warning("%s %s: %s", kind, key, error.describe())

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from topogate.api.constants import API_VERSION, KAI_API_VERSION, KAI_GROUP, KUEUE_GROUP
-from topogate.api.kinds import JOB, JOB_KINDS, JobKind
+from topogate.api.kinds import JOB, JOB_KINDS, READ_KINDS, JobKind
 from topogate.api.objects import Obj, key_of
 
 __all__ = ["JSON_PATCH", "MERGE_PATCH", "Obj", "Resource", "key_of"]
@@ -92,3 +92,7 @@ JOB_RESOURCES: dict[str, Resource] = {k.kind: Resource.of(k) for k in JOB_KINDS}
 # Those served by a CRD a cluster may lack (JobSet's): followed once it exists.
 JOB_CRD_RESOURCES = tuple(JOB_RESOURCES[k.kind] for k in JOB_KINDS if k.custom_resource)
 JOBS = JOB_RESOURCES[JOB.kind]
+# The other objects kinds read (a TrainJob's runtimes), by kind name: CRDs a cluster may lack.
+READ_RESOURCES: dict[str, Resource] = {
+    r.kind: Resource(r.api_version, r.plural, namespaced=r.namespaced) for r in READ_KINDS
+}

@@ -322,6 +322,7 @@ class Controller:
             JOB_CRD_RESOURCES,
             KAI_TOPOLOGIES,
             KUEUE_COHORTS,
+            READ_RESOURCES,
         )
         from topogate.state.store import WATCHED
 
@@ -329,7 +330,14 @@ class Controller:
             return lambda: self.metrics.relists.labels(plural).inc()
 
         # CRDs a cluster may lack: followed once they exist (looked for again every 30 s).
-        optional = (*JOB_CRD_RESOURCES, HYPERNODES, KAI_TOPOLOGIES, COHORTS, KUEUE_COHORTS)
+        optional = (
+            *JOB_CRD_RESOURCES,
+            HYPERNODES,
+            KAI_TOPOLOGIES,
+            COHORTS,
+            KUEUE_COHORTS,
+            *READ_RESOURCES.values(),
+        )
         return {
             r.key: Reflector(
                 self.kube,

@@ -26,7 +26,7 @@ import logging
 from collections.abc import Callable
 
 from topogate.api.errors import InputError
-from topogate.api.kinds import GATED_KINDS, JOB_KINDS, POD_GROUP
+from topogate.api.kinds import GATED_KINDS, JOB_KINDS, POD_GROUP, Referring
 from topogate.api.objects import (
     is_admitted,
     is_finished,
@@ -47,6 +47,7 @@ from topogate.kube.resources import (
     NATIVE_PODGROUPS_KEY,
     NODES,
     PODS,
+    READ_RESOURCES,
     WORKLOADS,
     Obj,
     Resource,
@@ -93,6 +94,8 @@ class ControllerState:
         }
         for kind in JOB_KINDS:
             dispatch[JOB_RESOURCES[kind.kind].key] = self._job_handler(kind.kind)
+        for name, read in READ_RESOURCES.items():
+            dispatch[read.key] = self._read_handler(name)
         on_event = dispatch.get(resource.key, self._on_queue_object)
         classify = resource.key == WORKLOADS.key
 
@@ -159,6 +162,24 @@ class ControllerState:
             self.signals.job(kind, key_of(obj))
 
         return on_job
+
+    def _read_handler(self, read_kind: str) -> Listener:
+        """An object jobs read (a TrainJob's runtime): the jobs that name it are looked at
+        again (one waiting for it gets its Workload now)."""
+
+        def on_read(old: Obj | None, new: Obj | None) -> None:
+            obj = new if new is not None else old
+            assert obj is not None
+            m = obj.get("metadata") or {}
+            namespace = m.get("namespace") if READ_RESOURCES[read_kind].namespaced else None
+            for kind in JOB_KINDS:
+                if not isinstance(kind, Referring):
+                    continue
+                for key, job in self.store.objects(JOB_RESOURCES[kind.kind]).items():
+                    if (read_kind, namespace, str(m.get("name"))) in kind.references(job):
+                        self.signals.job(kind.kind, key)
+
+        return on_read
 
     def _on_workload(self, old: Obj | None, new: Obj | None) -> None:
         obj = new if new is not None else old

@@ -12,6 +12,7 @@ from typing import Any
 from topogate.admission.podsets import Catalog, build_catalog
 from topogate.api.errors import InputError
 from topogate.api.hypernodes import HyperNode, parse_hypernode
+from topogate.api.kinds import Lookup
 from topogate.api.objects import meta
 from topogate.cache.hypernodes import HyperNodeForest, build_forest
 from topogate.cache.nodes import NodeInfo
@@ -104,6 +105,11 @@ class Catalogs:
         """The webhook view's catalog: the whole catalog, whatever the namespace and queue
         (they are for the standalone webhook's view, which reads only that queue's objects)."""
         return self.catalog()
+
+    def read_objects(self) -> Lookup:
+        """The objects job kinds read (a TrainJob's runtime), as watched: the validating
+        webhook's view of them in `serve` (``webhooks.review.ObjectView``)."""
+        return self._store.lookup
 
     def hypernodes(self) -> list[Mapping[str, Any]] | None:
         """The webhook view's HyperNodes, as watched."""

@@ -4,6 +4,7 @@ per Workload (the pods the ungater plans and the job sync counts)."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 from topogate.api.kinds import COMPOSED_KINDS, Gated, job_kind, podgroup
 from topogate.api.objects import key_of, workload_of_pod
@@ -19,6 +20,7 @@ from topogate.kube.resources import (
     NODES,
     PODS,
     PRIORITY_CLASSES,
+    READ_RESOURCES,
     RESOURCE_FLAVORS,
     TOPOLOGIES,
     WORKLOADS,
@@ -40,6 +42,7 @@ WATCHED: tuple[Resource, ...] = (
     HYPERNODES,
     KAI_TOPOLOGIES,
     KUEUE_COHORTS,
+    *READ_RESOURCES.values(),
 )
 
 
@@ -91,6 +94,15 @@ class Store:
             return podgroup.compose(namespace, name, pods, native) if pods else None
         resource = JOB_RESOURCES.get(kind)
         return self._objects[resource.key].get(key) if resource is not None else None
+
+    def lookup(self, kind: str, namespace: str | None, name: str) -> Mapping[str, Any] | None:
+        """An object a job kind reads (``api.kinds.Lookup``: a TrainJob's runtime), as
+        watched; None when it is not (or its kind is not one the kinds read)."""
+        resource = READ_RESOURCES.get(kind)
+        if resource is None:
+            return None
+        key = f"{namespace}/{name}" if namespace is not None else name
+        return self._objects[resource.key].get(key)
 
     def counts(self) -> dict[str, int]:
         return {plural: len(objects) for plural, objects in self._objects.items()}

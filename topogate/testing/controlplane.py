@@ -1,8 +1,8 @@
 """A local Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, kube-scheduler and
 kube-controller-manager running the Job, StatefulSet and garbage-collector controllers; on
 request also JobSet's and LeaderWorkerSet's own controllers and webhooks (``start_jobset``,
-``start_lws``), and KubeRay's operator (``start_kuberay``), and Kubeflow's MPI operator
-(``start_mpi_operator``).
+``start_lws``), KubeRay's operator (``start_kuberay``), Kubeflow's MPI operator
+(``start_mpi_operator``), and Kubeflow Trainer v2's controller manager (``start_trainer``).
 
 Started envtest-style from binaries built by ``hack/controlplane/build.sh``: client
 certificates for authentication, RBAC authorization, and the ServiceAccount and
@@ -13,7 +13,7 @@ admission plugins stay on, so the API server calls topogate's webhooks exactly a
 presenting a client certificate (its admission configuration) that they can require.
 
     python -m topogate.testing.controlplane start --dir DIR [--jobset] [--lws] [--workloads]
-        [--training-operator] [--kuberay] [--mpi-operator]
+        [--training-operator] [--kuberay] [--mpi-operator] [--trainer]
     python -m topogate.testing.controlplane stop --dir DIR
 """
 
@@ -48,6 +48,8 @@ _JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2"
 LWS = "lws-controller"
 _LWS = "/apis/leaderworkerset.x-k8s.io/v1"
 KUBERAY = "kuberay-operator"
+TRAINER = "trainer-controller-manager"
+_TRAINER = "/apis/trainer.kubeflow.org/v1alpha1"
 # Workload-Aware Scheduling in Kubernetes 1.36 (alpha): Workload and PodGroup objects, and
 # kube-scheduler's gang and topology plugins.
 WORKLOAD_GATES = "GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true"
@@ -160,6 +162,7 @@ class ControlPlane:
         training_operator: bool = False,
         kuberay: bool = False,
         mpi_operator: bool = False,
+        trainer: bool = False,
     ) -> ControlPlane:
         directory.mkdir(parents=True, exist_ok=True)
         bin_dir = bin_dir or binaries()
@@ -176,6 +179,8 @@ class ControlPlane:
                 plane.start_kuberay()
             if mpi_operator:
                 plane.start_mpi_operator()
+            if trainer:
+                plane.start_trainer()
         except BaseException:
             plane.stop()
             raise
@@ -611,6 +616,82 @@ class ControlPlane:
             return
         mpioperator.start(self, bin_dir or self.bin_dir or binaries())
 
+    # --- Kubeflow Trainer v2 ----------------------------------------------------------------
+
+    def start_trainer(self, bin_dir: Path | None = None) -> None:
+        """Kubeflow Trainer's controller manager (github.com/kubeflow/trainer/v2, built by
+        build.sh) with the CRDs and webhooks of the same release, on JobSet's controller: it
+        makes a TrainJob's JobSet from its runtime. Its cert management is off (it issues for
+        an in-cluster Service and injects into named configurations); its webhook server reads
+        a certificate made here from controller-runtime's default directory under its TMPDIR,
+        and the webhooks are registered by loopback URL. Does nothing if it runs already."""
+        if TRAINER in self.pids:
+            return
+        bin_dir = bin_dir or self.bin_dir or binaries()
+        self.start_jobset(bin_dir)
+        self.install_trainer_crds(bin_dir)
+        d = self.directory / "trainer"
+        certs = d / "tmp" / "k8s-webhook-server" / "serving-certs"
+        certs.mkdir(parents=True, exist_ok=True)
+        ca = make_ca(f"topogate-test-{TRAINER}-webhook")
+        serving = issue(ca, "localhost", dns_names=["localhost"], ip_addresses=["127.0.0.1"])
+        serving.write(certs / "tls.crt", certs / "tls.key")
+        webhook_port, probe_port = free_port(), free_port()
+        config = {
+            "apiVersion": "config.trainer.kubeflow.org/v1alpha1",
+            "kind": "Configuration",
+            "leaderElection": {"leaderElect": False},
+            "certManagement": {"enable": False},
+            "webhook": {"host": "127.0.0.1", "port": webhook_port},
+            "metrics": {"bindAddress": "0"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{probe_port}"},
+        }
+        (d / "config.yaml").write_text(yaml.safe_dump(config))
+        self._spawn(
+            TRAINER,
+            [
+                str(bin_dir / TRAINER),
+                f"--config={d / 'config.yaml'}",
+                f"--kubeconfig={self.kubeconfig}",
+                "--zap-log-level=info",
+            ],
+            env={"TMPDIR": str(d / "tmp")},
+        )
+        self._wait(TRAINER, f"http://127.0.0.1:{probe_port}/readyz", None, 90)
+        self._register_webhooks(
+            "trainer", bin_dir / "trainer-webhooks.yaml", webhook_port, ca.cert_pem
+        )
+        self._wait_for(self._trainer_validating, "the trainer's TrainJob webhook answering", 30)
+
+    def install_trainer_crds(self, bin_dir: Path | None = None) -> None:
+        """Kubeflow Trainer's CRDs of the release (TrainJob, TrainingRuntime,
+        ClusterTrainingRuntime), created or left as they are, and Established."""
+        bin_dir = bin_dir or self.bin_dir or binaries()
+        for crd in yaml.safe_load_all((bin_dir / "trainer-crd.yaml").read_text()):
+            if crd:
+                self._apply("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+        plurals = ("trainjobs", "trainingruntimes", "clustertrainingruntimes")
+        self._wait_for(
+            lambda: all(self._crd_established(f"{p}.trainer.kubeflow.org") for p in plurals),
+            "the trainer.kubeflow.org CRDs Established",
+            30,
+        )
+
+    def _trainer_validating(self) -> bool:
+        """A dry-run TrainJob naming no existing runtime is refused by the trainer's webhook
+        (until its configuration is seen, the API server lets it through)."""
+        probe = {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {"name": "topogate-probe"},
+            "spec": {"runtimeRef": {"name": "topogate-probe-missing"}},
+        }
+        try:
+            self.request("POST", f"{_TRAINER}/namespaces/default/trainjobs?dryRun=All", probe)
+        except urllib.error.HTTPError as error:
+            return "denied the request" in error.read().decode(errors="replace")
+        return False
+
     # --- requests as the admin -----------------------------------------------------------
 
     def _admin_context(self) -> ssl.SSLContext:
@@ -759,6 +840,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--mpi-operator", action="store_true", help="with Kubeflow's MPI operator and MPIJob CRD"
     )
     parser.add_argument(
+        "--trainer",
+        action="store_true",
+        help="with Kubeflow Trainer v2's controller manager (TrainJob), CRDs and webhooks",
+    )
+    parser.add_argument(
         "--workloads",
         action="store_true",
         help=f"Kubernetes' own gangs: {WORKLOAD_GATES} and {WORKLOAD_API} served",
@@ -775,6 +861,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 training_operator=args.training_operator,
                 kuberay=args.kuberay,
                 mpi_operator=args.mpi_operator,
+                trainer=args.trainer,
             )
         except ControlPlaneError as error:
             print(f"controlplane: {error}", file=sys.stderr)
