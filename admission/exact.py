@@ -169,6 +169,10 @@ class Regions:
         node_level = tree.node_level
         self._rank = tree.lexrank[node_level][tree.member_domain[node_level]]
         self._whole = np.argsort(self._rank, kind="stable").astype(np.int64)
+        # Kept with the tree and shared by every placement on it: read-only, so no caller
+        # can change another's view of the nodes.
+        self._rank.flags.writeable = False
+        self._whole.flags.writeable = False
 
     def nodes(self, region: Region) -> IntArray:
         level, domain = region
@@ -178,6 +182,7 @@ class Regions:
             member = self.tree.member_domain[level]
             order = np.lexsort((self._rank, member)).astype(np.int64)
             starts = np.searchsorted(member[order], np.arange(self.tree.size(level) + 1))
+            order.flags.writeable = False
             self._sorted[level] = (order, starts.astype(np.int64))
         order, starts = self._sorted[level]
         return order[starts[domain] : starts[domain + 1]]
