@@ -70,10 +70,16 @@ Region = tuple[int, int]  # (level, domain); (WHOLE_TREE, 0) is the whole tree
 
 def per_node_count(free: IntArray, request: IntArray) -> IntArray:
     """How many pods of ``request`` fit on each row of ``free`` (min over requested resources)."""
-    used = np.flatnonzero(request > 0)
-    if used.size == 0:
+    used = np.flatnonzero(request > 0).tolist()
+    if not used:
         return np.full(free.shape[0], np.iinfo(np.int32).max, dtype=np.int64)
-    counts: IntArray = np.min(free[:, used] // request[used], axis=1)
+    # A column at a time with a scalar divisor: numpy's fast path, and no (nodes x
+    # resources) temporaries (30 resources at 100,000 nodes made this the core's largest cost).
+    counts: IntArray = free[:, used[0]] // int(request[used[0]])
+    step = np.empty_like(counts)
+    for column in used[1:]:
+        np.floor_divide(free[:, column], int(request[column]), out=step)
+        np.minimum(counts, step, out=counts)
     return counts
 
 

@@ -306,7 +306,7 @@ class _GroupPlacer:
             keys.insert(1, gpu_key)
         if with_leader and self.leader_count:
             keys.append(-self.lead[level][domains])
-        return domains[np.lexsort(keys)]
+        return domains[_lexsort(keys)]
 
     def _tightest(
         self, candidates: IntArray, needed: int, leaders: int, capacity: IntArray, lead: IntArray
@@ -585,10 +585,8 @@ class _GroupPlacer:
         counts = per_node[rows]
         # Whole-array conversions: a 5,000-pod plan writes 5,000 entries, and per-element
         # numpy indexing and int() calls cost more than the placement itself.
-        names = self.snapshot.node_names
-        node_counts = dict(
-            zip([names[i] for i in tree.nodes[rows].tolist()], counts.tolist(), strict=True)
-        )
+        names = tree.node_names(self.snapshot.node_names, rows)
+        node_counts = dict(zip(names, counts.tolist(), strict=True))
         per_domain = np.bincount(
             tree.member_domain[out_level][rows],
             weights=counts,
@@ -666,6 +664,32 @@ class _GroupPlacer:
             np.add.at(leaders, chosen.domains, chosen.leaders)
             result.insert(0, (self.leader, leaders))
         return result
+
+
+_SPAN = 2**62  # composite sort keys stay below this (int64)
+
+
+def _lexsort(keys: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.intp]:
+    """``np.lexsort(keys)`` (last key first) when the first key is unique, as the path rank
+    is: integer keys packed into one int64 and sorted once, which is several times faster
+    than lexsort's pass per key over 20,000 nodes. Falls back when a key is not integer or
+    the packed key would not fit."""
+    if len(keys[0]) < 2:
+        return np.lexsort(keys)
+    composite = np.zeros(len(keys[0]), dtype=np.int64)
+    span = 1
+    for key in keys:
+        if key.dtype.kind not in "iu":
+            return np.lexsort(keys)
+        low, high = int(key.min()), int(key.max())
+        width = high - low + 1
+        if span * width >= _SPAN:
+            return np.lexsort(keys)
+        if width > 1:
+            composite += (key.astype(np.int64) - low) * span
+        span *= width
+    # The first key is unique among the domains, so every packed key is: no ties to break.
+    return np.argsort(composite)
 
 
 def _groups(podsets: Sequence[PodSetRequest]) -> list[list[PodSetRequest]]:
@@ -760,9 +784,9 @@ def _first_pass(
     topology_name: str,
     flavor_tolerations: Sequence[Toleration],
 ) -> _FirstPass:
-    # Fancy indexing copies: ``free`` is ours, and stays the capacity before any group until
-    # a group's usage is taken off (on a copy: the second pass starts from it).
-    free = snapshot.free[tree.nodes]
+    # Read-only and shared by every placement on this snapshot and tree: a group's usage
+    # is taken off a copy (the second pass starts from the capacity before any group).
+    free = snapshot.free_rows(tree.nodes)
     pass_ = _FirstPass(PlacementDecision(fits=False), [], free)
     placements: dict[str, PodSetPlacement] = {}
     groups = _groups(request.podsets)

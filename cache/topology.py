@@ -120,10 +120,22 @@ class DomainTree:
         """``(value,)`` of many domains: an assignment's values at a hostname level."""
         key = f"value-tuples-{level}"
         table = self.derived.get(key)
-        if table is None:
-            table = self.derived[key] = [(value,) for value in self.value_table[level]]
-        assert isinstance(table, list)
-        return [table[code] for code in self.value_code[level][domains].tolist()]
+        if not isinstance(table, np.ndarray):
+            table = np.empty(len(self.value_table[level]), dtype=object)
+            table[:] = [(value,) for value in self.value_table[level]]
+            self.derived[key] = table
+        tuples: list[tuple[str]] = table[self.value_code[level][domains]].tolist()
+        return tuples
+
+    def node_names(self, names: list[str], positions: IntArray) -> list[str]:
+        """``names[nodes[p]]`` for many positions ``p``: ``names`` is a snapshot's node names
+        (a list shared by the snapshot and its copies), kept as an array per tree."""
+        kept = self.derived.get("node-names")
+        if not (isinstance(kept, tuple) and kept[0] is names):
+            kept = (names, np.array(names, dtype=object)[self.nodes])
+            self.derived["node-names"] = kept
+        picked: list[str] = kept[1][positions].tolist()
+        return picked
 
     def paths(self, level: int, domains: IntArray) -> list[tuple[str, ...]]:
         """``path`` of many domains at once."""
