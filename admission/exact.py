@@ -195,6 +195,15 @@ class Regions:
 
     def union(self, regions: Sequence[Region]) -> IntArray:
         """The nodes of several regions, in full-path order (never the input order)."""
+        levels = {level for level, _ in regions}
+        domains = [domain for _, domain in regions]
+        if len(levels) == 1 and WHOLE_TREE not in levels and len(set(domains)) == len(domains):
+            # Distinct domains of one level hold disjoint runs of the full-path order: their
+            # nodes, taken domain by domain in path order, are already in it (no sort).
+            (level,) = levels
+            rank = self.tree.lexrank[level]
+            ordered = sorted(domains, key=lambda d: int(rank[d]))
+            return np.concatenate([self.nodes((level, d)) for d in ordered]).astype(np.int64)
         nodes = np.concatenate([self.nodes(r) for r in regions])
         return nodes[np.argsort(self._rank[nodes], kind="stable")].astype(np.int64)
 

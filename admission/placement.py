@@ -666,6 +666,16 @@ class _GroupPlacer:
         return result
 
 
+def _present(codes: npt.NDArray[Any], size: int) -> IntArray:
+    """``np.unique(codes)`` for codes in [0, size): a count, not a sort."""
+    return np.flatnonzero(np.bincount(codes, minlength=size)).astype(np.int64)
+
+
+def _distinct(codes: npt.NDArray[Any], size: int) -> int:
+    """``len(np.unique(codes))`` for codes in [0, size)."""
+    return int(np.count_nonzero(np.bincount(codes, minlength=size)))
+
+
 _SPAN = 2**62  # composite sort keys stay below this (int64)
 
 
@@ -980,7 +990,9 @@ class _SecondPass:
         """Domains the group's pods use at each level from the top down to its own."""
         held = np.flatnonzero(sum((per_node for _, per_node in result), np.zeros(1, np.int64)))
         member = self.tree.member_domain
-        return tuple(len(np.unique(member[lv][held])) for lv in range(placer.level + 1))
+        return tuple(
+            _distinct(member[lv][held], self.tree.size(lv)) for lv in range(placer.level + 1)
+        )
 
     def _area(self, group: _Group) -> IntArray:
         """The nodes of the domains the greedy pass settled the group in (find_level)."""
@@ -999,7 +1011,7 @@ class _SecondPass:
         need = placer.count // placer.slice_size
         bounds = []
         for level in range(placer.level + 1):
-            inside = np.unique(self.tree.member_domain[level][nodes])
+            inside = _present(self.tree.member_domain[level][nodes], self.tree.size(level))
             bounds.append(max(lower_bound(placer.slc[level][inside], need), 1))
         return tuple(bounds)
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from topogate.admission.exact import per_node_count
+from topogate.admission.exact import Regions, per_node_count
 from topogate.admission.placement import _lexsort
 from topogate.admission.request import DomainCount
 from topogate.cache.nodes import NodeInfo, PodUsage
@@ -104,3 +104,19 @@ def test_free_rows_is_kept_read_only_for_the_same_rows() -> None:
     assert not rows.flags.writeable
     other = tree.nodes.copy()
     assert snapshot.free_rows(other) is not rows  # other rows: computed afresh
+
+
+@pytest.mark.parametrize("hostnames", [True, False])
+def test_region_union_is_in_full_path_order(hostnames: bool) -> None:
+    _, tree = _tree(hostnames)
+    regions = Regions(tree)
+    rank = tree.lexrank[tree.node_level][tree.member_domain[tree.node_level]]
+    for level in range(tree.depth):
+        picked = [(level, d) for d in range(tree.size(level))[::-2]]
+        nodes = np.concatenate([regions.nodes(r) for r in picked])
+        expected = nodes[np.argsort(rank[nodes], kind="stable")]
+        assert regions.union(picked).tolist() == expected.tolist()
+    mixed = [(1, 0), (0, 1)]
+    nodes = np.concatenate([regions.nodes(r) for r in mixed])
+    expected = nodes[np.argsort(rank[nodes], kind="stable")]
+    assert regions.union(mixed).tolist() == expected.tolist()
