@@ -457,6 +457,7 @@ def main() -> None:
             Path(args.json).write_text(json.dumps(report))
         return
     binary = kueue_binary() if args.kueue else None
+    load_at_start = list(os.getloadavg())
     sizes = [args.size] if args.size else list(SHAPES)
     sittings: list[list[dict[str, Any]]] = []
     for sitting in range(args.sittings if binary else 1):
@@ -489,7 +490,8 @@ def main() -> None:
     record = {
         "command": " ".join(["python", "hack/bench_placement.py", *sys.argv[1:]]),
         "kueue": "v0.19.0",
-        "loadavg": list(os.getloadavg()),
+        "loadavg_start": load_at_start,  # 1, 5 and 15 minutes: a shared machine
+        "loadavg_end": list(os.getloadavg()),
         "cpus": os.cpu_count(),
         "repeats": args.repeats,
         "summary": summarise(sittings),
