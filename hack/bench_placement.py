@@ -263,13 +263,10 @@ def kueue_input(scenario: Scenario, repeats: int) -> dict[str, Any]:
 
 
 def kueue_binary() -> str:
-    built = subprocess.run(
-        [str(HERE / "kueue" / "placement" / "build.sh")],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
+    script = HERE / "kueue" / "placement" / "build.sh"
+    built = subprocess.run([str(script)], capture_output=True, text=True, timeout=3600)
+    if built.returncode != 0 or not built.stdout.strip():
+        sys.exit(f"bench_placement: {script} failed:\n{built.stderr.strip()}")
     return built.stdout.strip().splitlines()[-1]
 
 
