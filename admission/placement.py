@@ -306,7 +306,7 @@ class _GroupPlacer:
             keys.insert(1, gpu_key)
         if with_leader and self.leader_count:
             keys.append(-self.lead[level][domains])
-        return domains[np.lexsort(keys)]
+        return domains[_lexsort(keys)]
 
     def _tightest(
         self, candidates: IntArray, needed: int, leaders: int, capacity: IntArray, lead: IntArray
@@ -442,7 +442,9 @@ class _GroupPlacer:
             raise self._not_fit(self.leader_count - leaders_left, need, level)
         if remaining <= 0:
             return chosen
-        rest = self._sorted(level, order[i:], with_leader=False)
+        # Without a leader both orders use the same keys (and end in the unique path rank):
+        # the rest of ``order`` is already sorted.
+        rest = order[i:] if self.leader is None else self._sorted(level, order[i:], False)
         cumulative = np.cumsum(slc[rest])
         k = int(np.searchsorted(cumulative, remaining, side="left"))
         if k >= len(rest):
@@ -452,7 +454,8 @@ class _GroupPlacer:
         last = int(rest[k])
         if self.best_fit:
             last = self._tightest(rest[k:], remaining - before, 0, slc, lead)
-        return chosen + [int(d) for d in rest[:k]] + [last]
+        whole: list[int] = rest[:k].tolist()
+        return chosen + whole + [last]
 
     def _distribute(
         self,
@@ -505,14 +508,19 @@ class _GroupPlacer:
         last = int(rest[k])
         if self.best_fit:
             last = self._tightest(rest[k:], remaining - before, 0, capacity, lead)
-        whole = rest[:k]
-        picked.extend(int(d) for d in whole)
-        pods.extend(int(p) * unit for p in capacity[whole])
-        led.extend(0 for _ in whole)
-        picked.append(last)
-        pods.append((remaining - before) * unit)
-        led.append(0)
-        return _Chosen(np.array(picked), np.array(pods), np.array(led))
+        whole = rest[:k].astype(np.int64)
+        # Whole arrays: thousands of domains filled whole (unconstrained gangs over nodes).
+        return _Chosen(
+            np.concatenate((np.array(picked, dtype=np.int64), whole, [last])),
+            np.concatenate(
+                (
+                    np.array(pods, dtype=np.int64),
+                    capacity[whole] * unit,
+                    [(remaining - before) * unit],
+                )
+            ).astype(np.int64),
+            np.concatenate((np.array(led, dtype=np.int64), np.zeros(k + 1, dtype=np.int64))),
+        )
 
     def _fill_slices(self, level: int, domains: IntArray) -> _Chosen:
         """The whole gang, in slices, over ``domains`` (already in fill order) of ``level``."""
@@ -574,27 +582,28 @@ class _GroupPlacer:
         tree = self.tree
         out_level = tree.output_level
         rows = np.flatnonzero(per_node)
-        node_counts = {self.snapshot.node_names[int(tree.nodes[r])]: int(per_node[r]) for r in rows}
+        counts = per_node[rows]
+        # Whole-array conversions: a 5,000-pod plan writes 5,000 entries, and per-element
+        # numpy indexing and int() calls cost more than the placement itself.
+        names = tree.node_names(self.snapshot.node_names, rows)
+        node_counts = dict(zip(names, counts.tolist(), strict=True))
         per_domain = np.bincount(
             tree.member_domain[out_level][rows],
-            weights=per_node[rows],
+            weights=counts,
             minlength=tree.size(out_level),
         ).astype(np.int64)
         domains = np.flatnonzero(per_domain)
         domains = domains[np.argsort(tree.lexrank[out_level][domains], kind="stable")]
         if tree.hostname_lowest:
             levels: tuple[str, ...] = (tree.level_keys[-1],)
-            values: list[tuple[str, ...]] = [(tree.value(out_level, int(d)),) for d in domains]
+            values: list[tuple[str, ...]] = list(tree.value_tuples(out_level, domains))
         else:
             levels = tuple(tree.level_keys)
-            values = [tree.path(out_level, int(d)) for d in domains]
+            values = tree.paths(out_level, domains)
         placed = PodSetPlacement(
             name=name,
             levels=levels,
-            domains=tuple(
-                DomainCount(v, int(per_domain[d]), int(d))
-                for v, d in zip(values, domains, strict=True)
-            ),
+            domains=DomainCount.many(values, per_domain[domains].tolist(), domains.tolist()),
             node_counts=node_counts,
         )
         return self.gpu.attach(placed, per_node)  # with its pods' GPU sets, if any
@@ -655,6 +664,42 @@ class _GroupPlacer:
             np.add.at(leaders, chosen.domains, chosen.leaders)
             result.insert(0, (self.leader, leaders))
         return result
+
+
+def _present(codes: npt.NDArray[Any], size: int) -> IntArray:
+    """``np.unique(codes)`` for codes in [0, size): a count, not a sort."""
+    return np.flatnonzero(np.bincount(codes, minlength=size)).astype(np.int64)
+
+
+def _distinct(codes: npt.NDArray[Any], size: int) -> int:
+    """``len(np.unique(codes))`` for codes in [0, size)."""
+    return int(np.count_nonzero(np.bincount(codes, minlength=size)))
+
+
+_SPAN = 2**62  # composite sort keys stay below this (int64)
+
+
+def _lexsort(keys: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.intp]:
+    """``np.lexsort(keys)`` (last key first) when the first key is unique, as the path rank
+    is: integer keys packed into one int64 and sorted once, which is several times faster
+    than lexsort's pass per key over 20,000 nodes. Falls back when a key is not integer or
+    the packed key would not fit."""
+    if len(keys[0]) < 2:
+        return np.lexsort(keys)
+    composite = np.zeros(len(keys[0]), dtype=np.int64)
+    span = 1
+    for key in keys:
+        if key.dtype.kind not in "iu":
+            return np.lexsort(keys)
+        low, high = int(key.min()), int(key.max())
+        width = high - low + 1
+        if span * width >= _SPAN:
+            return np.lexsort(keys)
+        if width > 1:
+            composite += (key.astype(np.int64) - low) * span
+        span *= width
+    # The first key is unique among the domains, so every packed key is: no ties to break.
+    return np.argsort(composite)
 
 
 def _groups(podsets: Sequence[PodSetRequest]) -> list[list[PodSetRequest]]:
@@ -749,10 +794,13 @@ def _first_pass(
     topology_name: str,
     flavor_tolerations: Sequence[Toleration],
 ) -> _FirstPass:
-    free = snapshot.free[tree.nodes].copy()
-    pass_ = _FirstPass(PlacementDecision(fits=False), [], free.copy())
+    # Read-only and shared by every placement on this snapshot and tree: a group's usage
+    # is taken off a copy (the second pass starts from the capacity before any group).
+    free = snapshot.free_rows(tree.nodes)
+    pass_ = _FirstPass(PlacementDecision(fits=False), [], free)
     placements: dict[str, PodSetPlacement] = {}
-    for group in _groups(request.podsets):
+    groups = _groups(request.podsets)
+    for index, group in enumerate(groups):
         workers, leader = _leader_and_workers(group)
         if len(group) > 2:
             pass_.decision = PlacementDecision(
@@ -785,7 +833,11 @@ def _first_pass(
         entry.placer, entry.result = placer, result
         for podset, per_node in result:
             placements[podset.name] = placer.placement(podset.name, per_node)
+            if index == len(groups) - 1:
+                continue  # no later group to see it
             # Later PodSets of the same workload see this one's usage.
+            if free is pass_.free:
+                free = free.copy()
             vec, _ = snapshot.pod_vector(podset.requests)
             rows = np.flatnonzero(per_node)
             free[rows] -= per_node[rows, None] * vec
@@ -820,7 +872,7 @@ class _SecondPass:
         self.first = first
         self.topology_name = topology_name
         self.flavor_tolerations = flavor_tolerations
-        self.regions = Regions(tree)
+        self._node_regions: Regions | None = None  # built on first use: most runs need none
         self._fresh: dict[str, _GroupPlacer] = {}
         # Set by _more_domains for _fewer: per preferred group, the nodes searched and its
         # greedy counts at the levels above its own (caps); the summed greedy counts and
@@ -830,6 +882,16 @@ class _SecondPass:
         self._greedy: Counts = ()
         self._bound: Counts = ()
         self._cut_short = False  # the budget ran out after a joint fit was found
+
+    @property
+    def regions(self) -> Regions:
+        if self._node_regions is None:
+            # Per tree, not per call: its node orders depend on the tree alone.
+            kept = self.tree.derived.get("exact-regions")
+            if not isinstance(kept, Regions):
+                kept = self.tree.derived["exact-regions"] = Regions(self.tree)
+            self._node_regions = kept
+        return self._node_regions
 
     def run(self, exact: ExactBudget, joint: bool = False) -> PlacementDecision:
         """``joint``: search the joint fit even when the greedy answer fits (benchmarks)."""
@@ -928,7 +990,9 @@ class _SecondPass:
         """Domains the group's pods use at each level from the top down to its own."""
         held = np.flatnonzero(sum((per_node for _, per_node in result), np.zeros(1, np.int64)))
         member = self.tree.member_domain
-        return tuple(len(np.unique(member[lv][held])) for lv in range(placer.level + 1))
+        return tuple(
+            _distinct(member[lv][held], self.tree.size(lv)) for lv in range(placer.level + 1)
+        )
 
     def _area(self, group: _Group) -> IntArray:
         """The nodes of the domains the greedy pass settled the group in (find_level)."""
@@ -947,7 +1011,7 @@ class _SecondPass:
         need = placer.count // placer.slice_size
         bounds = []
         for level in range(placer.level + 1):
-            inside = np.unique(self.tree.member_domain[level][nodes])
+            inside = _present(self.tree.member_domain[level][nodes], self.tree.size(level))
             bounds.append(max(lower_bound(placer.slc[level][inside], need), 1))
         return tuple(bounds)
 

@@ -128,6 +128,7 @@ class ClusterSnapshot:
 
     __slots__ = (
         "_free",
+        "_free_rows",
         "allocatable",
         "gpu",
         "labels",
@@ -170,6 +171,7 @@ class ClusterSnapshot:
         self.taints = taints
         self.taint_sets = taint_sets
         self._free: IntArray | None = None
+        self._free_rows: tuple[IntArray, IntArray] | None = None
         self.gpu = gpu if gpu is not None else GpuState(np.full(len(node_names), -1, np.int32))
 
     @property
@@ -182,6 +184,21 @@ class ClusterSnapshot:
         if self._free is None:
             self._free = np.maximum(self.allocatable - self.used, 0)
         return self._free
+
+    def free_rows(self, rows: IntArray) -> IntArray:
+        """``free[rows]``, read-only and column-major, kept for the last ``rows`` array asked
+        about (a domain tree's nodes: every placement on that tree asks again).
+
+        Column-major because the core reads it a resource at a time (pods per node is a
+        minimum over the requested columns); the snapshot never changes, so neither does
+        this (as Kueue's snapshot holds each leaf's free capacity)."""
+        kept = self._free_rows
+        if kept is not None and kept[0] is rows:
+            return kept[1]
+        ordered = np.asfortranarray(self.free[rows])
+        ordered.flags.writeable = False
+        self._free_rows = (rows, ordered)
+        return ordered
 
     def label(self, key: str) -> LabelColumn:
         column = self.labels.get(key)

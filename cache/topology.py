@@ -38,6 +38,7 @@ class DomainTree:
         "_children",
         "child_order",
         "child_start",
+        "derived",
         "level_keys",
         "lexrank",
         "member_domain",
@@ -65,6 +66,9 @@ class DomainTree:
         self.value_code = value_code
         self.value_table = value_table
         self.lexrank = self._lexranks()
+        # What the placement core derives from the tree on first use and reuses on every
+        # later call (the tree never changes): keyed by the deriving module's own name.
+        self.derived: dict[str, object] = {}
         self.child_order: list[CodeArray] = []
         self.child_start: list[IntArray] = []
         for level in range(self.depth - 1):
@@ -106,6 +110,41 @@ class DomainTree:
             values.append(self.value(current, domain))
             domain = int(self.parent[current][domain])
         return tuple(reversed(values))
+
+    def values(self, level: int, domains: IntArray) -> list[str]:
+        """``value`` of many domains at once (a plan's output writes thousands)."""
+        table = self.value_table[level]
+        return [table[code] for code in self.value_code[level][domains].tolist()]
+
+    def value_tuples(self, level: int, domains: IntArray) -> list[tuple[str]]:
+        """``(value,)`` of many domains: an assignment's values at a hostname level."""
+        key = f"value-tuples-{level}"
+        table = self.derived.get(key)
+        if not isinstance(table, np.ndarray):
+            table = np.empty(len(self.value_table[level]), dtype=object)
+            table[:] = [(value,) for value in self.value_table[level]]
+            self.derived[key] = table
+        tuples: list[tuple[str]] = table[self.value_code[level][domains]].tolist()
+        return tuples
+
+    def node_names(self, names: list[str], positions: IntArray) -> list[str]:
+        """``names[nodes[p]]`` for many positions ``p``: ``names`` is a snapshot's node names
+        (a list shared by the snapshot and its copies), kept as an array per tree."""
+        kept = self.derived.get("node-names")
+        if not (isinstance(kept, tuple) and kept[0] is names):
+            kept = (names, np.array(names, dtype=object)[self.nodes])
+            self.derived["node-names"] = kept
+        picked: list[str] = kept[1][positions].tolist()
+        return picked
+
+    def paths(self, level: int, domains: IntArray) -> list[tuple[str, ...]]:
+        """``path`` of many domains at once."""
+        columns = []
+        current = np.asarray(domains, dtype=np.int64)
+        for at in range(level, -1, -1):
+            columns.append(self.values(at, current))
+            current = self.parent[at][current].astype(np.int64) if at else current
+        return list(zip(*reversed(columns), strict=True))
 
     def find(self, path: Sequence[str]) -> int | None:
         """The domain at level len(path)-1 with this full path, if any (slow; for tests/tools)."""
