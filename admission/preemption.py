@@ -55,6 +55,7 @@ __all__ = [
     "LOWER_OR_NEWER_EQUAL",
     "LOWER_PRIORITY",
     "NEVER",
+    "FutileSearches",
     "Preemption",
     "PreemptionPolicy",
     "Running",
@@ -500,3 +501,49 @@ def plan_preemption(
             gone = released([c for c, _ in victims])
             return Preemption(quota.flavor, reasons, decision, search.placements, gone)
     return None
+
+
+class FutileSearches:
+    """Preemption searches that found no victims, with everything they read, so a search
+    with the same inputs is not run again (nearly every search of a busy cycle finds nothing,
+    and the same heads are searched cycle after cycle while nothing they read changes).
+
+    What a search reads: the capacity snapshot and the catalog (by identity: a snapshot or a
+    catalog is a new object once anything in it changed), the preemptor, the quota in use,
+    what earlier heads of the cycle hold, the admitted workloads (candidates) and the policy
+    options (by value). Any difference is a miss. Only the newest snapshot's answers are kept:
+    an older snapshot never comes back.
+    """
+
+    def __init__(self) -> None:
+        self._snapshot: object = None
+        self._known: dict[str, tuple[object, ...]] = {}
+        self.hits = 0  # for tests and the benchmark
+
+    def futile(self, snapshot: object, key: str, inputs: tuple[object, ...]) -> bool:
+        """True when a search of ``key`` with these inputs already found nothing."""
+        if snapshot is not self._snapshot:
+            self._snapshot = snapshot
+            self._known.clear()
+            return False
+        known = self._known.get(key)
+        if known is None or not _same(known, inputs):
+            return False
+        self.hits += 1
+        return True
+
+    def found_nothing(self, snapshot: object, key: str, inputs: tuple[object, ...]) -> None:
+        if snapshot is not self._snapshot:
+            self._snapshot = snapshot
+            self._known.clear()
+        self._known[key] = inputs
+
+    def forget(self, key: str) -> None:
+        self._known.pop(key, None)
+
+
+def _same(known: tuple[object, ...], inputs: tuple[object, ...]) -> bool:
+    # Identity first (a cycle's searches share their running list and catalog), then value.
+    return len(known) == len(inputs) and all(
+        a is b or a == b for a, b in zip(known, inputs, strict=True)
+    )
