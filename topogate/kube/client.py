@@ -28,10 +28,18 @@ from kubernetes.aio.client.rest import RESTClientObject
 from topogate.api.errors import InputError
 
 from .errors import KubeError
+from .protocol import KubeApi
 from .ratelimit import TokenBucket, check_before_send
 from .resources import JSON_PATCH, MERGE_PATCH, Obj, Resource
 
-__all__ = ["JSON_PATCH", "MERGE_PATCH", "Kube", "KubeconfigError", "context_namespace"]
+__all__ = [
+    "JSON_PATCH",
+    "MERGE_PATCH",
+    "Kube",
+    "KubeconfigError",
+    "context_namespace",
+    "own_budget",
+]
 
 # An unusable kubeconfig or in-cluster configuration (also raised by a credential plugin when a
 # request asks it for a token).
@@ -72,6 +80,7 @@ class Kube:
         self._session: aiohttp.ClientSession = self._rest._create_pool_manager()
         self._host = configuration.host.rstrip("/")
         self._limit = TokenBucket(qps, burst) if qps else None
+        self._owner = True
 
     @classmethod
     async def connect(
@@ -105,13 +114,26 @@ class Kube:
             request_timeout=request_timeout,
         )
 
+    def with_own_budget(self) -> Kube:
+        """The same connection pool with a rate limit of its own (the same QPS and burst), as
+        client-go gives each client its own token bucket: serve's events go through one, so
+        they never take the budget its Workload writes wait for (Kueue's event recorder has
+        its own client, hence its own bucket, too)."""
+        other = object.__new__(Kube)
+        other.__dict__.update(self.__dict__)
+        if self._limit is not None:
+            other._limit = TokenBucket(self._limit.qps, self._limit.burst)
+        other._owner = False
+        return other
+
     @property
     def server(self) -> str:
         """The API server's URL, as messages name it."""
         return self._host
 
     async def close(self) -> None:
-        await self._session.close()
+        if self._owner:  # a view from :meth:`with_own_budget` shares its owner's session
+            await self._session.close()
 
     async def _headers(self, content_type: str = "application/json") -> dict[str, str]:
         headers = {"Accept": "application/json", "Content-Type": content_type}
@@ -232,6 +254,11 @@ class Kube:
                         str(status.get("message") or ""),
                     )
                 yield event
+
+
+def own_budget(kube: KubeApi) -> KubeApi:
+    """``kube`` with a rate limit of its own when it is a :class:`Kube` (as is otherwise)."""
+    return kube.with_own_budget() if isinstance(kube, Kube) else kube
 
 
 def _check_files(kubeconfig: str) -> None:

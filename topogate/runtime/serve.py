@@ -230,6 +230,7 @@ class Controller:
         from topogate.controllers.jobsync import JobSync
         from topogate.controllers.nodefailures import NodeFailures
         from topogate.files import load_discovery_config
+        from topogate.kube.client import own_budget
         from topogate.kube.events import EventRecorder
         from topogate.metrics import Metrics
         from topogate.state import ControllerState
@@ -257,7 +258,13 @@ class Controller:
         # The shells write only while the Lease is ours (reads and the Lease itself go direct).
         writer = FencedKube(kube, self.elector.holds_lease)
         self.state = ControllerState()
-        self.events = EventRecorder(writer, identity, on_drop=self.metrics.events_dropped.inc)
+        # Events spend a client budget of their own (as Kueue's recorder does), not the
+        # Workload writes'.
+        self.events = EventRecorder(
+            FencedKube(own_budget(kube), self.elector.holds_lease),
+            identity,
+            on_drop=self.metrics.events_dropped.inc,
+        )
         # Its PodGroups' version is set once discovered (`--native-gangs`, :meth:`use_podgroups`).
         self.ungater = Ungater(
             writer,
