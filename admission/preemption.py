@@ -55,6 +55,7 @@ __all__ = [
     "LOWER_OR_NEWER_EQUAL",
     "LOWER_PRIORITY",
     "NEVER",
+    "FutileSearches",
     "Preemption",
     "PreemptionPolicy",
     "Running",
@@ -133,8 +134,21 @@ class Search:
     placements: int = 0
     decisions: dict[frozenset[str], PlacementDecision | None] = field(default_factory=dict)
     found_at: dict[str, str] = field(default_factory=dict)  # candidate -> cohort it came from
+    # The book with nothing removed, built once: a search reads it from several places, and
+    # copying the usage and working out the cohorts' sums again each time was most of the
+    # cost of a search that finds nothing. Read only (a writer takes its own copy).
+    _base: QuotaBook | None = None
 
     def book_without(self, removed: Sequence[Running]) -> QuotaBook:
+        """The quota book with ``removed`` given back; with nothing removed, the shared base
+        book, which the caller must not change."""
+        if not removed:
+            if self._base is None:
+                self._base = self._book(())
+            return self._base
+        return self._book(removed)
+
+    def _book(self, removed: Sequence[Running]) -> QuotaBook:
         usage = {k: dict(v) for k, v in self.usage.items()}
         for victim in removed:
             slot = usage.setdefault((victim.cluster_queue, victim.flavor), {})
@@ -326,16 +340,16 @@ def _valid(
     quota: FlavorQuota,
     candidate: Running,
     reason: str,
-    removed: list[Running],
+    book: QuotaBook,
     needed: set[str],
     borrow: bool,
 ) -> bool:
-    """Kueue's dynamic check: a victim of another queue only while that queue borrows."""
+    """Kueue's dynamic check: a victim of another queue only while that queue borrows
+    (``book``: the quota with the victims chosen so far given back)."""
     if candidate.cluster_queue == search.queue.name:
         return True
     if borrow and reason == "reclaim-without-borrowing":
         return False
-    book = search.book_without(removed)
     other = search.queues[candidate.cluster_queue]
     other_quota = next((f for f in other.flavors if f.flavor == quota.flavor), None)
     if other_quota is None:
@@ -383,10 +397,17 @@ def _first_fit(
     the prefix, so its end is found by binary search."""
     chosen: list[tuple[Running, str]] = []
     removed: list[Running] = []
+    book: QuotaBook | None = None  # the quota without ``removed``, kept up to date
     for candidate, reason in candidates:
-        if _valid(search, quota, candidate, reason, removed, needed, borrow):
+        if book is None:
+            book = search.book_without(removed)
+        if _valid(search, quota, candidate, reason, book, needed, borrow):
             chosen.append((candidate, reason))
             removed.append(candidate)
+            if len(removed) == 1:
+                book = search.book_without(removed)  # its own copy, not the shared base
+            else:
+                book.add(candidate.cluster_queue, candidate.flavor, _negated(candidate.usage))
     if not chosen or not search.fits(quota, removed, borrow):
         return None
     low, high = 1, len(chosen)  # the shortest fitting prefix lies in [low, high]
@@ -427,6 +448,10 @@ def fill_back(
     # The kept set's placement, for the caller (a put-back without simulation keeps it).
     search.decisions[_key([c for c, _ in kept])] = current
     return kept
+
+
+def _negated(usage: Mapping[str, int]) -> dict[str, int]:
+    return {resource: -amount for resource, amount in usage.items()}
 
 
 def _key(removed: Sequence[Running]) -> frozenset[str]:
@@ -476,3 +501,49 @@ def plan_preemption(
             gone = released([c for c, _ in victims])
             return Preemption(quota.flavor, reasons, decision, search.placements, gone)
     return None
+
+
+class FutileSearches:
+    """Preemption searches that found no victims, with everything they read, so a search
+    with the same inputs is not run again (nearly every search of a busy cycle finds nothing,
+    and the same heads are searched cycle after cycle while nothing they read changes).
+
+    What a search reads: the capacity snapshot and the catalog (by identity: a snapshot or a
+    catalog is a new object once anything in it changed), the preemptor, the quota in use,
+    what earlier heads of the cycle hold, the admitted workloads (candidates) and the policy
+    options (by value). Any difference is a miss. Only the newest snapshot's answers are kept:
+    an older snapshot never comes back.
+    """
+
+    def __init__(self) -> None:
+        self._snapshot: object = None
+        self._known: dict[str, tuple[object, ...]] = {}
+        self.hits = 0  # for tests and the benchmark
+
+    def futile(self, snapshot: object, key: str, inputs: tuple[object, ...]) -> bool:
+        """True when a search of ``key`` with these inputs already found nothing."""
+        if snapshot is not self._snapshot:
+            self._snapshot = snapshot
+            self._known.clear()
+            return False
+        known = self._known.get(key)
+        if known is None or not _same(known, inputs):
+            return False
+        self.hits += 1
+        return True
+
+    def found_nothing(self, snapshot: object, key: str, inputs: tuple[object, ...]) -> None:
+        if snapshot is not self._snapshot:
+            self._snapshot = snapshot
+            self._known.clear()
+        self._known[key] = inputs
+
+    def forget(self, key: str) -> None:
+        self._known.pop(key, None)
+
+
+def _same(known: tuple[object, ...], inputs: tuple[object, ...]) -> bool:
+    # Identity first (a cycle's searches share their running list and catalog), then value.
+    return len(known) == len(inputs) and all(
+        a is b or a == b for a, b in zip(known, inputs, strict=True)
+    )

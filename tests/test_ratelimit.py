@@ -53,3 +53,44 @@ async def test_the_session_ignores_proxy_settings_unless_asked() -> None:
     assert asked._session.trust_env is True
     await kube.close()
     await asked.close()
+
+
+async def test_a_client_with_its_own_budget_does_not_wait_for_the_others_tokens() -> None:
+    """serve's events go through a client with its own bucket (client-go's: one per client):
+    a burst of events never takes the tokens the Workload writes wait for, nor waits for
+    theirs; both share one connection pool, closed once by its owner."""
+    from aiohttp import web
+    from kubernetes.aio.client.configuration import Configuration
+
+    from topogate.kube.client import own_budget
+    from topogate.kube.resources import EVENTS, WORKLOADS
+
+    received: list[str] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        received.append(request.path.rsplit("/", 1)[-1])
+        return web.json_response({"metadata": {"name": "x"}})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    kube = Kube(Configuration(host=f"http://127.0.0.1:{port}"), qps=0.5, burst=1)
+    events = own_budget(kube)
+    assert isinstance(events, Kube) and events is not kube
+    try:
+        await kube.get(WORKLOADS, "w", "ns")  # the writes' one token
+        started = time.monotonic()
+        # With the token bucket shared this waits 2 s (one token per 2 s).
+        await events.create(EVENTS, {"metadata": {"name": "e"}}, "ns")
+        assert time.monotonic() - started < 1.0
+        assert received == ["w", "events"]
+        await events.close()  # a view: the shared session stays open
+        assert not kube._session.closed
+    finally:
+        await kube.close()
+        await runner.cleanup()
+    assert kube._session.closed

@@ -34,7 +34,7 @@ from topogate.admission.fairpreemption import DEFAULT_STRATEGIES
 from topogate.admission.fairshare import tree_shares
 from topogate.admission.gpuplace import assignment_of
 from topogate.admission.podsets import Catalog, build_placer
-from topogate.admission.preemption import Preemption, Victim
+from topogate.admission.preemption import FutileSearches, Preemption, Victim
 from topogate.admission.quota import CohortTree, QueueSpec, QuotaBook
 from topogate.admission.request import PlacementRequest
 from topogate.api.gpus import GpuAssignment
@@ -94,6 +94,7 @@ class Admitter:
         self._last: tuple[object, tuple[int, ...], CycleResult] | None = None
         # Per Workload, the last write spawned (the next one waits for it).
         self._chains: dict[str, asyncio.Task[None]] = {}
+        self.futile = FutileSearches()  # preemption searches that found nothing
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -193,7 +194,9 @@ class Admitter:
         named = queue.lanes.topologies()
         placer = build_placer(snapshot, catalog, named, clock.exact_budget(self.exact_budget))
         strategies = self.preemption_strategies if self.fair_sharing else None
-        preempt = preemptor(self.state, catalog.queues, placer, catalog.cohorts, strategies)
+        preempt = preemptor(
+            self.state, catalog.queues, placer, catalog.cohorts, strategies, self.futile
+        )
         result = admission_cycle(
             catalog.queues,
             queue.lanes,

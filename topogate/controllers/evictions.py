@@ -8,12 +8,19 @@ still run on it (Kueue #15337).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 
 from topogate.admission.cycle import Held, Preempt, SnapshotPlacer
 from topogate.admission.fairpreemption import plan_fair_preemption
 from topogate.admission.lanes import PendingWorkload
-from topogate.admission.preemption import Preemption, Running, Victim, plan_preemption
+from topogate.admission.preemption import (
+    FutileSearches,
+    Preemption,
+    Running,
+    Victim,
+    plan_preemption,
+)
 from topogate.admission.quota import CohortSpec, CohortTree, QueueSpec, Usage
 from topogate.admission.request import PlacementDecision
 from topogate.api.objects import condition, is_evicted, meta
@@ -27,10 +34,25 @@ EVICTED = "Evicted"
 PREEMPTED = "Preempted"
 
 
+# Per state, per workload: the candidate built from (the stored Workload, the quota it holds,
+# what it holds per node), each the object the state holds (replaced on change, never changed
+# in place), and the candidate by value. A cycle that preempts reads every admitted workload;
+# building each one again every cycle was a visible share of serve's CPU.
+_Built = tuple[Obj, Usage, Mapping[str, Mapping[str, int]], Running, tuple[object, ...]]
+_BUILT: weakref.WeakKeyDictionary[ControllerState, dict[str, _Built]] = weakref.WeakKeyDictionary()
+
+
 def running_workloads(state: ControllerState) -> list[Running]:
     """Every admitted, unfinished workload (as stored), with the nodes it holds."""
+    return [running for running, _ in _running(state)]
+
+
+def _running(state: ControllerState) -> list[tuple[Running, tuple[object, ...]]]:
+    """:func:`running_workloads`, each with its value for :class:`FutileSearches`."""
     out = []
     workloads = state.store.objects(WORKLOADS)
+    built = _BUILT.setdefault(state, {})
+    keep: dict[str, _Built] = {}
     for key in state.workloads.running():
         workload, admission = workloads.get(key), state.ledger.admission_of(key)
         if workload is None or admission is None:
@@ -38,23 +60,36 @@ def running_workloads(state: ControllerState) -> list[Running]:
         usage = state.workloads.quota_of(key)
         if not usage:
             continue
+        per_node = state.ledger.workload_usage(key)
+        known = built.get(key)
+        if (
+            known is not None
+            and known[0] is workload
+            and known[1] is usage
+            and known[2] is per_node
+        ):
+            keep[key] = known
+            out.append((known[3], known[4]))
+            continue
         (cq, flavor), amounts = next(iter(usage.items()))
         reserved = condition(workload, "QuotaReserved") or {}
         spec = workload.get("spec") if isinstance(workload.get("spec"), dict) else {}
         priority = spec.get("priority") if isinstance(spec, dict) else None
-        out.append(
-            Running(
-                key,
-                cq,
-                flavor,
-                priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
-                str(reserved.get("lastTransitionTime") or ""),
-                amounts,
-                created=str(meta(workload).get("creationTimestamp") or ""),
-                evicted=is_evicted(workload),
-                nodes=frozenset(state.ledger.workload_usage(key)),
-            )
+        running = Running(
+            key,
+            cq,
+            flavor,
+            priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
+            str(reserved.get("lastTransitionTime") or ""),
+            amounts,
+            created=str(meta(workload).get("creationTimestamp") or ""),
+            evicted=is_evicted(workload),
+            nodes=frozenset(per_node),
         )
+        value = _by_value(running)
+        keep[key] = (workload, usage, per_node, running, value)
+        out.append((running, value))
+    _BUILT[state] = keep  # only the admitted ones of now
     return out
 
 
@@ -64,19 +99,48 @@ def preemptor(
     placer: SnapshotPlacer,
     cohorts: Mapping[str, CohortSpec] | None = None,
     fair: Sequence[str] | None = None,
+    futile: FutileSearches | None = None,
 ) -> Preempt:
     """The cycle's preemption planner: candidates read once, fits simulated on the placer's
     snapshot without the victims' usage and GPU sets, quota counted over the cohort tree.
-    ``fair``: fair-sharing preemption with these strategies (None: classical)."""
+    ``fair``: fair-sharing preemption with these strategies (None: classical). ``futile``:
+    the searches that found nothing, kept from cycle to cycle (one is not run again while
+    nothing it reads changed)."""
     running: list[Running] | None = None
+    candidates: tuple[object, ...] = ()  # ``running`` by value, for ``futile``
     tree = CohortTree(queues, cohorts)
+    strategies = tuple(fair) if fair is not None else None
 
     def plan(
         workload: PendingWorkload, queue: QueueSpec, usage: Usage, held: Held
     ) -> Preemption | None:
-        nonlocal running
+        nonlocal running, candidates
         if running is None:
-            running = running_workloads(state)
+            pairs = _running(state)
+            running = [r for r, _ in pairs]
+            candidates = tuple(value for _, value in pairs)
+        inputs: tuple[object, ...] = ()
+        if futile is not None:
+            # Copies of what the cycle changes in place (usage, held); the catalog by identity.
+            quota = {k: dict(v) for k, v in usage.items()}
+            inputs = (queues, cohorts, strategies, workload, queue, quota, list(held), candidates)
+            if futile.futile(placer.snapshot, workload.key, inputs):
+                return None
+        found = _plan(workload, queue, usage, held, running)
+        if futile is not None:
+            if found is None:
+                futile.found_nothing(placer.snapshot, workload.key, inputs)
+            else:
+                futile.forget(workload.key)
+        return found
+
+    def _plan(
+        workload: PendingWorkload,
+        queue: QueueSpec,
+        usage: Usage,
+        held: Held,
+        running: list[Running],
+    ) -> Preemption | None:
 
         def simulate(flavor: str, removed: Sequence[Running]) -> PlacementDecision | None:
             per_node: dict[str, dict[str, int]] = {}
@@ -100,6 +164,21 @@ def preemptor(
         )
 
     return plan
+
+
+def _by_value(running: Running) -> tuple[object, ...]:
+    """A candidate as a search reads it, copied (its usage mapping is the state's)."""
+    return (
+        running.key,
+        running.cluster_queue,
+        running.flavor,
+        running.priority,
+        running.admitted,
+        tuple(sorted(running.usage.items())),
+        running.created,
+        running.evicted,
+        running.nodes,
+    )
 
 
 def eviction_status(victim: Obj, preemptor_key: str, reason: str) -> Obj:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import math
 import os
@@ -230,6 +231,7 @@ class Controller:
         from topogate.controllers.jobsync import JobSync
         from topogate.controllers.nodefailures import NodeFailures
         from topogate.files import load_discovery_config
+        from topogate.kube.client import own_budget
         from topogate.kube.events import EventRecorder
         from topogate.metrics import Metrics
         from topogate.state import ControllerState
@@ -257,7 +259,13 @@ class Controller:
         # The shells write only while the Lease is ours (reads and the Lease itself go direct).
         writer = FencedKube(kube, self.elector.holds_lease)
         self.state = ControllerState()
-        self.events = EventRecorder(writer, identity, on_drop=self.metrics.events_dropped.inc)
+        # Events spend a client budget of their own (as Kueue's recorder does), not the
+        # Workload writes'.
+        self.events = EventRecorder(
+            FencedKube(own_budget(kube), self.elector.holds_lease),
+            identity,
+            on_drop=self.metrics.events_dropped.inc,
+        )
         # Its PodGroups' version is set once discovered (`--native-gangs`, :meth:`use_podgroups`).
         self.ungater = Ungater(
             writer,
@@ -479,9 +487,19 @@ async def _run_controller(args: argparse.Namespace, kube: KubeApi, identity: str
             await server.cleanup()
 
 
+# The cyclic garbage collector's thresholds for `serve` (Python's: 700, 10, 10). The state
+# holds every watched object (thousands of Workloads, each hundreds of containers) for
+# the process's life, and each full collection walks all of it: with the defaults, in
+# Kueue's TAS scenario replayed in memory (3,000 Workloads), collections took 1.9 s of a
+# 12 s run, 1.4 s of it in full ones; with a young generation of 10,000, 0.8 s. Cycles
+# (asyncio's failed futures and their tracebacks) are still collected, less often.
+GC_THRESHOLDS = (10_000, 10, 10)
+
+
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    gc.set_threshold(*GC_THRESHOLDS)
     return asyncio.run(_serve(args))
