@@ -3,7 +3,9 @@ minimal controller (its test/performance/scheduler runner and minimalkueue, buil
 hack/kueue/build.sh) at the same client budget, one after the other in one sitting; prints
 figures and writes them to hack/results/issue25-bench/<scenario>-<budget>-<timestamp>.json.
 
-    .venv/bin/python hack/bench_kueue_scenario.py [--cohorts 5] [--budget 50/100 [--budget 300/500]] [--kueue]
+    .venv/bin/python hack/bench_kueue_scenario.py [--cohorts 5] [--budget 50/100] [--kueue]
+
+(--budget twice, e.g. --budget 50/100 --budget 300/500: both budgets' pairs in one sitting.)
 
 The scenario is Kueue's test/performance/scheduler/configs/tas/generator.yaml: 1 block x 10
 racks x 64 nodes (96 CPU each); per cohort 6 ClusterQueues (20 CPU nominal, borrowing limit
