@@ -315,6 +315,7 @@ class Controller:
             )
 
     def _reflectors(self) -> dict[str, Reflector]:
+        from topogate.cache.nodes import slim_node, slim_pod
         from topogate.kube.reflector import Reflector
         from topogate.kube.resources import (
             COHORTS,
@@ -322,6 +323,8 @@ class Controller:
             JOB_CRD_RESOURCES,
             KAI_TOPOLOGIES,
             KUEUE_COHORTS,
+            NODES,
+            PODS,
         )
         from topogate.state.store import WATCHED
 
@@ -330,6 +333,8 @@ class Controller:
 
         # CRDs a cluster may lack: followed once they exist (looked for again every 30 s).
         optional = (*JOB_CRD_RESOURCES, HYPERNODES, KAI_TOPOLOGIES, COHORTS, KUEUE_COHORTS)
+        # Only what topogate reads of Nodes and Pods is kept (most of the memory at 100,000).
+        slim = {NODES.key: slim_node, PODS.key: slim_pod}
         return {
             r.key: Reflector(
                 self.kube,
@@ -337,6 +342,7 @@ class Controller:
                 self.state.handler(r),
                 optional=r in optional,
                 on_relist=counter(r.key),
+                transform=slim.get(r.key),
             )
             for r in WATCHED
         }
