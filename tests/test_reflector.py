@@ -533,3 +533,32 @@ async def test_gone_twice_in_a_row_backs_off(monkeypatch: pytest.MonkeyPatch) ->
     )
     await drive(reflector(kube, Log()), kube)
     assert slept == [0.2]  # the first 410 relists at once, the second waits
+
+
+async def test_a_transform_shapes_what_is_stored_and_handed_on() -> None:
+    # Listed and watched objects alike, before the store and the handler see them; the old
+    # object of a change is the transformed one that was stored.
+    def trim(obj: Obj) -> Obj:
+        return {**obj, "spec": {}, "trimmed": True}
+
+    a, a2, b = job("a", "1", parallelism=4), job("a", "11", parallelism=8), job("b", "12")
+    kube = ScriptedKube(
+        [page([a], rv="10")], [[event("MODIFIED", a2), event("ADDED", b), event("DELETED", b)]]
+    )
+    log = Log()
+    ref = reflector(kube, log, transform=trim)
+    await drive(ref, kube)
+
+    assert ref.store == {"ml/a": trim(a2)}
+    assert ref.resource_version == "12"
+    changes = log.changes
+    assert [short(c) for c in changes] == [
+        (None, "a@1"),
+        ("a@1", "a@11"),
+        (None, "b@12"),
+        ("b@12", None),
+    ]
+    for old, new in changes:
+        for obj in (old, new):
+            assert obj is None or (obj["trimmed"] and obj["spec"] == {})
+    assert changes[1][0] is changes[0][1]  # the stored copy, not the raw object

@@ -38,6 +38,7 @@ class Reflector:
         optional: bool = False,
         page_size: int = 500,
         on_relist: Callable[[], None] | None = None,
+        transform: Callable[[Obj], Obj] | None = None,
     ) -> None:
         self.kube = kube
         self.resource = resource
@@ -46,6 +47,9 @@ class Reflector:
         self._absent_said = False  # its absence is logged once, not every 30 s
         self.page_size = page_size
         self.on_relist = on_relist
+        # Applied to every object before it is stored or handed on: what is kept of 100,000
+        # Nodes is most of a controller's memory (client-go's informers have the same hook).
+        self.transform = transform
         self._params: dict[str, Any] = {}
         if label_selector:
             self._params["labelSelector"] = label_selector
@@ -71,7 +75,7 @@ class Reflector:
             for item in page.get("items") or []:
                 item.setdefault("kind", kind)
                 item.setdefault("apiVersion", page.get("apiVersion") or self.resource.api_version)
-                items[key_of(item)] = item
+                items[key_of(item)] = item if self.transform is None else self.transform(item)
             meta = page.get("metadata") or {}
             token = meta.get("continue") or None
             if token is None:
@@ -95,6 +99,8 @@ class Reflector:
             self.resource_version = version
         if kind == "BOOKMARK":
             return
+        if self.transform is not None:
+            obj = self.transform(obj)
         key = key_of(obj)
         old = self.store.get(key)
         if kind == "DELETED":

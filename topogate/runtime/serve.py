@@ -323,6 +323,7 @@ class Controller:
             )
 
     def _reflectors(self) -> dict[str, Reflector]:
+        from topogate.cache.nodes import slim_node, slim_pod
         from topogate.kube.reflector import Reflector
         from topogate.kube.resources import (
             COHORTS,
@@ -330,6 +331,8 @@ class Controller:
             JOB_CRD_RESOURCES,
             KAI_TOPOLOGIES,
             KUEUE_COHORTS,
+            NODES,
+            PODS,
             READ_RESOURCES,
         )
         from topogate.state.store import WATCHED
@@ -346,6 +349,8 @@ class Controller:
             KUEUE_COHORTS,
             *READ_RESOURCES.values(),
         )
+        # Only what topogate reads of Nodes and Pods is kept (most of the memory at 100,000).
+        slim = {NODES.key: slim_node, PODS.key: slim_pod}
         return {
             r.key: Reflector(
                 self.kube,
@@ -353,6 +358,7 @@ class Controller:
                 self.state.handler(r),
                 optional=r in optional,
                 on_relist=counter(r.key),
+                transform=slim.get(r.key),
             )
             for r in WATCHED
         }
