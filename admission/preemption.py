@@ -58,6 +58,7 @@ __all__ = [
     "Preemption",
     "PreemptionPolicy",
     "Running",
+    "RunningIndex",
     "Search",
     "Victim",
     "allowed",
@@ -133,14 +134,23 @@ class Search:
     placements: int = 0
     decisions: dict[frozenset[str], PlacementDecision | None] = field(default_factory=dict)
     found_at: dict[str, str] = field(default_factory=dict)  # candidate -> cohort it came from
+    # The usage as handed in, read only: each what-if is a fork of it (with a thousand
+    # queues, copying the usage for every candidate checked was most of a cycle's cost).
+    _book: QuotaBook | None = None
+
+    @property
+    def book(self) -> QuotaBook:
+        """The quota book over the usage as handed in (read it; change a fork of it)."""
+        if self._book is None:
+            self._book = QuotaBook(self.queues, self.usage, self.tree)
+        return self._book
 
     def book_without(self, removed: Sequence[Running]) -> QuotaBook:
-        usage = {k: dict(v) for k, v in self.usage.items()}
+        """A book of its own with ``removed``'s quota given back."""
+        book = self.book.fork()
         for victim in removed:
-            slot = usage.setdefault((victim.cluster_queue, victim.flavor), {})
-            for resource, amount in victim.usage.items():
-                slot[resource] = slot.get(resource, 0) - amount
-        return QuotaBook(self.queues, usage, self.tree)
+            take_out(book, victim)
+        return book
 
     def quota_fits(self, quota: FlavorQuota, removed: Sequence[Running], borrow: bool) -> bool:
         return self._quota_fits_in(quota, self.book_without(removed), borrow)
@@ -179,6 +189,11 @@ class Search:
         return decision is None or decision.fits
 
 
+def take_out(book: QuotaBook, victim: Running) -> None:
+    """Give the victim's quota back in ``book``."""
+    book.add(victim.cluster_queue, victim.flavor, {k: -v for k, v in victim.usage.items()})
+
+
 def allowed(policy: str, preemptor: PendingWorkload, candidate: Running) -> bool:
     lower = candidate.priority < preemptor.priority
     if policy == LOWER_PRIORITY:
@@ -192,22 +207,50 @@ def allowed(policy: str, preemptor: PendingWorkload, candidate: Running) -> bool
 def needed_resources(search: Search, quota: FlavorQuota) -> set[str]:
     """Resources whose quota does not fit now; all demanded ones when only the topology is
     in the way."""
-    book = search.book_without(())
+    book = search.book
     demand = search.preemptor.demand()
     short = {r for r, a in demand.items() if a > book.available(search.queue, quota, r)}
     return short or set(demand)
 
 
+class RunningIndex:
+    """The running workloads grouped by ClusterQueue, built once for many searches (a cycle's):
+    a search reads its own queue's and those of its cohort tree's borrowing queues, not every
+    running workload (a thousand searches a cycle over thousands running)."""
+
+    def __init__(self, running: Sequence[Running]) -> None:
+        self.all = list(running)
+        self.by_queue: dict[str, list[Running]] = {}
+        for candidate in running:
+            self.by_queue.setdefault(candidate.cluster_queue, []).append(candidate)
+
+
+class _Using:
+    """A queue's running workloads in ``flavor`` that use a needed resource, in their order."""
+
+    def __init__(self, index: RunningIndex, flavor: str, needed: set[str]) -> None:
+        self.index, self.flavor, self.needed = index, flavor, needed
+
+    def get(self, queue: str, default: Sequence[Running] = ()) -> Sequence[Running]:
+        found = [
+            c
+            for c in self.index.by_queue.get(queue, ())
+            if c.flavor == self.flavor and self.needed & c.usage.keys()
+        ]
+        return found or default
+
+
 def _candidates(
-    search: Search, quota: FlavorQuota, running: Sequence[Running], needed: set[str]
+    search: Search,
+    quota: FlavorQuota,
+    running: Sequence[Running] | RunningIndex,
+    needed: set[str],
 ) -> list[tuple[Running, str]]:
     """(candidate, reason) in Kueue's order, before the dynamic checks: its own queue's, and
     those of other queues of its cohort tree (:func:`_tree_candidates`)."""
     policy, preemptor, queue = search.policy, search.preemptor, search.queue
-    by_queue: dict[str, list[Running]] = {}
-    for candidate in running:
-        if candidate.flavor == quota.flavor and needed & set(candidate.usage):
-            by_queue.setdefault(candidate.cluster_queue, []).append(candidate)
+    grouped = running if isinstance(running, RunningIndex) else RunningIndex(running)
+    by_queue = _Using(grouped, quota.flavor, needed)
     own = [
         (c, IN_CLUSTER_QUEUE)
         for c in by_queue.get(queue.name, ())
@@ -244,7 +287,7 @@ def _borrows(book: QuotaBook, queue: QueueSpec, flavor: str, needed: set[str]) -
 def _tree_candidates(
     search: Search,
     quota: FlavorQuota,
-    by_queue: Mapping[str, Sequence[Running]],
+    by_queue: _Using,
     needed: set[str],
 ) -> tuple[list[tuple[Running, str]], list[tuple[Running, str]]]:
     """Kueue's hierarchical reclaim (classical/hierarchical_preemption.go): walking up from
@@ -259,7 +302,7 @@ def _tree_candidates(
     others: list[tuple[Running, str]] = []
     if not queue.cohort or policy.reclaim_within_cohort == NEVER:
         return advantaged, others
-    book = search.book_without(())
+    book = search.book
     flavor = quota.flavor
     remaining: dict[str, int] = {}
     advantage = True
@@ -326,16 +369,16 @@ def _valid(
     quota: FlavorQuota,
     candidate: Running,
     reason: str,
-    removed: list[Running],
+    book: QuotaBook,
     needed: set[str],
     borrow: bool,
 ) -> bool:
-    """Kueue's dynamic check: a victim of another queue only while that queue borrows."""
+    """Kueue's dynamic check: a victim of another queue only while that queue borrows
+    (``book``: the quota with the candidates chosen before it given back)."""
     if candidate.cluster_queue == search.queue.name:
         return True
     if borrow and reason == "reclaim-without-borrowing":
         return False
-    book = search.book_without(removed)
     other = search.queues[candidate.cluster_queue]
     other_quota = next((f for f in other.flavors if f.flavor == quota.flavor), None)
     if other_quota is None:
@@ -362,7 +405,7 @@ def _attempts(
     own = search.queue.name
     from_others = [c for c in candidates if c[0].cluster_queue != own]
     forbidden = search.policy.borrow_within_cohort == NEVER
-    book = search.book_without(())
+    book = search.book
     under_nominal = all(book.used(own, quota.flavor, r) < quota.nominal.get(r, 0) for r in needed)
     if not from_others or (forbidden and not under_nominal):
         return [True]
@@ -383,10 +426,12 @@ def _first_fit(
     the prefix, so its end is found by binary search."""
     chosen: list[tuple[Running, str]] = []
     removed: list[Running] = []
+    book = search.book_without(())  # followed as the walk removes candidates
     for candidate, reason in candidates:
-        if _valid(search, quota, candidate, reason, removed, needed, borrow):
+        if _valid(search, quota, candidate, reason, book, needed, borrow):
             chosen.append((candidate, reason))
             removed.append(candidate)
+            take_out(book, candidate)
     if not chosen or not search.fits(quota, removed, borrow):
         return None
     low, high = 1, len(chosen)  # the shortest fitting prefix lies in [low, high]
@@ -448,7 +493,7 @@ def plan_preemption(
     policy: PreemptionPolicy,
     queues: Mapping[str, QueueSpec],
     usage: Usage,
-    running: Sequence[Running],
+    running: Sequence[Running] | RunningIndex,
     simulate: Simulate,
     tree: CohortTree | None = None,
 ) -> Preemption | None:

@@ -49,7 +49,7 @@ from topogate.kube.resources import WORKLOADS, Obj
 from topogate.metrics import Metrics
 from topogate.state import ControllerState
 
-from .evictions import evict, preemptor
+from .evictions import NoPlanMemo, evict, preemptor
 from .fairstatus import ShareStatus
 from .pending import PENDING_WRITES_PER_SECOND, PendingMessages
 from .writes import NewestCopies, new_condition, write_gpu_assignment, write_status
@@ -87,6 +87,9 @@ class Admitter:
         # status.fairSharing of ClusterQueues and Cohorts, at the pending messages' rate.
         self.shares = ShareStatus(kube, state, pending_qps)
         self._left: set[str] = set()  # stopped waiting; what is kept for them goes soon
+        # Preemption searches that found nothing, kept across cycles (re-run only when their
+        # cohort tree changed).
+        self._no_plan = NoPlanMemo()
         self.cycles = 0
         self.skipped = 0  # cycles not run: nothing they read had changed
         # What the last cycle read (the capacity snapshot, and the versions of the catalog,
@@ -193,7 +196,9 @@ class Admitter:
         named = queue.lanes.topologies()
         placer = build_placer(snapshot, catalog, named, clock.exact_budget(self.exact_budget))
         strategies = self.preemption_strategies if self.fair_sharing else None
-        preempt = preemptor(self.state, catalog.queues, placer, catalog.cohorts, strategies)
+        preempt = preemptor(
+            self.state, catalog.queues, placer, catalog.cohorts, strategies, self._no_plan
+        )
         result = admission_cycle(
             catalog.queues,
             queue.lanes,
@@ -250,6 +255,7 @@ class Admitter:
             self._left.discard(key)
             if not self.state.pending.holds(key):
                 self.copies.drop(key)
+                self._no_plan.forget_one(key)
 
     def _gauges(self, queues: Mapping[str, QueueSpec], admitted: Mapping[str, int]) -> None:
         counts = dict.fromkeys(queues, 0)

@@ -13,7 +13,13 @@ from collections.abc import Mapping, Sequence
 from topogate.admission.cycle import Held, Preempt, SnapshotPlacer
 from topogate.admission.fairpreemption import plan_fair_preemption
 from topogate.admission.lanes import PendingWorkload
-from topogate.admission.preemption import Preemption, Running, Victim, plan_preemption
+from topogate.admission.preemption import (
+    Preemption,
+    Running,
+    RunningIndex,
+    Victim,
+    plan_preemption,
+)
 from topogate.admission.quota import CohortSpec, CohortTree, QueueSpec, Usage
 from topogate.admission.request import PlacementDecision
 from topogate.api.objects import condition, is_evicted, meta
@@ -58,25 +64,145 @@ def running_workloads(state: ControllerState) -> list[Running]:
     return out
 
 
+# What a classical search read, for the memo: the preemptor, the usage of every queue of its
+# cohort tree (per flavor), and the running workloads of that tree.
+_Inputs = tuple[PendingWorkload, tuple[Mapping[str, int] | None, ...], tuple[Running, ...]]
+
+
+class NoPlanMemo:
+    """The classical searches that found nothing, kept across cycles (the admitter's): a search
+    reads only its queue's cohort tree (the usage of its queues, their running workloads) and,
+    on a flavor with a topology, the capacity; so on quota-only flavors a search whose inputs
+    in its tree are equal to the last one's finds nothing again, and is not run. With a
+    thousand queues waiting and one Workload finished in one cohort, the other cohorts'
+    searches are not run again (Kueue parks such heads until their cohort changes)."""
+
+    def __init__(self) -> None:
+        self._catalog: tuple[object, object] = (None, None)  # the queues and cohorts read
+        self._found: dict[str, _Inputs] = {}  # preemptor key -> the inputs of its search
+        # Per root cohort, the running workloads last read: an equal tuple read in a later
+        # cycle is replaced by this one, so comparing the inputs is by identity.
+        self._running: dict[str, tuple[Running, ...]] = {}
+
+    def begin(self, queues: Mapping[str, QueueSpec], cohorts: object) -> None:
+        """A cycle starts; a new catalog voids every entry."""
+        if self._catalog[0] is not queues or self._catalog[1] is not cohorts:
+            self._found.clear()
+            self._running.clear()
+        self._catalog = (queues, cohorts)
+
+    def running(self, root: str, found: tuple[Running, ...]) -> tuple[Running, ...]:
+        """``found`` (a tree's running workloads), or the equal tuple read before."""
+        if self._running.get(root) != found:
+            self._running[root] = found
+        return self._running[root]
+
+    def nothing(self, key: str, inputs: _Inputs) -> bool:
+        """The last search with these very inputs found nothing."""
+        return self._found.get(key) == inputs
+
+    def remember(self, key: str, inputs: _Inputs | None) -> None:
+        """The search found nothing with ``inputs`` (None: it found a plan, or is not kept)."""
+        if inputs is None:
+            self._found.pop(key, None)
+        else:
+            self._found[key] = inputs
+
+    def forget_one(self, key: str) -> None:
+        """Drop the entry of a Workload that no longer waits."""
+        self._found.pop(key, None)
+
+
+class _Trees:
+    """What a classical search reads in one cycle: per root cohort (a queue without one: its
+    own name) its queues and, read once, its running workloads."""
+
+    def __init__(
+        self,
+        queues: Mapping[str, QueueSpec],
+        tree: CohortTree,
+        placer: SnapshotPlacer,
+        memo: NoPlanMemo,
+    ) -> None:
+        self.queues, self.tree, self.placer, self.memo = queues, tree, placer, memo
+        self.members: dict[str, list[QueueSpec]] = {}
+        self.running: dict[str, tuple[Running, ...]] = {}
+
+    def root(self, queue: QueueSpec) -> str:
+        return self.tree.root(queue.cohort) if queue.cohort else f"queue {queue.name}"
+
+    def inputs(
+        self, workload: PendingWorkload, queue: QueueSpec, usage: Usage, running: RunningIndex
+    ) -> _Inputs | None:
+        """What a search for ``workload`` reads, or None when that is more than its tree (a
+        flavor with a topology, or a topology named: the capacity is read too)."""
+        if workload.request.topology is not None or any(
+            self.placer.flavors.get(f.flavor) is not None for f in queue.flavors
+        ):
+            return None
+        if not self.members:
+            for spec in self.queues.values():
+                self.members.setdefault(self.root(spec), []).append(spec)
+            grouped: dict[str, list[Running]] = {}
+            for one in running.all:
+                owner = self.queues.get(one.cluster_queue)
+                grouped.setdefault(self.root(owner) if owner else "", []).append(one)
+            for root, found in grouped.items():  # by key: the running set has no order
+                self.running[root] = self.memo.running(root, tuple(sorted(found, key=_by_key)))
+        root = self.root(queue)
+        used = tuple(
+            usage.get((other.name, f.flavor)) for other in self.members[root] for f in other.flavors
+        )
+        return workload, used, self.running.get(root, ())
+
+
+def _by_key(running: Running) -> str:
+    return running.key
+
+
 def preemptor(
     state: ControllerState,
     queues: Mapping[str, QueueSpec],
     placer: SnapshotPlacer,
     cohorts: Mapping[str, CohortSpec] | None = None,
     fair: Sequence[str] | None = None,
+    memo: NoPlanMemo | None = None,
 ) -> Preempt:
     """The cycle's preemption planner: candidates read once, fits simulated on the placer's
     snapshot without the victims' usage and GPU sets, quota counted over the cohort tree.
-    ``fair``: fair-sharing preemption with these strategies (None: classical)."""
-    running: list[Running] | None = None
+    ``fair``: fair-sharing preemption with these strategies (None: classical). ``memo``: the
+    classical searches that found nothing, kept between cycles (:class:`NoPlanMemo`)."""
+    running: RunningIndex | None = None  # read at the first search, grouped by queue
     tree = CohortTree(queues, cohorts)
+    if memo is not None:
+        memo.begin(queues, cohorts)
+    trees = _Trees(queues, tree, placer, memo) if memo is not None and fair is None else None
 
     def plan(
         workload: PendingWorkload, queue: QueueSpec, usage: Usage, held: Held
     ) -> Preemption | None:
         nonlocal running
         if running is None:
-            running = running_workloads(state)
+            running = RunningIndex(running_workloads(state))
+        read = trees.inputs(workload, queue, usage, running) if trees is not None else None
+        if read is not None and memo is not None and memo.nothing(workload.key, read):
+            return None
+        found = _plan(workload, queue, usage, held, running)
+        if memo is not None:
+            kept = None
+            if read is not None and found is None:
+                # Copies: the cycle's usage changes in place as it admits.
+                kept = (read[0], tuple(dict(u) if u else None for u in read[1]), read[2])
+            memo.remember(workload.key, kept)
+        return found
+
+    def _plan(
+        workload: PendingWorkload,
+        queue: QueueSpec,
+        usage: Usage,
+        held: Held,
+        running: RunningIndex,
+    ) -> Preemption | None:
 
         def simulate(flavor: str, removed: Sequence[Running]) -> PlacementDecision | None:
             per_node: dict[str, dict[str, int]] = {}
@@ -93,7 +219,7 @@ def preemptor(
 
         if fair is not None:
             return plan_fair_preemption(
-                workload, queue, queues, usage, running, simulate, tree, fair
+                workload, queue, queues, usage, running.all, simulate, tree, fair
             )
         return plan_preemption(
             workload, queue, queue.preemption, queues, usage, running, simulate, tree
