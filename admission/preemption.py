@@ -324,10 +324,18 @@ def _tree_candidates(
                     into.append((candidate, reason))
                     search.found_at[candidate.key] = top
 
+    # Without borrowing within the cohort, from a queue not under its nominal quota, the
+    # preemptor may only try with borrowing allowed (:func:`_attempts`), and then those found
+    # before it has the advantage are never valid (:func:`_valid`): they are not gathered (a
+    # thousand queues' heads each walked every running workload of their cohort for nothing).
+    useless = policy.borrow_within_cohort == NEVER and not _under_nominal(
+        book, queue, quota, needed
+    )
     previous: str | None = None
     current: str | None = queue.cohort
     while current is not None:
-        collect(current, previous, current, advantaged if advantage else others)
+        if advantage or not useless:
+            collect(current, previous, current, advantaged if advantage else others)
         fits = True
         for r, amount in remaining.items():
             used = book.cohort_used(current, flavor, r)
@@ -398,6 +406,10 @@ def _valid(
     return True
 
 
+def _under_nominal(book: QuotaBook, queue: QueueSpec, quota: FlavorQuota, needed: set[str]) -> bool:
+    return all(book.used(queue.name, quota.flavor, r) < quota.nominal.get(r, 0) for r in needed)
+
+
 def _attempts(
     search: Search, quota: FlavorQuota, candidates: list[tuple[Running, str]], needed: set[str]
 ) -> list[bool]:
@@ -405,8 +417,7 @@ def _attempts(
     own = search.queue.name
     from_others = [c for c in candidates if c[0].cluster_queue != own]
     forbidden = search.policy.borrow_within_cohort == NEVER
-    book = search.book
-    under_nominal = all(book.used(own, quota.flavor, r) < quota.nominal.get(r, 0) for r in needed)
+    under_nominal = _under_nominal(search.book, search.queue, quota, needed)
     if not from_others or (forbidden and not under_nominal):
         return [True]
     if forbidden and not any(c[1] == IN_COHORT_RECLAMATION for c in from_others):
