@@ -217,3 +217,18 @@ def test_a_fork_of_the_quota_book_reads_its_base_and_changes_alone() -> None:
     assert usage == {("a", "rf"): {"cpu": 2}, ("b", "rf"): {"cpu": 3}}
     assert base.used("b", "rf", "cpu") == 3 and base.cohort_used("one", "rf", "cpu") == 5
     assert base.available(queues["a"], queues["a"].flavors[0], "cpu") == -1
+
+
+async def test_the_queue_gauges_follow_the_words_at_most_once_a_second() -> None:
+    """They walk every queue and every held admission: serve's loop sets them with the
+    pending messages (``describe``), not on every cycle, and they are right when set."""
+    h = Harness([queue("a", None, 2)])
+    gauge = h.admitter.metrics.pending_workloads.labels("a")
+    h.seed(workload("first", "a", 2, 50))
+    h.seed(workload("second", "a", 2, 50))
+    h.admitter.decide(describe=False)
+    assert gauge._value.get() == 0  # not set by a cycle that does not word
+    h.admitter.decide(describe=True)  # nothing changed: the outcome stands, the gauges are set
+    assert gauge._value.get() == 1
+    assert h.admitter.metrics.admitted_workloads.labels("a")._value.get() == 1
+    await h.admitter.settle()
