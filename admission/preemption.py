@@ -59,6 +59,7 @@ __all__ = [
     "Preemption",
     "PreemptionPolicy",
     "Running",
+    "RunningIndex",
     "Search",
     "Victim",
     "allowed",
@@ -134,27 +135,23 @@ class Search:
     placements: int = 0
     decisions: dict[frozenset[str], PlacementDecision | None] = field(default_factory=dict)
     found_at: dict[str, str] = field(default_factory=dict)  # candidate -> cohort it came from
-    # The book with nothing removed, built once: a search reads it from several places, and
-    # copying the usage and working out the cohorts' sums again each time was most of the
-    # cost of a search that finds nothing. Read only (a writer takes its own copy).
-    _base: QuotaBook | None = None
+    # The usage as handed in, read only: each what-if is a fork of it (with a thousand
+    # queues, copying the usage for every candidate checked was most of a cycle's cost).
+    _book: QuotaBook | None = None
+
+    @property
+    def book(self) -> QuotaBook:
+        """The quota book over the usage as handed in (read it; change a fork of it)."""
+        if self._book is None:
+            self._book = QuotaBook(self.queues, self.usage, self.tree)
+        return self._book
 
     def book_without(self, removed: Sequence[Running]) -> QuotaBook:
-        """The quota book with ``removed`` given back; with nothing removed, the shared base
-        book, which the caller must not change."""
-        if not removed:
-            if self._base is None:
-                self._base = self._book(())
-            return self._base
-        return self._book(removed)
-
-    def _book(self, removed: Sequence[Running]) -> QuotaBook:
-        usage = {k: dict(v) for k, v in self.usage.items()}
+        """A book of its own with ``removed``'s quota given back."""
+        book = self.book.fork()
         for victim in removed:
-            slot = usage.setdefault((victim.cluster_queue, victim.flavor), {})
-            for resource, amount in victim.usage.items():
-                slot[resource] = slot.get(resource, 0) - amount
-        return QuotaBook(self.queues, usage, self.tree)
+            take_out(book, victim)
+        return book
 
     def quota_fits(self, quota: FlavorQuota, removed: Sequence[Running], borrow: bool) -> bool:
         return self._quota_fits_in(quota, self.book_without(removed), borrow)
@@ -193,6 +190,11 @@ class Search:
         return decision is None or decision.fits
 
 
+def take_out(book: QuotaBook, victim: Running) -> None:
+    """Give the victim's quota back in ``book``."""
+    book.add(victim.cluster_queue, victim.flavor, {k: -v for k, v in victim.usage.items()})
+
+
 def allowed(policy: str, preemptor: PendingWorkload, candidate: Running) -> bool:
     lower = candidate.priority < preemptor.priority
     if policy == LOWER_PRIORITY:
@@ -206,22 +208,50 @@ def allowed(policy: str, preemptor: PendingWorkload, candidate: Running) -> bool
 def needed_resources(search: Search, quota: FlavorQuota) -> set[str]:
     """Resources whose quota does not fit now; all demanded ones when only the topology is
     in the way."""
-    book = search.book_without(())
+    book = search.book
     demand = search.preemptor.demand()
     short = {r for r, a in demand.items() if a > book.available(search.queue, quota, r)}
     return short or set(demand)
 
 
+class RunningIndex:
+    """The running workloads grouped by ClusterQueue, built once for many searches (a cycle's):
+    a search reads its own queue's and those of its cohort tree's borrowing queues, not every
+    running workload (a thousand searches a cycle over thousands running)."""
+
+    def __init__(self, running: Sequence[Running]) -> None:
+        self.all = list(running)
+        self.by_queue: dict[str, list[Running]] = {}
+        for candidate in running:
+            self.by_queue.setdefault(candidate.cluster_queue, []).append(candidate)
+
+
+class _Using:
+    """A queue's running workloads in ``flavor`` that use a needed resource, in their order."""
+
+    def __init__(self, index: RunningIndex, flavor: str, needed: set[str]) -> None:
+        self.index, self.flavor, self.needed = index, flavor, needed
+
+    def get(self, queue: str, default: Sequence[Running] = ()) -> Sequence[Running]:
+        found = [
+            c
+            for c in self.index.by_queue.get(queue, ())
+            if c.flavor == self.flavor and self.needed & c.usage.keys()
+        ]
+        return found or default
+
+
 def _candidates(
-    search: Search, quota: FlavorQuota, running: Sequence[Running], needed: set[str]
+    search: Search,
+    quota: FlavorQuota,
+    running: Sequence[Running] | RunningIndex,
+    needed: set[str],
 ) -> list[tuple[Running, str]]:
     """(candidate, reason) in Kueue's order, before the dynamic checks: its own queue's, and
     those of other queues of its cohort tree (:func:`_tree_candidates`)."""
     policy, preemptor, queue = search.policy, search.preemptor, search.queue
-    by_queue: dict[str, list[Running]] = {}
-    for candidate in running:
-        if candidate.flavor == quota.flavor and needed & set(candidate.usage):
-            by_queue.setdefault(candidate.cluster_queue, []).append(candidate)
+    grouped = running if isinstance(running, RunningIndex) else RunningIndex(running)
+    by_queue = _Using(grouped, quota.flavor, needed)
     own = [
         (c, IN_CLUSTER_QUEUE)
         for c in by_queue.get(queue.name, ())
@@ -258,7 +288,7 @@ def _borrows(book: QuotaBook, queue: QueueSpec, flavor: str, needed: set[str]) -
 def _tree_candidates(
     search: Search,
     quota: FlavorQuota,
-    by_queue: Mapping[str, Sequence[Running]],
+    by_queue: _Using,
     needed: set[str],
 ) -> tuple[list[tuple[Running, str]], list[tuple[Running, str]]]:
     """Kueue's hierarchical reclaim (classical/hierarchical_preemption.go): walking up from
@@ -273,7 +303,7 @@ def _tree_candidates(
     others: list[tuple[Running, str]] = []
     if not queue.cohort or policy.reclaim_within_cohort == NEVER:
         return advantaged, others
-    book = search.book_without(())
+    book = search.book
     flavor = quota.flavor
     remaining: dict[str, int] = {}
     advantage = True
@@ -295,10 +325,18 @@ def _tree_candidates(
                     into.append((candidate, reason))
                     search.found_at[candidate.key] = top
 
+    # Without borrowing within the cohort, from a queue not under its nominal quota, the
+    # preemptor may only try with borrowing allowed (:func:`_attempts`), and then those found
+    # before it has the advantage are never valid (:func:`_valid`): they are not gathered (a
+    # thousand queues' heads each walked every running workload of their cohort for nothing).
+    useless = policy.borrow_within_cohort == NEVER and not _under_nominal(
+        book, queue, quota, needed
+    )
     previous: str | None = None
     current: str | None = queue.cohort
     while current is not None:
-        collect(current, previous, current, advantaged if advantage else others)
+        if advantage or not useless:
+            collect(current, previous, current, advantaged if advantage else others)
         fits = True
         for r, amount in remaining.items():
             used = book.cohort_used(current, flavor, r)
@@ -345,7 +383,7 @@ def _valid(
     borrow: bool,
 ) -> bool:
     """Kueue's dynamic check: a victim of another queue only while that queue borrows
-    (``book``: the quota with the victims chosen so far given back)."""
+    (``book``: the quota with the candidates chosen before it given back)."""
     if candidate.cluster_queue == search.queue.name:
         return True
     if borrow and reason == "reclaim-without-borrowing":
@@ -369,6 +407,10 @@ def _valid(
     return True
 
 
+def _under_nominal(book: QuotaBook, queue: QueueSpec, quota: FlavorQuota, needed: set[str]) -> bool:
+    return all(book.used(queue.name, quota.flavor, r) < quota.nominal.get(r, 0) for r in needed)
+
+
 def _attempts(
     search: Search, quota: FlavorQuota, candidates: list[tuple[Running, str]], needed: set[str]
 ) -> list[bool]:
@@ -376,8 +418,7 @@ def _attempts(
     own = search.queue.name
     from_others = [c for c in candidates if c[0].cluster_queue != own]
     forbidden = search.policy.borrow_within_cohort == NEVER
-    book = search.book_without(())
-    under_nominal = all(book.used(own, quota.flavor, r) < quota.nominal.get(r, 0) for r in needed)
+    under_nominal = _under_nominal(search.book, search.queue, quota, needed)
     if not from_others or (forbidden and not under_nominal):
         return [True]
     if forbidden and not any(c[1] == IN_COHORT_RECLAMATION for c in from_others):
@@ -397,17 +438,12 @@ def _first_fit(
     the prefix, so its end is found by binary search."""
     chosen: list[tuple[Running, str]] = []
     removed: list[Running] = []
-    book: QuotaBook | None = None  # the quota without ``removed``, kept up to date
+    book = search.book_without(())  # followed as the walk removes candidates
     for candidate, reason in candidates:
-        if book is None:
-            book = search.book_without(removed)
         if _valid(search, quota, candidate, reason, book, needed, borrow):
             chosen.append((candidate, reason))
             removed.append(candidate)
-            if len(removed) == 1:
-                book = search.book_without(removed)  # its own copy, not the shared base
-            else:
-                book.add(candidate.cluster_queue, candidate.flavor, _negated(candidate.usage))
+            take_out(book, candidate)
     if not chosen or not search.fits(quota, removed, borrow):
         return None
     low, high = 1, len(chosen)  # the shortest fitting prefix lies in [low, high]
@@ -450,10 +486,6 @@ def fill_back(
     return kept
 
 
-def _negated(usage: Mapping[str, int]) -> dict[str, int]:
-    return {resource: -amount for resource, amount in usage.items()}
-
-
 def _key(removed: Sequence[Running]) -> frozenset[str]:
     return frozenset(r.key for r in removed)
 
@@ -473,7 +505,7 @@ def plan_preemption(
     policy: PreemptionPolicy,
     queues: Mapping[str, QueueSpec],
     usage: Usage,
-    running: Sequence[Running],
+    running: Sequence[Running] | RunningIndex,
     simulate: Simulate,
     tree: CohortTree | None = None,
 ) -> Preemption | None:

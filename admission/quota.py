@@ -78,6 +78,15 @@ class QueueSpec:
     cohort: str | None = None
     preemption: PreemptionPolicy = PreemptionPolicy()
     weight: float | None = None  # spec.fairSharing.weight (fair sharing; None: 1)
+    # Its flavors by name (the first of a name, as a walk in order finds it): the quota
+    # arithmetic asks for a queue's flavor millions of times a cycle at a thousand queues.
+    by_flavor: Mapping[str, FlavorQuota] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_flavor: dict[str, FlavorQuota] = {}
+        for flavor in self.flavors:
+            by_flavor.setdefault(flavor.flavor, flavor)
+        object.__setattr__(self, "by_flavor", by_flavor)
 
     @classmethod
     def from_model(cls, queue: ClusterQueue) -> QueueSpec:
@@ -292,7 +301,7 @@ class CohortTree:
 
 
 def queue_quota(queue: QueueSpec, flavor: str) -> FlavorQuota | None:
-    return next((f for f in queue.flavors if f.flavor == flavor), None)
+    return queue.by_flavor.get(flavor)
 
 
 def queue_local(quota: FlavorQuota, resource: str) -> int:
@@ -322,10 +331,16 @@ class QuotaBook:
     """
 
     def __init__(
-        self, queues: Mapping[str, QueueSpec], usage: Usage, tree: CohortTree | None = None
+        self,
+        queues: Mapping[str, QueueSpec],
+        usage: Usage,
+        tree: CohortTree | None = None,
+        base: QuotaBook | None = None,
     ) -> None:
         self.queues = queues
         self.usage = usage  # updated in place by :meth:`add`
+        # A fork (:meth:`fork`) reads the entries it has not changed from ``base``.
+        self._base = base
         self.changes = 0  # bumped by every :meth:`add`
         # The queue of each :meth:`add`, in order, and how many of them took usage away: a
         # reader that follows the log re-ranks only what an addition touched (usage that only
@@ -335,10 +350,25 @@ class QuotaBook:
         self.tree = tree if tree is not None else CohortTree(queues)
         # Kept up to date by :meth:`add` along the added queue's path (an entry is worked out
         # once, then moved by the difference), so a cycle's cost per admission is its depth.
-        self._cohort_usage: dict[tuple[str, str, str], int] = {}
+        self._cohort_usage: dict[tuple[str, str, str], int] = (
+            dict(base._cohort_usage) if base is not None else {}
+        )
+
+    def fork(self) -> QuotaBook:
+        """A book starting from this one's usage whose changes are its own (a what-if, such as
+        a preemption search's victims gone): it copies only the entries it changes and the
+        cohorts' usage worked out so far, not the usage of every queue. This book must not
+        change while the fork is read."""
+        return QuotaBook(self.queues, {}, self.tree, base=self)
+
+    def _slot(self, key: tuple[str, str]) -> Mapping[str, int]:
+        found = self.usage.get(key)
+        if found is None and self._base is not None:
+            return self._base._slot(key)
+        return found or {}
 
     def used(self, queue: str, flavor: str, resource: str) -> int:
-        return self.usage.get((queue, flavor), {}).get(resource, 0)
+        return self._slot((queue, flavor)).get(resource, 0)
 
     def cohort_used(self, cohort: str, flavor: str, resource: str) -> int:
         """A cohort's usage: its children's usage beyond their local quota. A queue's usage
@@ -472,7 +502,9 @@ class QuotaBook:
         mapping must change only through here: the cohorts' usage follows it."""
         self.changes += 1
         self.log.append(queue)
-        slot = self.usage.setdefault((queue, flavor), {})
+        slot = self.usage.get((queue, flavor))
+        if slot is None:  # a fork's first change of this entry: from the base's amounts
+            slot = self.usage[(queue, flavor)] = dict(self._slot((queue, flavor)))
         spec = self.queues.get(queue)
         for resource, amount in amounts.items():
             if amount < 0:

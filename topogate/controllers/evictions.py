@@ -18,6 +18,7 @@ from topogate.admission.preemption import (
     FutileSearches,
     Preemption,
     Running,
+    RunningIndex,
     Victim,
     plan_preemption,
 )
@@ -93,23 +94,124 @@ def _running(state: ControllerState) -> list[tuple[Running, tuple[object, ...]]]
     return out
 
 
+# What a classical search read, for the memo: the preemptor, the usage of every queue of its
+# cohort tree (per flavor), and the running workloads of that tree.
+_Inputs = tuple[PendingWorkload, tuple[Mapping[str, int] | None, ...], tuple[Running, ...]]
+
+
+class NoPlanMemo:
+    """The classical searches that found nothing, kept across cycles (the admitter's): a search
+    reads only its queue's cohort tree (the usage of its queues, their running workloads) and,
+    on a flavor with a topology, the capacity; so on quota-only flavors a search whose inputs
+    in its tree are equal to the last one's finds nothing again, and is not run. With a
+    thousand queues waiting and one Workload finished in one cohort, the other cohorts'
+    searches are not run again (Kueue parks such heads until their cohort changes)."""
+
+    def __init__(self) -> None:
+        self._catalog: tuple[object, object] = (None, None)  # the queues and cohorts read
+        self._found: dict[str, _Inputs] = {}  # preemptor key -> the inputs of its search
+        # Per root cohort, the running workloads last read: an equal tuple read in a later
+        # cycle is replaced by this one, so comparing the inputs is by identity.
+        self._running: dict[str, tuple[Running, ...]] = {}
+
+    def begin(self, queues: Mapping[str, QueueSpec], cohorts: object) -> None:
+        """A cycle starts; a new catalog voids every entry."""
+        if self._catalog[0] is not queues or self._catalog[1] is not cohorts:
+            self._found.clear()
+            self._running.clear()
+        self._catalog = (queues, cohorts)
+
+    def running(self, root: str, found: tuple[Running, ...]) -> tuple[Running, ...]:
+        """``found`` (a tree's running workloads), or the equal tuple read before."""
+        if self._running.get(root) != found:
+            self._running[root] = found
+        return self._running[root]
+
+    def nothing(self, key: str, inputs: _Inputs) -> bool:
+        """The last search with these very inputs found nothing."""
+        return self._found.get(key) == inputs
+
+    def remember(self, key: str, inputs: _Inputs | None) -> None:
+        """The search found nothing with ``inputs`` (None: it found a plan, or is not kept)."""
+        if inputs is None:
+            self._found.pop(key, None)
+        else:
+            self._found[key] = inputs
+
+    def forget_one(self, key: str) -> None:
+        """Drop the entry of a Workload that no longer waits."""
+        self._found.pop(key, None)
+
+
+class _Trees:
+    """What a classical search reads in one cycle: per root cohort (a queue without one: its
+    own name) its queues and, read once, its running workloads."""
+
+    def __init__(
+        self,
+        queues: Mapping[str, QueueSpec],
+        tree: CohortTree,
+        placer: SnapshotPlacer,
+        memo: NoPlanMemo,
+    ) -> None:
+        self.queues, self.tree, self.placer, self.memo = queues, tree, placer, memo
+        self.members: dict[str, list[QueueSpec]] = {}
+        self.running: dict[str, tuple[Running, ...]] = {}
+
+    def root(self, queue: QueueSpec) -> str:
+        return self.tree.root(queue.cohort) if queue.cohort else f"queue {queue.name}"
+
+    def inputs(
+        self, workload: PendingWorkload, queue: QueueSpec, usage: Usage, running: RunningIndex
+    ) -> _Inputs | None:
+        """What a search for ``workload`` reads, or None when that is more than its tree (a
+        flavor with a topology, or a topology named: the capacity is read too)."""
+        if workload.request.topology is not None or any(
+            self.placer.flavors.get(f.flavor) is not None for f in queue.flavors
+        ):
+            return None
+        if not self.members:
+            for spec in self.queues.values():
+                self.members.setdefault(self.root(spec), []).append(spec)
+            grouped: dict[str, list[Running]] = {}
+            for one in running.all:
+                owner = self.queues.get(one.cluster_queue)
+                grouped.setdefault(self.root(owner) if owner else "", []).append(one)
+            for root, found in grouped.items():  # by key: the running set has no order
+                self.running[root] = self.memo.running(root, tuple(sorted(found, key=_by_key)))
+        root = self.root(queue)
+        used = tuple(
+            usage.get((other.name, f.flavor)) for other in self.members[root] for f in other.flavors
+        )
+        return workload, used, self.running.get(root, ())
+
+
+def _by_key(running: Running) -> str:
+    return running.key
+
+
 def preemptor(
     state: ControllerState,
     queues: Mapping[str, QueueSpec],
     placer: SnapshotPlacer,
     cohorts: Mapping[str, CohortSpec] | None = None,
     fair: Sequence[str] | None = None,
+    memo: NoPlanMemo | None = None,
     futile: FutileSearches | None = None,
 ) -> Preempt:
     """The cycle's preemption planner: candidates read once, fits simulated on the placer's
     snapshot without the victims' usage and GPU sets, quota counted over the cohort tree.
-    ``fair``: fair-sharing preemption with these strategies (None: classical). ``futile``:
-    the searches that found nothing, kept from cycle to cycle (one is not run again while
-    nothing it reads changed)."""
-    running: list[Running] | None = None
-    candidates: tuple[object, ...] = ()  # ``running`` by value, for ``futile``
+    ``fair``: fair-sharing preemption with these strategies (None: classical). ``memo``: the
+    classical searches on quota-only flavors that found nothing, kept between cycles per
+    cohort tree (:class:`NoPlanMemo`); ``futile``: the other searches that found nothing,
+    kept while nothing they read changed (the capacity snapshot among it)."""
+    running: RunningIndex | None = None  # read at the first search, grouped by queue
+    candidates: tuple[object, ...] = ()  # the running workloads by value, for ``futile``
     tree = CohortTree(queues, cohorts)
     strategies = tuple(fair) if fair is not None else None
+    if memo is not None:
+        memo.begin(queues, cohorts)
+    trees = _Trees(queues, tree, placer, memo) if memo is not None and fair is None else None
 
     def plan(
         workload: PendingWorkload, queue: QueueSpec, usage: Usage, held: Held
@@ -117,17 +219,26 @@ def preemptor(
         nonlocal running, candidates
         if running is None:
             pairs = _running(state)
-            running = [r for r, _ in pairs]
+            running = RunningIndex([r for r, _ in pairs])
             candidates = tuple(value for _, value in pairs)
-        inputs: tuple[object, ...] = ()
-        if futile is not None:
+        read = trees.inputs(workload, queue, usage, running) if trees is not None else None
+        if read is not None and memo is not None and memo.nothing(workload.key, read):
+            return None
+        inputs: tuple[object, ...] | None = None
+        if futile is not None and read is None:  # the memo answers for quota-only searches
             # Copies of what the cycle changes in place (usage, held); the catalog by identity.
             quota = {k: dict(v) for k, v in usage.items()}
             inputs = (queues, cohorts, strategies, workload, queue, quota, list(held), candidates)
             if futile.futile(placer.snapshot, workload.key, inputs):
                 return None
         found = _plan(workload, queue, usage, held, running)
-        if futile is not None:
+        if memo is not None:
+            kept = None
+            if read is not None and found is None:
+                # Copies: the cycle's usage changes in place as it admits.
+                kept = (read[0], tuple(dict(u) if u else None for u in read[1]), read[2])
+            memo.remember(workload.key, kept)
+        if futile is not None and inputs is not None:
             if found is None:
                 futile.found_nothing(placer.snapshot, workload.key, inputs)
             else:
@@ -139,7 +250,7 @@ def preemptor(
         queue: QueueSpec,
         usage: Usage,
         held: Held,
-        running: list[Running],
+        running: RunningIndex,
     ) -> Preemption | None:
 
         def simulate(flavor: str, removed: Sequence[Running]) -> PlacementDecision | None:
@@ -157,7 +268,7 @@ def preemptor(
 
         if fair is not None:
             return plan_fair_preemption(
-                workload, queue, queues, usage, running, simulate, tree, fair
+                workload, queue, queues, usage, running.all, simulate, tree, fair
             )
         return plan_preemption(
             workload, queue, queue.preemption, queues, usage, running, simulate, tree
