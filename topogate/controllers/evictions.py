@@ -190,6 +190,64 @@ def _by_key(running: Running) -> str:
     return running.key
 
 
+class _NothingFound:
+    """The two memories of searches that found nothing, asked before a search and told after
+    it: ``memo`` answers for classical searches on quota-only flavors, per cohort tree
+    (:class:`NoPlanMemo`); ``futile`` for the rest, while nothing they read changed, the
+    capacity snapshot among it (:class:`FutileSearches`)."""
+
+    def __init__(
+        self,
+        memo: NoPlanMemo | None,
+        futile: FutileSearches | None,
+        trees: _Trees | None,
+        placer: SnapshotPlacer,
+        catalog: tuple[object, object, Sequence[str] | None],
+    ) -> None:
+        self.memo, self.futile, self.trees, self.placer = memo, futile, trees, placer
+        queues, cohorts, fair = catalog
+        self.catalog = (queues, cohorts, tuple(fair) if fair is not None else None)
+        self._read: _Inputs | None = None  # the last search's inputs, for record()
+        self._inputs: tuple[object, ...] | None = None
+
+    def known(
+        self,
+        workload: PendingWorkload,
+        queue: QueueSpec,
+        usage: Usage,
+        held: Held,
+        running: RunningIndex,
+        candidates: tuple[object, ...],
+    ) -> bool:
+        """A search with these inputs found nothing before (then it is not run)."""
+        trees, memo, futile = self.trees, self.memo, self.futile
+        self._read = trees.inputs(workload, queue, usage, running) if trees is not None else None
+        self._inputs = None
+        if self._read is not None:
+            return memo is not None and memo.nothing(workload.key, self._read)
+        if futile is None:
+            return False
+        # Copies of what the cycle changes in place (usage, held); the catalog by identity.
+        quota = {k: dict(v) for k, v in usage.items()}
+        self._inputs = (*self.catalog, workload, queue, quota, list(held), candidates)
+        return futile.futile(self.placer.snapshot, workload.key, self._inputs)
+
+    def record(self, key: str, found: Preemption | None) -> None:
+        """What the search :meth:`known` was asked about found."""
+        read, inputs = self._read, self._inputs
+        if self.memo is not None:
+            kept = None
+            if read is not None and found is None:
+                # Copies: the cycle's usage changes in place as it admits.
+                kept = (read[0], tuple(dict(u) if u else None for u in read[1]), read[2])
+            self.memo.remember(key, kept)
+        if self.futile is not None and inputs is not None:
+            if found is None:
+                self.futile.found_nothing(self.placer.snapshot, key, inputs)
+            else:
+                self.futile.forget(key)
+
+
 def preemptor(
     state: ControllerState,
     queues: Mapping[str, QueueSpec],
@@ -208,10 +266,10 @@ def preemptor(
     running: RunningIndex | None = None  # read at the first search, grouped by queue
     candidates: tuple[object, ...] = ()  # the running workloads by value, for ``futile``
     tree = CohortTree(queues, cohorts)
-    strategies = tuple(fair) if fair is not None else None
     if memo is not None:
         memo.begin(queues, cohorts)
     trees = _Trees(queues, tree, placer, memo) if memo is not None and fair is None else None
+    nothing = _NothingFound(memo, futile, trees, placer, (queues, cohorts, fair))
 
     def plan(
         workload: PendingWorkload, queue: QueueSpec, usage: Usage, held: Held
@@ -221,28 +279,10 @@ def preemptor(
             pairs = _running(state)
             running = RunningIndex([r for r, _ in pairs])
             candidates = tuple(value for _, value in pairs)
-        read = trees.inputs(workload, queue, usage, running) if trees is not None else None
-        if read is not None and memo is not None and memo.nothing(workload.key, read):
+        if nothing.known(workload, queue, usage, held, running, candidates):
             return None
-        inputs: tuple[object, ...] | None = None
-        if futile is not None and read is None:  # the memo answers for quota-only searches
-            # Copies of what the cycle changes in place (usage, held); the catalog by identity.
-            quota = {k: dict(v) for k, v in usage.items()}
-            inputs = (queues, cohorts, strategies, workload, queue, quota, list(held), candidates)
-            if futile.futile(placer.snapshot, workload.key, inputs):
-                return None
         found = _plan(workload, queue, usage, held, running)
-        if memo is not None:
-            kept = None
-            if read is not None and found is None:
-                # Copies: the cycle's usage changes in place as it admits.
-                kept = (read[0], tuple(dict(u) if u else None for u in read[1]), read[2])
-            memo.remember(workload.key, kept)
-        if futile is not None and inputs is not None:
-            if found is None:
-                futile.found_nothing(placer.snapshot, workload.key, inputs)
-            else:
-                futile.forget(workload.key)
+        nothing.record(workload.key, found)
         return found
 
     def _plan(
