@@ -19,7 +19,14 @@ from kubernetes import client
 from tests import test_e2e
 from tests.cluster import eventually
 from tests.test_e2e import HOST, POOL, RACK, Pool, Serve, all_bound, condition, submit
-from tests.test_preemption_e2e import kubelet, local_queue, priority_class, queue
+from tests.test_preemption_e2e import (
+    evicted_and_gone,
+    kubelet,
+    local_queue,
+    priority_class,
+    queue,
+    urgent_job,
+)
 from topogate.testing.controlplane import ControlPlane
 from topogate.testing.localcluster import create_all
 
@@ -135,39 +142,8 @@ def test_a_preempted_pytorchjob_is_suspended_loses_its_pods_and_runs_again(
     first = eventually(lambda: all_bound(pool, selector, 2), 120)
     [workload] = pool.workloads()
     name = workload["metadata"]["name"]
-    high = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "urgent", "labels": {QUEUE: "urgent"}},
-        "spec": {
-            "parallelism": 2,
-            "completions": 2,
-            "completionMode": "Indexed",
-            "template": {
-                "metadata": {"annotations": {REQUIRED: RACK}},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "priorityClassName": high_class,
-                    **replica(1)["template"]["spec"],
-                },
-            },
-        },
-    }
-    submit(pool, high)
-
-    def evicted_and_waiting() -> bool:
-        kubelet(pool)  # the deleted pods end (no kubelet runs here)
-        workload = next(w for w in pool.workloads() if w["metadata"]["name"] == name)
-        gone = {p.metadata.uid for p in first}.isdisjoint(
-            {p.metadata.uid for p in pool.pods(selector)}
-        )
-        return bool(
-            condition(workload, "Evicted")
-            and not (workload.get("status") or {}).get("admission")
-            and gone
-        )
-
-    eventually(evicted_and_waiting, 90)
+    submit(pool, urgent_job(high_class, replica(1)["template"]["spec"]))
+    eventually(lambda: evicted_and_gone(pool, name, selector, first), 90)
     assert read(pool, "low")["spec"]["runPolicy"]["suspend"] is True
     job_pods = eventually(lambda: all_bound(pool, "batch.kubernetes.io/job-name=urgent", 2), 90)
     assert racks_of(pool, job_pods) == {"r0"}

@@ -84,6 +84,36 @@ def bound_with_kubelet(pool: Pool, job_name: str, count: int) -> list[Any] | Non
     return all_bound(pool, f"batch.kubernetes.io/job-name={job_name}", count)
 
 
+def urgent_job(priority: str, pod_spec: dict[str, Any], queue: str = "urgent") -> dict[str, Any]:
+    """A 2-pod indexed Job of the priority class ``priority`` that requires a rack: what the
+    kinds' e2e tests submit to preempt the job they admitted first."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "urgent", "labels": {"kueue.x-k8s.io/queue-name": queue}},
+        "spec": {
+            "parallelism": 2,
+            "completions": 2,
+            "completionMode": "Indexed",
+            "template": {
+                "metadata": {"annotations": REQUIRED_RACK},
+                "spec": {"restartPolicy": "Never", **pod_spec, "priorityClassName": priority},
+            },
+        },
+    }
+
+
+def evicted_and_gone(pool: Pool, workload: str, selector: str, first: list[Any]) -> bool:
+    """The Workload is evicted and holds no admission, and none of the pods ``first`` (found
+    by ``selector``) is left; ends what is being deleted, as a kubelet would."""
+    kubelet(pool)
+    found = next(w for w in pool.workloads() if w["metadata"]["name"] == workload)
+    gone = {p.metadata.uid for p in first}.isdisjoint({p.metadata.uid for p in pool.pods(selector)})
+    return bool(
+        condition(found, "Evicted") and not (found.get("status") or {}).get("admission") and gone
+    )
+
+
 def suspended(pool: Pool, name: str) -> bool:
     batch = client.BatchV1Api(api_client(pool.plane))
     return bool(batch.read_namespaced_job(name, pool.namespace).spec.suspend)

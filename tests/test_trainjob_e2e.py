@@ -20,7 +20,14 @@ from kubernetes import client
 from tests import test_e2e
 from tests.cluster import eventually
 from tests.test_e2e import HOST, POOL, RACK, Pool, Serve, all_bound, condition, submit
-from tests.test_preemption_e2e import kubelet, local_queue, priority_class, queue
+from tests.test_preemption_e2e import (
+    evicted_and_gone,
+    kubelet,
+    local_queue,
+    priority_class,
+    queue,
+    urgent_job,
+)
 from topogate.testing.controlplane import ControlPlane
 from topogate.testing.localcluster import create_all
 
@@ -157,38 +164,8 @@ def test_a_preempted_trainjob_is_suspended_loses_its_pods_and_runs_again(
     [workload] = pool.workloads()
     name = workload["metadata"]["name"]
     container = runtime("x")["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]
-    high = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "urgent", "labels": {QUEUE: "urgent"}},
-        "spec": {
-            "parallelism": 2,
-            "completions": 2,
-            "completionMode": "Indexed",
-            "template": {
-                "metadata": {"annotations": {REQUIRED: RACK}},
-                "spec": {
-                    **container["spec"]["template"]["spec"],
-                    "priorityClassName": high_class,
-                },
-            },
-        },
-    }
-    submit(pool, high)
-
-    def evicted_and_waiting() -> bool:
-        kubelet(pool)  # the deleted pods end (no kubelet runs here)
-        workload = next(w for w in pool.workloads() if w["metadata"]["name"] == name)
-        gone = {p.metadata.uid for p in first}.isdisjoint(
-            {p.metadata.uid for p in pool.pods(selector("low"))}
-        )
-        return bool(
-            condition(workload, "Evicted")
-            and not (workload.get("status") or {}).get("admission")
-            and gone
-        )
-
-    eventually(evicted_and_waiting, 120)
+    submit(pool, urgent_job(high_class, container["spec"]["template"]["spec"]))
+    eventually(lambda: evicted_and_gone(pool, name, selector("low"), first), 120)
     assert read(pool, "low")["spec"]["suspend"] is True
     job_pods = eventually(lambda: all_bound(pool, "batch.kubernetes.io/job-name=urgent", 2), 90)
     assert racks_of(pool, job_pods) == {"r0"}
