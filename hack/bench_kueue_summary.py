@@ -114,7 +114,9 @@ def summarise(
     if bound:
         header += f" {'bound ms':>9} {'serve/bound':>12}"
         if sides:
-            header += f" {'Kueue/bound':>12}"
+            # bound / Kueue: the lowest topogate/Kueue ratio any controller could reach with
+            # these quotas, to read a target ratio against.
+            header += f" {'Kueue/bound':>12} {'best ratio':>11}"
     print(header)
     # tas's classes in their order; another scenario's (large-scale) as its files name them.
     named = [c for c in CLASSES if c in runs[-1]["topogate"]["classes"]]
@@ -130,7 +132,9 @@ def summarise(
         if bound and cls in bound:
             line += f" {bound[cls]:9.0f} {statistics.median(ours) / max(bound[cls], 1):12.1f}"
             if sides and theirs:
-                line += f" {statistics.median(theirs) / max(bound[cls], 1):12.1f}"
+                kueue_median = statistics.median(theirs)
+                line += f" {kueue_median / max(bound[cls], 1):12.1f}"
+                line += f" {bound[cls] / max(kueue_median, 1):11.2f}"
         print(line)
 
 
