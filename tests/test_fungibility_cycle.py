@@ -9,17 +9,23 @@ possible", through the classical planner. Quota only (no topology).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
+from tests.test_preemption_memo import Harness
+from tests.test_preemption_memo import queue as memo_queue
+from tests.test_preemption_memo import workload as memo_workload
 from topogate.admission.cycle import CycleResult, admission_cycle
 from topogate.admission.fungibility import MAY_STOP_SEARCH, TRY_NEXT_FLAVOR, FlavorFungibility
 from topogate.admission.lanes import PendingWorkload
+from topogate.admission.podsets import build_placer
 from topogate.admission.preemption import Running, plan_preemption
 from topogate.admission.quota import CohortTree, FlavorQuota, PreemptionPolicy, QueueSpec, Usage
 from topogate.admission.request import PlacementDecision, PlacementRequest, PodSetRequest
+from topogate.controllers import evictions
 
 CPU = "cpu"
 ADMITTED = "2026-01-01T00:00:00Z"
@@ -161,3 +167,22 @@ def test_a_single_flavor_queue_asks_the_hook_once() -> None:
     queue = QueueSpec("cq", "BestEffortFIFO", (_fq("one", 4),), None, policy)
     result, asked = _cycle([queue], [_run("own", "cq", "one", 4, -1)], [_wl("wl", "cq", 4)])
     assert [k for k, _ in result.preemptions] == ["wl"] and asked == [(None, "wl")]
+
+
+def test_a_search_on_part_of_the_flavors_is_not_kept_for_the_whole_queue() -> None:
+    """serve's memo of searches that found nothing answers whole-queue searches only: a
+    search the fungibility asks about some flavors (here none) that finds nothing must not
+    stop the next whole-queue search from finding its victims."""
+    h = Harness([memo_queue("a", "one", 2), memo_queue("b", "one", 2)])
+    h.seed(memo_workload("borrower", "b", 3, 10, admitted=True))
+    catalog = h.state.catalogs.catalog()
+    memo = evictions.NoPlanMemo()
+    placer = build_placer(h.state.ledger.snapshot(), catalog)
+    plan = evictions.preemptor(h.state, catalog.queues, placer, catalog.cohorts, memo=memo)
+    request = PlacementRequest("a/waits", (PodSetRequest("main", 1, {CPU: 2000}),))
+    waits = PendingWorkload("a/waits", "a", 50, CREATED, request)
+    spec = catalog.queues["a"]
+    usage: Usage = {("b", "rf"): {CPU: 3000}}
+    assert plan(waits, dataclasses.replace(spec, flavors=()), usage, []) is None
+    found = plan(waits, spec, usage, [])
+    assert found is not None and [v.key for v in found.victims] == ["b/borrower"]
