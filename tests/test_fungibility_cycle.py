@@ -78,14 +78,26 @@ def _cycle(
     return result, asked
 
 
-def _two_flavors(fungibility: FlavorFungibility) -> tuple[CycleResult, list[Any]]:
+def _two_flavors(
+    fungibility: FlavorFungibility, running_priority: int = -1
+) -> tuple[CycleResult, list[Any]]:
     """Kueue's "preempt before try next flavor" / "preempt try next flavor": flavors one and
     two of 10 CPUs, 2 used on one by a lower-priority workload; a 9-CPU workload fits two
     now, or one once the low one goes."""
     queue = QueueSpec(
         "cq", "BestEffortFIFO", (_fq("one", 10), _fq("two", 10)), None, IN_QUEUE, None, fungibility
     )
-    return _cycle([queue], [_run("low", "cq", "one", 2, -1)], [_wl("high", "cq", 9)])
+    running = [_run("low", "cq", "one", 2, running_priority)]
+    return _cycle([queue], running, [_wl("high", "cq", 9)])
+
+
+def test_with_nobody_to_preempt_in_the_first_flavor_the_walk_goes_on_to_a_fit() -> None:
+    """ "cannot preempt in cohort (oracle returns None) for the first flavor, tries the second
+    flavor (which fits)" (whenCanPreempt: MayStopSearch): the workload on one is of higher
+    priority, so one has no victims and the walk takes two."""
+    result, asked = _two_flavors(STOP_ON_PREEMPT, running_priority=10)
+    assert [(a.key, a.flavor) for a in result.admitted] == [("high", "two")]
+    assert result.preemptions == [] and asked == [("one", "high")]
 
 
 def test_when_can_preempt_may_stop_search_preempts_in_the_first_flavor() -> None:
