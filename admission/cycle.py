@@ -26,6 +26,7 @@ from topogate.cache.topology import DomainTree
 from .assignments import node_usage
 from .exact import ExactBudget
 from .fairshare import FairShares, FlavorResource, Share
+from .fungibility import FIT, MAY_STOP_SEARCH, PREEMPT, RECLAIM, Choice, Mode, best_of, choose
 from .gpuplace import taken_by
 from .lanes import PendingWorkload, QueueLanes, Shape
 from .partial import can_shrink, largest_fit, with_counts
@@ -134,6 +135,26 @@ def _quota_refusal(
     return memo[key]
 
 
+def _fits_on(
+    workload: PendingWorkload,
+    queue: QueueSpec,
+    book: QuotaBook,
+    placer: Placer,
+    held: Held,
+    flavor: FlavorQuota,
+    problem: str,
+) -> Admitted | str:
+    """The admission on ``flavor`` when quota (``problem`` is "") and placement allow it,
+    else why not."""
+    if problem:
+        return problem
+    decision = placer(flavor.flavor, workload.request, held)
+    if decision is not None and not decision.fits:
+        # the pod set named, as Kueue names it ("... to pod set workers: ...")
+        return f"flavor {flavor.flavor}: {decision.podset}: {decision.message}"
+    return Admitted(workload.key, queue.name, flavor.flavor, workload.demand(), decision)
+
+
 def _try(
     workload: PendingWorkload,
     queue: QueueSpec,
@@ -141,18 +162,27 @@ def _try(
     placer: Placer,
     held: Held,
 ) -> Admitted | str:
+    """The flavor the queue's fungibility takes among those where the workload fits now:
+    the first one by default; with ``whenCanBorrow: TryNextFlavor`` a fit that borrows lets
+    the walk go on, and the one borrowing least wins."""
     demand = workload.demand()
     reasons: list[str] = []
-    for flavor, problem in _quota_by_flavor(queue, book, demand):
-        if problem:
-            reasons.append(problem)
+    fungibility = queue.fungibility
+    fits: list[Choice[Admitted]] = []
+    for index, (flavor, problem) in enumerate(_quota_by_flavor(queue, book, demand)):
+        outcome = _fits_on(workload, queue, book, placer, held, flavor, problem)
+        if isinstance(outcome, str):
+            reasons.append(outcome)
             continue
-        decision = placer(flavor.flavor, workload.request, held)
-        if decision is not None and not decision.fits:
-            # the pod set named, as Kueue names it ("... to pod set workers: ...")
-            reasons.append(f"flavor {flavor.flavor}: {decision.podset}: {decision.message}")
-            continue
-        return Admitted(workload.key, queue.name, flavor.flavor, demand, decision)
+        if fungibility.when_can_borrow == MAY_STOP_SEARCH:
+            return outcome  # any fit ends the walk: its level does not matter
+        level = book.borrowing_level(queue, flavor, demand)
+        if fungibility.fit_ends_walk(level):
+            return outcome
+        fits.append(Choice(index, Mode(FIT, level), outcome))
+    best = best_of(fits, fungibility)
+    if best is not None:
+        return best.found
     return "; ".join(reasons) or f"ClusterQueue {queue.name} has no flavors"
 
 
@@ -503,11 +533,11 @@ def admission_cycle(
         if book.changes != refused_at:
             refusals.clear()
             refused_at = book.changes
-        queue = queues[name]
-        quota = _quota_refusal(refusals, queue, book, workload.shape)
-        outcome = quota or _try(workload, queue, book, placer, held)
+        queue, planned = queues[name], len(result.preemptions)
+        quota, outcome = _first_try(
+            result, workload, queue, book, placer, held, preempt, searched, refusals
+        )
         if isinstance(outcome, str):
-            planned = len(result.preemptions)
             if name in searched:  # one preemption search per queue per cycle, as Kueue's
                 why = outcome  # scheduler takes one head per queue
             else:
@@ -535,6 +565,32 @@ def admission_cycle(
             held.append((outcome.request or workload.request, outcome.decision))
     _word_quota_refusals(result, for_quota, lanes, book)
     return result
+
+
+def _first_try(
+    result: CycleResult,
+    workload: PendingWorkload,
+    queue: QueueSpec,
+    book: QuotaBook,
+    placer: Placer,
+    held: Held,
+    preempt: Preempt | None,
+    searched: set[str],
+    refusals: dict[tuple[str, Shape], str],
+) -> tuple[str, Admitted | str]:
+    """(the quota refusal, or ""; the admission, or why not). A fungibility that may take a
+    preemption before a later fit walks the flavors with their preemptions, as Kueue's
+    assigner does: that is the queue's one preemption search of the cycle."""
+    if (
+        preempt is not None
+        and queue.preemption.enabled
+        and queue.fungibility.preempts_before_fits()
+        and queue.name not in searched
+    ):
+        searched.add(queue.name)
+        return "", _choose_eager(result, workload, queue, book, placer, held, preempt)
+    quota = _quota_refusal(refusals, queue, book, workload.shape)
+    return quota, quota or _try(workload, queue, book, placer, held)
 
 
 def _word_quota_refusals(
@@ -632,8 +688,104 @@ def _maybe_preempt(
     """
     if preempt is None or not queue.preemption.enabled:
         return why
-    # As Kueue, plan as if the victims of this cycle's earlier plans were gone (their quota
-    # is still counted for admissions, and their pods' capacity held, until they are).
+    usage = _planning_usage(result, book)
+    plan = preempt(workload, queue, usage, held)
+    if plan is None:
+        return why
+    if len(queue.flavors) > 1:
+        plan = _better_plan(workload, queue, book, usage, held, preempt, plan)
+    return _record_plan(result, workload, queue, why, book, held, plan)
+
+
+def _plan_mode(
+    workload: PendingWorkload, queue: QueueSpec, book: QuotaBook, usage: Usage, plan: Preemption
+) -> Mode:
+    """How ``plan`` gets the workload its quota (Kueue's preemption modes: preempting in its
+    own queue, or only reclaiming from others) and how far it still borrows once the victims
+    are gone."""
+    how = RECLAIM
+    if any(owner == queue.name for owner, _ in plan.released):
+        how = PREEMPT
+    after = QuotaBook(book.queues, usage, book.tree).fork()
+    for (owner, flavor), amounts in plan.released.items():
+        after.add(owner, flavor, {r: -a for r, a in amounts.items()})
+    level = after.borrowing_level(queue, queue.by_flavor[plan.flavor], workload.demand())
+    return Mode(how, level)
+
+
+def _better_plan(
+    workload: PendingWorkload,
+    queue: QueueSpec,
+    book: QuotaBook,
+    usage: Usage,
+    held: Held,
+    preempt: Preempt,
+    plan: Preemption,
+) -> Preemption:
+    """With no flavor fitting, Kueue's assigner weighs the preemptions of every flavor and
+    takes the preferred (reclaiming before preempting in the queue, then borrowing least),
+    the earliest on a tie. The hook plans on the first flavor where a preemption works, so
+    it is asked again on the flavors after that one while a better mode is possible."""
+    names = [f.flavor for f in queue.flavors]
+    fungibility = queue.fungibility
+    best = Choice(names.index(plan.flavor), _plan_mode(workload, queue, book, usage, plan), plan)
+    last = best.index
+    while best.mode != Mode(RECLAIM, 0) and last + 1 < len(names):
+        rest = dataclasses.replace(queue, flavors=queue.flavors[last + 1 :])
+        found = preempt(workload, rest, usage, held)
+        if found is None:
+            break
+        last = names.index(found.flavor)
+        mode = _plan_mode(workload, queue, book, usage, found)
+        if fungibility.preferred(mode, best.mode):
+            best = Choice(last, mode, found)
+    return best.found
+
+
+def _choose_eager(
+    result: CycleResult,
+    workload: PendingWorkload,
+    queue: QueueSpec,
+    book: QuotaBook,
+    placer: Placer,
+    held: Held,
+    preempt: Preempt,
+) -> Admitted | str:
+    """Kueue's flavor walk, each flavor in order: the workload fits there now, or a
+    preemption there would make it fit, or neither; the fungibility stops the walk or takes
+    the preferred at its end (:func:`.fungibility.choose`). A preemption taken is recorded
+    (and named in the message returned)."""
+    demand = workload.demand()
+    usage = _planning_usage(result, book)
+    reasons: list[str] = []
+    flavors = list(_quota_by_flavor(queue, book, demand))
+
+    def probe(index: int) -> tuple[Mode, Admitted | Preemption] | None:
+        flavor, problem = flavors[index]
+        outcome = _fits_on(workload, queue, book, placer, held, flavor, problem)
+        if not isinstance(outcome, str):
+            return Mode(FIT, book.borrowing_level(queue, flavor, demand)), outcome
+        reasons.append(outcome)
+        if set(demand) - set(flavor.nominal):
+            return None
+        plan = preempt(workload, dataclasses.replace(queue, flavors=(flavor,)), usage, held)
+        if plan is None:
+            return None
+        return _plan_mode(workload, queue, book, usage, plan), plan
+
+    chosen = choose(len(flavors), queue.fungibility, probe)
+    why = "; ".join(reasons) or f"ClusterQueue {queue.name} has no flavors"
+    if chosen is None:
+        return why
+    if isinstance(chosen.found, Admitted):
+        return chosen.found
+    return _record_plan(result, workload, queue, why, book, held, chosen.found)
+
+
+def _planning_usage(result: CycleResult, book: QuotaBook) -> Usage:
+    """The usage a preemption search reads: as Kueue, as if the victims of this cycle's
+    earlier plans were gone (their quota is still counted for admissions, and their pods'
+    capacity held, until they are)."""
     usage = book.usage
     if result.preemptions:
         # Worked out again only when the quota in use or the plans changed: with a thousand
@@ -648,9 +800,20 @@ def _maybe_preempt(
                         held_now[resource] = held_now.get(resource, 0) - amount
             result.released_usage = (state, usage)
         usage = result.released_usage[1]
-    plan = preempt(workload, queue, usage, held)
-    if plan is None:
-        return why
+    return usage
+
+
+def _record_plan(
+    result: CycleResult,
+    workload: PendingWorkload,
+    queue: QueueSpec,
+    why: str,
+    book: QuotaBook,
+    held: Held,
+    plan: Preemption,
+) -> str:
+    """Record the chosen plan (the preemptor then holds its quota and placement); the
+    pending message names it."""
     victims = {v.key for v in plan.victims}
     if victims & result.targeted:
         return f"{why}; waiting for another workload's preemption of the same workloads"

@@ -14,6 +14,9 @@ from topogate.api.errors import InputError
 from topogate.api.models import ClusterQueue, Cohort, ResourceGroup
 from topogate.api.quantity import QuantityError, parse_quantity, to_units
 
+from .fungibility import DEFAULT as DEFAULT_FUNGIBILITY
+from .fungibility import FlavorFungibility
+
 STRICT_FIFO = "StrictFIFO"
 
 # (cluster queue, flavor) -> resource -> amount: quota is per ClusterQueue and flavor.
@@ -78,6 +81,7 @@ class QueueSpec:
     cohort: str | None = None
     preemption: PreemptionPolicy = PreemptionPolicy()
     weight: float | None = None  # spec.fairSharing.weight (fair sharing; None: 1)
+    fungibility: FlavorFungibility = DEFAULT_FUNGIBILITY  # spec.flavorFungibility
     # Its flavors by name (the first of a name, as a walk in order finds it): the quota
     # arithmetic asks for a queue's flavor millions of times a cycle at a thousand queues.
     by_flavor: Mapping[str, FlavorQuota] = field(init=False, repr=False, compare=False)
@@ -102,6 +106,12 @@ class QueueSpec:
                 borrow.max_priority_threshold if borrow is not None else None,
             )
         weight = spec.fair_sharing.weight if spec.fair_sharing is not None else None
+        fungibility = DEFAULT_FUNGIBILITY
+        if spec.flavor_fungibility is not None:
+            given = spec.flavor_fungibility
+            fungibility = FlavorFungibility(
+                given.when_can_borrow, given.when_can_preempt, given.preference
+            )
         return cls(
             queue.metadata.name,
             spec.queueing_strategy,
@@ -109,6 +119,7 @@ class QueueSpec:
             spec.cohort_of,
             policy,
             _weight(weight),
+            fungibility,
         )
 
 
@@ -479,6 +490,17 @@ class QuotaBook:
             remaining -= max(0, local - node_used)
             cohort = tree.parent[cohort]
         return tree.height(tree.root(queue.cohort))
+
+    def borrowing_level(
+        self, queue: QueueSpec, quota: FlavorQuota, demand: Mapping[str, int]
+    ) -> int:
+        """How far up the tree ``demand`` borrows in this flavor, its worst resource (Kueue's
+        borrowing level in its flavor assigner: 0 within nominal quota or without a cohort)."""
+        if not queue.cohort:
+            return 0
+        return max(
+            (self._borrowing_level(queue, quota, r, a) for r, a in demand.items()), default=0
+        )
 
     def borrows(self, queue: QueueSpec, demand: Mapping[str, int]) -> int:
         """How far up the tree ``demand`` must borrow in the first flavor that covers it: 0

@@ -316,6 +316,56 @@ class ClusterQueuePreemption(ApiModel):
     borrow_within_cohort: BorrowWithinCohort | None = None
 
 
+MAY_STOP_SEARCH = "MayStopSearch"
+TRY_NEXT_FLAVOR = "TryNextFlavor"
+# Kueue v1beta1's older names of MayStopSearch, still accepted there (and so here).
+_OLD_NAMES = {"Borrow": MAY_STOP_SEARCH, "Preempt": MAY_STOP_SEARCH}
+
+
+def _new_name(value: str) -> str:
+    return _OLD_NAMES.get(value, value)
+
+
+class FlavorFungibility(ApiModel):
+    """Kueue's ``spec.flavorFungibility``: whether a workload looks past a flavor where it
+    would borrow (``whenCanBorrow``) or preempt (``whenCanPreempt``) before taking it, and,
+    once every flavor asks one or the other, which it prefers (``preference``). The v1beta1
+    names ``Borrow`` and ``Preempt`` are read as ``MayStopSearch``."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            (
+                # Unset fields are Kueue's defaults (this schema writes none).
+                "!has(self.preference) || (has(self.whenCanBorrow) && "
+                "self.whenCanBorrow == 'TryNextFlavor' && (!has(self.whenCanPreempt) || "
+                "self.whenCanPreempt == 'TryNextFlavor'))",
+                "preference can only be set when both whenCanBorrow and whenCanPreempt are "
+                "TryNextFlavor",
+            ),
+        )
+    )
+
+    when_can_borrow: Annotated[
+        Literal["MayStopSearch", "TryNextFlavor", "Borrow"], AfterValidator(_new_name)
+    ] = "MayStopSearch"
+    when_can_preempt: Annotated[
+        Literal["MayStopSearch", "TryNextFlavor", "Preempt"], AfterValidator(_new_name)
+    ] = "TryNextFlavor"
+    preference: Literal["BorrowingOverPreemption", "PreemptionOverBorrowing"] | None = None
+
+    @model_validator(mode="after")
+    def _preference_needs_both_next(self) -> FlavorFungibility:
+        if self.preference is not None and (
+            self.when_can_borrow != TRY_NEXT_FLAVOR or self.when_can_preempt != TRY_NEXT_FLAVOR
+        ):
+            raise ValueError(
+                f"preference {self.preference} can only be set when both whenCanBorrow and "
+                f"whenCanPreempt are TryNextFlavor (they are {self.when_can_borrow} and "
+                f"{self.when_can_preempt})"
+            )
+        return self
+
+
 class CohortFairSharing(ApiModel):
     """Kueue's ``spec.fairSharing`` of a ClusterQueue or Cohort: its weight in fair sharing
     (``serve --fair-sharing``); unset, 1."""
@@ -363,6 +413,7 @@ class ClusterQueueSpec(ApiModel):
     cohort_name: str | None = Field(default=None, min_length=1, max_length=63)
     preemption: ClusterQueuePreemption | None = None
     fair_sharing: CohortFairSharing | None = None
+    flavor_fungibility: FlavorFungibility | None = None
 
     @property
     def cohort_of(self) -> str | None:

@@ -248,3 +248,25 @@ def test_the_api_server_stores_slices_keeps_domains_and_refuses_a_malformed_slic
     with pytest.raises(client.ApiException) as error:
         admit("w-both", {**written, "domains": old["domains"]})
     assert "set either slices or domains, not both" in str(error.value.body)
+
+
+def test_flavor_fungibility_is_stored_and_its_rules_enforced(crds: client.ApiClient) -> None:
+    def queue(name: str, fungibility: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": "topogate.dev/v1alpha1",
+            "kind": "ClusterQueue",
+            "metadata": {"name": name},
+            "spec": {"resourceGroups": [], "flavorFungibility": fungibility},
+        }
+
+    pob = {"whenCanBorrow": "TryNextFlavor", "preference": "PreemptionOverBorrowing"}
+    stored = _create(crds, "clusterqueues", queue("crd-fungible", pob))
+    assert stored["spec"]["flavorFungibility"] == pob
+    refused = _refused(
+        crds, "clusterqueues", queue("crd-fungible2", {"whenCanPreempt": "Sometimes"})
+    )
+    assert "spec.flavorFungibility.whenCanPreempt: Unsupported value" in refused
+    # preference with whenCanBorrow left to its default (MayStopSearch) is refused.
+    assert "preference can only be set when both whenCanBorrow and whenCanPreempt" in _refused(
+        crds, "clusterqueues", queue("crd-fungible3", {"preference": "PreemptionOverBorrowing"})
+    )

@@ -513,11 +513,9 @@ def test_kueue_fs_prefer_reclamation_over_priority_based_preemption() -> None:
     other-beta (3) borrows 2 on spot with b1; alpha's 8-GPU preemptor takes b1 by fair
     sharing rather than its own a1.
 
-    DIFFERENCE (docs/differences-from-kueue.md): both flavors need preemption; Kueue's flavor
-    assigner prefers the flavor where it can reclaim (spot) over one where it must preempt by
-    priority in its own queue; topogate takes the first flavor where a preemption makes the
-    gang fit (on-demand), so a1 goes (InClusterQueue). Both are valid fair outcomes; the
-    choice of flavor is the difference."""
+    Both flavors need preemption; by Kueue's default flavor fungibility the flavor where it
+    can reclaim from another queue (spot) is preferred to one where it must preempt by
+    priority in its own queue (on-demand, a1)."""
     gpu = "gpu"
     queues = [
         QueueSpec(
@@ -543,7 +541,5 @@ def test_kueue_fs_prefer_reclamation_over_priority_based_preemption() -> None:
         "eng-alpha/preemptor", "other-alpha", 100, ADMITTED, PlacementRequest("p", (one,))
     )
     plans, admissions = _cycle(queues, admitted, [preemptor])
-    kueue = {"eng-alpha/preemptor": {("eng-beta/b1", "InCohortFairSharing")}}
-    assert plans != kueue
-    assert plans == {"eng-alpha/preemptor": {("eng-alpha/a1", "InClusterQueue")}}
+    assert plans == {"eng-alpha/preemptor": {("eng-beta/b1", "InCohortFairSharing")}}
     assert admissions == []

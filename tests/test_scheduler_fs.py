@@ -26,6 +26,12 @@ import pytest
 
 from topogate.admission.cycle import admission_cycle
 from topogate.admission.fairpreemption import plan_fair_preemption
+from topogate.admission.fungibility import DEFAULT as DEFAULT_FUNGIBILITY
+from topogate.admission.fungibility import (
+    PREEMPTION_OVER_BORROWING,
+    TRY_NEXT_FLAVOR,
+    FlavorFungibility,
+)
 from topogate.admission.lanes import PendingWorkload
 from topogate.admission.preemption import Running
 from topogate.admission.quota import (
@@ -77,8 +83,9 @@ def _cq(
     strategy: str = "BestEffortFIFO",
     policy: PreemptionPolicy = NO_PREEMPTION,
     weight: float | None = None,
+    fungibility: FlavorFungibility = DEFAULT_FUNGIBILITY,
 ) -> QueueSpec:
-    return QueueSpec(name, strategy, flavors, cohort, policy, weight)
+    return QueueSpec(name, strategy, flavors, cohort, policy, weight, fungibility)
 
 
 def _table_queues() -> list[QueueSpec]:
@@ -589,7 +596,12 @@ def test_overlapping_targets_recomputed_as_kueue_by_default() -> None:
     assert outcome.pending == {"eng-alpha/preemptor", "eng-beta/pretending-preemptor"}
 
 
-def _most_local_capacity(fair_sharing: bool) -> Outcome:
+# Kueue's queue1 and fs-pob-cq look past a flavor where they would borrow or preempt.
+TRY_NEXT = FlavorFungibility(TRY_NEXT_FLAVOR, TRY_NEXT_FLAVOR)
+POB_FUNGIBILITY = FlavorFungibility(TRY_NEXT_FLAVOR, TRY_NEXT_FLAVOR, PREEMPTION_OVER_BORROWING)
+
+
+def _most_local_capacity(fair_sharing: bool, fungibility: FlavorFungibility = TRY_NEXT) -> Outcome:
     cohorts = [
         CohortSpec(
             "root-cohort", None, (_fq("on-demand", {"gpu": "2"}), _fq("spot", {"gpu": "0"}))
@@ -607,6 +619,7 @@ def _most_local_capacity(fair_sharing: bool) -> Outcome:
             _fq("on-demand", {"gpu": "3"}),
             _fq("spot", {"gpu": "3"}),
             policy=LOWER_AND_RECLAIM,
+            fungibility=fungibility,
         )
     ]
     admitted = [
@@ -617,15 +630,6 @@ def _most_local_capacity(fair_sharing: bool) -> Outcome:
     return _cycle(queues, admitted, pending, cohorts, fair_sharing)
 
 
-MOST_LOCAL = (
-    "flavorFungibility is not read: Kueue's queue1 has whenCanBorrow: TryNextFlavor, so its "
-    "assigner weighs both flavors and takes spot (borrowed from child-cohort, one level up) "
-    "over on-demand (borrowed from root-cohort); topogate takes the first flavor that fits, "
-    "on-demand (docs/differences-from-kueue.md)"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=MOST_LOCAL)
 @pytest.mark.parametrize(
     "fair_sharing",
     [
@@ -634,8 +638,9 @@ MOST_LOCAL = (
     ],
 )
 def test_prefer_flavor_with_most_local_capacity(fair_sharing: bool) -> None:
-    """ "prefer flavor with most local capacity" (with fair sharing, and without): a3 is
-    admitted on spot, borrowing from the nearer cohort."""
+    """ "prefer flavor with most local capacity" (with fair sharing, and without): queue1's
+    whenCanBorrow: TryNextFlavor weighs both flavors; a3 is admitted on spot, borrowing from
+    child-cohort (level 1) rather than on-demand from root-cohort (level 2)."""
     outcome = _most_local_capacity(fair_sharing)
     assert outcome.admitted == {
         "default/a1": "on-demand",
@@ -646,13 +651,14 @@ def test_prefer_flavor_with_most_local_capacity(fair_sharing: bool) -> None:
 
 
 @pytest.mark.parametrize("fair_sharing", [True, False])
-def test_topogate_takes_the_first_flavor_that_fits(fair_sharing: bool) -> None:
-    """topogate's outcome of the case above: a3 on on-demand, the first flavor it fits."""
-    outcome = _most_local_capacity(fair_sharing)
+def test_default_fungibility_takes_the_first_flavor_that_fits(fair_sharing: bool) -> None:
+    """The case above with Kueue's defaults (whenCanBorrow: MayStopSearch): the walk stops
+    at the first flavor that fits, borrowing or not: a3 on on-demand."""
+    outcome = _most_local_capacity(fair_sharing, FlavorFungibility())
     assert outcome.admitted["default/a3"] == "on-demand"
 
 
-def _preemption_over_borrowing() -> Outcome:
+def _preemption_over_borrowing(fungibility: FlavorFungibility = POB_FUNGIBILITY) -> Outcome:
     queues = [
         _cq(
             "fs-pob-cq",
@@ -661,6 +667,7 @@ def _preemption_over_borrowing() -> Outcome:
             _fq("spot", {CPU: "0"}, {CPU: "5"}),
             policy=PreemptionPolicy("LowerPriority"),
             weight=1,
+            fungibility=fungibility,
         ),
         _cq(
             "fs-pob-lender",
@@ -675,14 +682,6 @@ def _preemption_over_borrowing() -> Outcome:
     return _cycle(queues, admitted, pending)
 
 
-POB = (
-    "flavorFungibility is not read: Kueue's fs-pob-cq prefers PreemptionOverBorrowing, so it "
-    "preempts fs-low-pob on on-demand rather than borrow spot; topogate admits on the first "
-    "flavor that fits without preemption, spot (docs/differences-from-kueue.md)"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=POB)
 def test_preemption_over_borrowing_preempts_in_first_flavor() -> None:
     """ "PreemptionOverBorrowing with fair sharing: preempt in first flavor instead of
     borrowing in second": fs-high-pob preempts its queue's fs-low-pob on on-demand and waits
@@ -693,8 +692,9 @@ def test_preemption_over_borrowing_preempts_in_first_flavor() -> None:
     assert outcome.pending == {"default/fs-high-pob"}
 
 
-def test_topogate_borrows_rather_than_preempts() -> None:
-    """topogate's outcome of the case above: fs-high-pob borrows spot, nobody is preempted."""
-    outcome = _preemption_over_borrowing()
+def test_default_fungibility_borrows_rather_than_preempts() -> None:
+    """The case above with Kueue's defaults: a fit (borrowing spot) ends the walk before any
+    preemption is weighed; fs-high-pob borrows spot, nobody is preempted."""
+    outcome = _preemption_over_borrowing(FlavorFungibility())
     assert outcome.preempting == {}
     assert outcome.admitted["default/fs-high-pob"] == "spot"

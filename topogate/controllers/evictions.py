@@ -279,6 +279,10 @@ def preemptor(
             pairs = _running(state)
             running = RunningIndex([r for r, _ in pairs])
             candidates = tuple(value for _, value in pairs)
+        if queue is not queues.get(queue.name):
+            # Asked about some of its flavors (flavor fungibility weighing them): the memos
+            # hold whole-queue searches, so this one is neither answered nor kept by them.
+            return _plan(workload, queue, usage, held, running)
         if nothing.known(workload, queue, usage, held, running, candidates):
             return None
         found = _plan(workload, queue, usage, held, running)
