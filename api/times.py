@@ -3,6 +3,7 @@ clock is read in ``topogate.clock``."""
 
 from __future__ import annotations
 
+import contextlib
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +24,14 @@ def parse_time(value: Any) -> float | None:
     """A metav1.Time as a POSIX timestamp; None when absent or malformed."""
     if not isinstance(value, str):
         return None
+    if (
+        len(value) == 20
+        and value[4] + value[7] + value[10] + value[13] + value[16] + value[19] == "--T::Z"
+    ):
+        # The form the API server writes, read by the C parser (strptime cost a visible
+        # share of serve's CPU per admission); anything else goes the strict way below.
+        with contextlib.suppress(ValueError):
+            return datetime.fromisoformat(value).timestamp()
     try:
         return datetime.strptime(value, TIME_FORMAT).replace(tzinfo=UTC).timestamp()
     except ValueError:

@@ -130,3 +130,29 @@ def test_an_admission_whose_usage_is_no_quantity_still_counts_as_running() -> No
     handler(state.store.objects(WORKLOADS)["ml/a"], bad)
     assert set(state.workloads.running()) == {"ml/a"} and set(state.workloads.waiting()) == set()
     assert state.workloads.quota_of("ml/a") == {}
+
+
+def test_the_quota_kept_follows_a_changed_admission() -> None:
+    # The quota is parsed once per admission and kept while the admission stays equal: a
+    # new version whose admission differs (another flavor or amount) must replace it.
+    state = ControllerState()
+    handler = state.handler(WORKLOADS)
+    first = _workload("a", 1, admitted=True, finished=False)
+    handler(None, first)
+    assert state.workloads.quota_of("ml/a") == {("cq", "f"): {"cpu": 1000}}
+    same = _workload("a", 2, admitted=True, finished=False)  # only the version changed
+    handler(first, same)
+    assert state.workloads.quota_of("ml/a") == {("cq", "f"): {"cpu": 1000}}
+    changed = _workload("a", 3, admitted=True, finished=False)
+    changed["status"]["admission"] = {
+        "clusterQueue": "cq",
+        "podSetAssignments": [
+            {"name": "main", "count": 1, "flavors": {"cpu": "g"}, "resourceUsage": {"cpu": "3"}}
+        ],
+    }
+    handler(same, changed)
+    assert state.workloads.quota_of("ml/a") == {("cq", "g"): {"cpu": 3000}}
+    assert state.workloads.quota_in_use() == {("cq", "g"): {"cpu": 3000}}
+    finished = _workload("a", 4, admitted=True, finished=True)
+    handler(changed, finished)
+    assert state.workloads.quota_of("ml/a") == {}

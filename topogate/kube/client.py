@@ -12,6 +12,7 @@ This is the one module that loads a kubeconfig: :meth:`Kube.connect` for every c
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -24,6 +25,7 @@ import yaml
 from kubernetes.aio import config as aio_config
 from kubernetes.aio.client.configuration import Configuration
 from kubernetes.aio.client.rest import RESTClientObject
+from yarl import URL
 
 from topogate.api.errors import InputError
 
@@ -147,9 +149,11 @@ class Kube:
                 headers[str(setting["key"])] = str(setting["value"])
         return headers
 
-    def _url(self, path: str, params: Mapping[str, Any] | None) -> str:
+    def _url(self, path: str, params: Mapping[str, Any] | None) -> URL:
         query = {k: v for k, v in (params or {}).items() if v is not None}
-        return f"{self._host}{path}" + (f"?{urlencode(query)}" if query else "")
+        # Already encoded (resource paths are DNS names, the query urlencoded): aiohttp would
+        # otherwise parse and requote the text on every request.
+        return URL(f"{self._host}{path}" + (f"?{urlencode(query)}" if query else ""), encoded=True)
 
     async def request(
         self,
@@ -169,7 +173,7 @@ class Kube:
             self._url(path, params),
             data=None if body is None else orjson.dumps(body),
             headers=headers,
-            timeout=self._timeout or aiohttp.ClientTimeout(total=seconds),
+            timeout=self._timeout or _total(seconds),
         ) as response:
             raw = await response.read()
             if response.status >= 300:
@@ -297,6 +301,12 @@ def context_namespace(kubeconfig: str) -> str | None:
     context = current.get("context") if isinstance(current, Mapping) else None
     namespace = context.get("namespace") if isinstance(context, Mapping) else None
     return str(namespace) if namespace else None
+
+
+@functools.lru_cache(maxsize=8)
+def _total(seconds: float) -> aiohttp.ClientTimeout:
+    """A request's timeout, one object per value (it is immutable; every write asks for one)."""
+    return aiohttp.ClientTimeout(total=seconds)
 
 
 def _loads(raw: bytes) -> Any:

@@ -189,11 +189,12 @@ class ControllerState:
         if owner is not None:
             self.signals.job(*owner)
         self.ledger.workload_changed(key, new)
+        words_only = only_waiting_words_changed(old, new)  # a pending message decides nothing
         if new is not None and not is_finished(new) and is_admitted(new):
             self.signals.ungate_workload(key)
-        elif not only_waiting_words_changed(old, new):  # a pending message decides nothing
+        elif not words_only:
             self.signals.admit()
-        if not only_waiting_words_changed(old, new):
+        if not words_only:
             self.workload_changes += 1
 
     def _on_native_podgroup(self, old: Obj | None, new: Obj | None) -> None:

@@ -41,6 +41,11 @@ class WorkloadIndex:
         # The quota each unfinished workload with an admission (written or being written)
         # holds, parsed once per change rather than once per cycle.
         self._quota: dict[str, Usage] = {}
+        # The admission each quota above was parsed from: most changes to an admitted
+        # Workload (our write coming back, its Finished condition, assume then confirm) leave
+        # the admission equal, and parsing its quantities again was a visible share of serve's
+        # CPU per admission. Compared by value (watch objects are replaced, never mutated).
+        self._parsed: dict[str, Obj] = {}
 
     def waiting(self) -> frozenset[str]:
         """Unfinished workloads with no admission written or being written."""
@@ -83,10 +88,13 @@ class WorkloadIndex:
         running = live and self._ledger.admission_of(key) is not None
         waiting = live and not running and not self._ledger.is_assumed(key)
         reserved = self._ledger.reserved(key) if live else None
-        self._quota.pop(key, None)
-        if reserved is not None:
+        if reserved is None or self._parsed.get(key) != reserved:
+            self._quota.pop(key, None)
+            self._parsed.pop(key, None)
+        if reserved is not None and key not in self._parsed:
             try:
                 self._quota[key] = usage_of([checked_admission(reserved)])
+                self._parsed[key] = reserved
             except InputError as error:  # counted as no quota; the sets below still move
                 log.warning("Workload %s: quota in use not counted: %s", key, error.describe())
         for members, belongs in ((self._running, running), (self._waiting, waiting)):
