@@ -206,11 +206,11 @@ def _spawn(plane: ControlPlane, bin_dir: Path, port: int, probe: int, directory:
 
 
 @contextlib.contextmanager
-def _rotator_file(cert: bytes, plane: ControlPlane, timeout: float = 180.0) -> Iterator[None]:
+def _rotator_file(cert: bytes, plane: ControlPlane, timeout: float = 240.0) -> Iterator[None]:
     """The rotator's file, there while the block runs; one plane of the machine at a time (a
-    lock on the file's top directory, /tmp: held by another plane's start for a minute at most,
-    and released by the kernel with a process that dies). Removed after, with the directories
-    made for it, unless it was there before."""
+    lock on the file's top directory, /tmp: another plane holds it until its operator is ready,
+    3 minutes at the most, and the kernel releases it with a process that dies). Removed
+    after, with the directories made for it, unless it was there before."""
     from topogate.testing.controlplane import ControlPlaneError
 
     top = ROTATOR_CERT.parents[2]  # /tmp
