@@ -217,13 +217,17 @@ async def test_reviews_are_served_while_128_idle_connections_are_held_and_reopen
         context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
         port = served.site.port
         stop = asyncio.Event()
-        reopened = [0]
+        established, reopened = [0], [0]
 
         async def hold() -> None:
             while not stop.is_set():
-                reader, writer = await asyncio.open_connection(
-                    "127.0.0.1", port, ssl=context, server_hostname="127.0.0.1"
-                )
+                try:
+                    reader, writer = await asyncio.open_connection(
+                        "127.0.0.1", port, ssl=context, server_hostname="127.0.0.1"
+                    )
+                except (ConnectionError, ssl.SSLError):
+                    continue  # closed in its handshake (made room for another): again
+                established[0] += 1
                 try:
                     await _closed_after(reader, clock, 60.0)  # held until the server closes it
                 finally:
@@ -231,10 +235,13 @@ async def test_reviews_are_served_while_128_idle_connections_are_held_and_reopen
                 reopened[0] += 1
 
         holders = [asyncio.create_task(hold()) for _ in range(limits.max_connections)]
-        deadline = time.monotonic() + 10
-        while served.site.open_connections() < limits.max_connections:
-            assert time.monotonic() < deadline
+        # The cap held by idle TLS connections, every handshake done (accepted is not enough:
+        # on a loaded machine the reviews would displace handshakes, not idle connections).
+        deadline = time.monotonic() + 60
+        while established[0] < limits.max_connections:
+            assert time.monotonic() < deadline, f"{established[0]} connections made in 60 s"
             await asyncio.sleep(0.05)
+        assert served.site.open_connections() == limits.max_connections
         answers, waits = [], []
         for _ in range(20):
             mark = clock.start()
