@@ -14,6 +14,7 @@ binding, eviction and requeue.
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,6 +33,7 @@ from tests.test_preemption_e2e import (
     queue,
     urgent_job,
 )
+from topogate.testing import mpioperator
 from topogate.testing.controlplane import ControlPlane
 from topogate.testing.localcluster import create_all
 
@@ -239,3 +241,15 @@ def test_a_preempted_mpijob_is_suspended_loses_its_pods_and_runs_again(
     again = next(w for w in pool.workloads() if w["metadata"]["name"] == name)
     assert condition(again, "Admitted")["status"] == "True"  # type: ignore[index]
     in_rank_order(again, pods)
+
+
+def test_its_health_check_listens_on_the_port_the_plane_chose(cluster: ControlPlane) -> None:
+    """Upstream serves it on 8080 of every interface; build.sh's binary takes the free port the
+    plane gave it, so another plane on the machine can run the operator too."""
+    port = eventually(lambda: mpioperator.health_port(cluster), 30)
+    assert port != mpioperator.UPSTREAM_HEALTH_PORT, (
+        "the operator ignores MPI_OPERATOR_HEALTH_PORT: built before build.sh added "
+        "mpi-operator-health-port.go? run hack/controlplane/build.sh"
+    )
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as answer:
+        assert answer.status == 200

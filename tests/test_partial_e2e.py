@@ -14,9 +14,11 @@ from tests.cluster import api_client, eventually
 from tests.test_e2e import RACK, Pool, Serve, all_bound, condition, job, submit
 from tests.test_preemption_e2e import (
     bound_with_kubelet,
+    evicted_and_gone,
     local_queue,
     queue,
     suspended,
+    urgent_job,
     with_priority,
 )
 from topogate.cli import main
@@ -79,7 +81,8 @@ def test_a_preempted_partial_job_gets_its_parallelism_back_and_runs_again(
     partial = with_priority(job("part", 4, annotations=REQUIRED_RACK, queue="urgent"), low)
     partial["metadata"]["annotations"] = {MIN: "1"}
     submit(pool, partial)
-    eventually(lambda: all_bound(pool, "batch.kubernetes.io/job-name=part", 2), 60)
+    selector = "batch.kubernetes.io/job-name=part"
+    first = eventually(lambda: all_bound(pool, selector, 2), 60)
     batch = client.BatchV1Api(api_client(pool.plane))
 
     def parallelism() -> int | None:
@@ -87,7 +90,10 @@ def test_a_preempted_partial_job_gets_its_parallelism_back_and_runs_again(
         return spec.parallelism if spec is not None else None
 
     assert parallelism() == 2
-    submit(pool, with_priority(job("urgent", 2, annotations=REQUIRED_RACK, queue="urgent"), high))
+    evicted = pool.workload_of("part")
+    assert evicted is not None
+    submit(pool, urgent_job(high, job("urgent", 2)["spec"]["template"]["spec"]))
+    eventually(lambda: evicted_and_gone(pool, evicted["metadata"]["name"], selector, first), 90)
     eventually(lambda: suspended(pool, "part") and parallelism() == 4, 60)
     eventually(lambda: bound_with_kubelet(pool, "urgent", 2), 90)
     batch.delete_namespaced_job("urgent", pool.namespace, propagation_policy="Background")

@@ -18,9 +18,9 @@ import pytest
 from kubernetes import client
 
 from tests import test_e2e
+from tests import test_preemption_e2e as preempting
 from tests.cluster import eventually
 from tests.test_e2e import HOST, POOL, RACK, Pool, Serve, all_bound, condition, submit
-from tests.test_preemption_e2e import kubelet, local_queue, priority_class, queue
 from topogate.testing.controlplane import ControlPlane
 from topogate.testing.localcluster import create_all
 
@@ -114,6 +114,10 @@ def get(pool: Pool, plural: str, name: str) -> dict[str, Any]:
     return found
 
 
+# The preempting Job's pod: one 8-GPU container, as the Ray pods.
+URGENT_POD = pod_template(8, {})["spec"]
+
+
 def preemption_queue(pool: Pool) -> str:
     """A queue that preempts by priority, and a priority class above the Ray objects'."""
     policy = {"preemption": {"withinClusterQueue": "LowerPriority"}}
@@ -121,33 +125,12 @@ def preemption_queue(pool: Pool) -> str:
     create_all(
         pool.plane.kubeconfig,
         [
-            queue(pool, f"{pool.name}-p", 64, **policy),
-            local_queue(pool, "urgent", f"{pool.name}-p"),
-            priority_class(high_class, 1000),
+            preempting.queue(pool, f"{pool.name}-p", 64, **policy),
+            preempting.local_queue(pool, "urgent", f"{pool.name}-p"),
+            preempting.priority_class(high_class, 1000),
         ],
     )
     return high_class
-
-
-def urgent_job(pods: int, high_class: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "urgent", "labels": {QUEUE: "urgent"}},
-        "spec": {
-            "parallelism": pods,
-            "completions": pods,
-            "completionMode": "Indexed",
-            "template": {
-                "metadata": {"annotations": {REQUIRED: RACK}},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "priorityClassName": high_class,
-                    **pod_template(8, {})["spec"],
-                },
-            },
-        },
-    }
 
 
 def test_a_raycluster_lands_in_one_rack_head_and_workers_together(serve: Serve, pool: Pool) -> None:
@@ -181,29 +164,21 @@ def test_a_preempted_raycluster_is_suspended_loses_its_pods_and_runs_again(
     high_class = preemption_queue(pool)
     submit(pool, raycluster("low", workers=2, queue="urgent"))
     first = eventually(lambda: all_bound(pool, RAY_PODS, 3), 120)
-    submit(pool, urgent_job(3, high_class))
-
-    def suspended_and_gone() -> bool:
-        kubelet(pool)  # the deleted pods end (no kubelet runs here)
-        gone = {p.metadata.uid for p in first}.isdisjoint(
-            {p.metadata.uid for p in pool.pods(RAY_PODS)}
-        )
-        return bool(get(pool, "rayclusters", "low")["spec"].get("suspend")) and gone
-
-    eventually(suspended_and_gone, 90)
-    job_pods = eventually(lambda: all_bound(pool, "batch.kubernetes.io/job-name=urgent", 3), 90)
-    assert racks_of(pool, job_pods) == {"r0"}
-    workload = next(
-        w for w in pool.workloads() if w["metadata"]["ownerReferences"][0]["name"] == "low"
+    [workload] = pool.workloads()
+    submit(pool, preempting.urgent_job(high_class, URGENT_POD))
+    eventually(
+        lambda: preempting.evicted_and_gone(pool, workload["metadata"]["name"], RAY_PODS, first), 90
     )
-    assert condition(workload, "Evicted")
+    assert get(pool, "rayclusters", "low")["spec"]["suspend"] is True
+    job_pods = eventually(lambda: all_bound(pool, "batch.kubernetes.io/job-name=urgent", 2), 90)
+    assert racks_of(pool, job_pods) == {"r0"}
     assert not pool.pods(RAY_PODS)  # suspended: the operator makes no pods
 
     batch = client.BatchV1Api(pool.api)
     batch.delete_namespaced_job("urgent", pool.namespace, propagation_policy="Background")
 
     def rebound() -> list[Any] | None:
-        kubelet(pool)
+        preempting.kubelet(pool)
         return all_bound(pool, RAY_PODS, 3)
 
     pods = eventually(rebound, 120)
@@ -238,24 +213,24 @@ def test_a_rayjob_runs_its_cluster_in_one_rack_and_is_requeued_when_preempted(
     for pod in pods:
         assert pod.metadata.annotations["topogate.dev/workload"] == workload["metadata"]["name"]
 
-    submit(pool, urgent_job(3, high_class))
+    submit(pool, preempting.urgent_job(high_class, URGENT_POD))
+    eventually(
+        lambda: preempting.evicted_and_gone(pool, workload["metadata"]["name"], RAY_PODS, pods), 120
+    )
 
-    def suspended_and_gone() -> bool:
-        kubelet(pool)
+    def suspended() -> bool:
         now = get(pool, "rayjobs", "train")
-        return (
-            now["spec"]["suspend"] is True
-            and (now.get("status") or {}).get("jobDeploymentStatus") == "Suspended"
-            and not pool.pods(RAY_PODS)
-        )
+        status = (now.get("status") or {}).get("jobDeploymentStatus")
+        return now["spec"]["suspend"] is True and status == "Suspended"
 
-    eventually(suspended_and_gone, 120)
-    eventually(lambda: all_bound(pool, "batch.kubernetes.io/job-name=urgent", 3), 90)
+    eventually(suspended, 60)
+    assert not pool.pods(RAY_PODS)  # its RayCluster is gone with its pods
+    eventually(lambda: all_bound(pool, "batch.kubernetes.io/job-name=urgent", 2), 90)
     batch = client.BatchV1Api(pool.api)
     batch.delete_namespaced_job("urgent", pool.namespace, propagation_policy="Background")
 
     def rebound() -> list[Any] | None:
-        kubelet(pool)
+        preempting.kubelet(pool)
         return all_bound(pool, RAY_PODS, 3)
 
     again = eventually(rebound, 120)

@@ -18,13 +18,16 @@
 #   kuberay-operator                github.com/ray-project/kuberay/ray-operator (RayCluster, RayJob;
 #     kuberay-crd.yaml              a wrapper module) with its CRDs (config/crd/bases); no webhooks
 #   mpi-operator                    github.com/kubeflow/mpi-operator (MPIJob kubeflow.org/v2beta1; a
-#     mpi-operator-crd.yaml         wrapper module) with its CRD (manifests/base); no webhooks
+#     mpi-operator-crd.yaml         wrapper module) with its CRD (manifests/base); no webhooks. Built
+#                                   from a copy of the module plus mpi-operator-health-port.go (its
+#                                   fixed health port 8080 taken from $MPI_OPERATOR_HEALTH_PORT),
+#                                   keyed "<v>-healthport"
 #   trainer-controller-manager      github.com/kubeflow/trainer/v2 (Kubeflow Trainer v2: TrainJob,
 #     trainer-crd.yaml              TrainingRuntime, ClusterTrainingRuntime; a wrapper module) with
 #     trainer-webhooks.yaml         its CRDs (manifests/base/crds) and webhooks (manifests/base/webhook)
 #
 # Outputs live outside the repository, keyed by version:
-#   ${TOPOGATE_CACHE:-~/.cache/topogate}/controlplane/kube-<v>-etcd-<v>-kustomize-<v>-jobset-<v>-lws-<v>-training-operator-<v>-kuberay-<v>-mpi-operator-<v>-trainer-<v>/bin
+#   ${TOPOGATE_CACHE:-~/.cache/topogate}/controlplane/kube-<v>-etcd-<v>-kustomize-<v>-jobset-<v>-lws-<v>-training-operator-<v>-kuberay-<v>-mpi-operator-<v>-healthport-trainer-<v>/bin
 # A warm machine returns at once; a cold one needs the Go module proxy and many minutes.
 set -euo pipefail
 
@@ -47,11 +50,15 @@ KUBERAY_VERSION=${KUBERAY_VERSION:-v1.6.2}
 # v0.8.2: the MPIJob v2beta1 operator Kueue v0.19.0 builds against; the module proxy serves this
 # exact version (its version list answers 403).
 MPI_OPERATOR_VERSION=${MPI_OPERATOR_VERSION:-v0.8.2}
+# The binary differs from the release's by the health port file: its own key, so that an entry
+# built before it is not reused.
+MPI_OPERATOR_BUILD=$MPI_OPERATOR_VERSION-healthport
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # v2.2.1: the Trainer Kueue v0.19.0 builds against; the proxy here lists only v2.0.0 but serves
 # v2.1.0, v2.2.0 and v2.2.1 by exact version (v2.0.0 cannot put labels on a TrainJob's pods).
 TRAINER_VERSION=${TRAINER_VERSION:-v2.2.1}
 CACHE=${TOPOGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/topogate}
-OUT=$CACHE/controlplane/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-kustomize-$KUSTOMIZE_VERSION-jobset-$JOBSET_VERSION-lws-$LWS_VERSION-training-operator-$TRAINING_OPERATOR_VERSION-kuberay-$KUBERAY_VERSION-mpi-operator-$MPI_OPERATOR_VERSION-trainer-$TRAINER_VERSION
+OUT=$CACHE/controlplane/kube-$KUBE_VERSION-etcd-$ETCD_VERSION-kustomize-$KUSTOMIZE_VERSION-jobset-$JOBSET_VERSION-lws-$LWS_VERSION-training-operator-$TRAINING_OPERATOR_VERSION-kuberay-$KUBERAY_VERSION-mpi-operator-$MPI_OPERATOR_BUILD-trainer-$TRAINER_VERSION
 BIN=$OUT/bin
 
 KUBE_TOOLS="kube-apiserver kube-scheduler kube-controller-manager"
@@ -203,11 +210,19 @@ build_kuberay() {
 build_mpi_operator() {
   tool_module mpi-operator github.com/kubeflow/mpi-operator "$MPI_OPERATOR_VERSION" \
     github.com/kubeflow/mpi-operator/cmd/mpi-operator
-  log "compiling the MPI operator $MPI_OPERATOR_VERSION"
+  local dir copy=$CACHE/src/mpi-operator-$MPI_OPERATOR_VERSION/module
+  go mod edit -dropreplace github.com/kubeflow/mpi-operator  # left by a build that failed
+  dir=$(go list -m -f '{{.Dir}}' github.com/kubeflow/mpi-operator)
+  # Go builds no added file into a module of its module cache: a writable copy, replaced in.
+  rm -rf "$copy"
+  cp -r "$dir" "$copy"
+  chmod -R u+w "$copy"
+  cp "$HERE/mpi-operator-health-port.go" "$copy/cmd/mpi-operator/app/zz_topogate_health_port.go"
+  go mod edit -replace "github.com/kubeflow/mpi-operator=./module"
+  log "compiling the MPI operator $MPI_OPERATOR_VERSION (its health port movable)"
   go build -p 2 -trimpath -ldflags "-s -w" -o "$staging/mpi-operator" \
     github.com/kubeflow/mpi-operator/cmd/mpi-operator
-  local dir
-  dir=$(go list -m -f '{{.Dir}}' github.com/kubeflow/mpi-operator)
+  go mod edit -dropreplace github.com/kubeflow/mpi-operator
   # The v2beta1 CRD; training-operator's own MPIJob CRD (v1, the same name mpijobs.kubeflow.org)
   # is never installed: the plane runs training-operator for PyTorchJob only.
   cp "$dir/manifests/base/kubeflow.org_mpijobs.yaml" "$staging/mpi-operator-crd.yaml"
@@ -250,7 +265,7 @@ reuse "*-lws-$LWS_VERSION*" lws-controller lws-crd.yaml lws-webhooks.yaml
 reuse "*-training-operator-$TRAINING_OPERATOR_VERSION*" training-operator training-operator-crd.yaml \
   training-operator-webhooks.yaml
 reuse "*-kuberay-$KUBERAY_VERSION*" kuberay-operator kuberay-crd.yaml
-reuse "*-mpi-operator-$MPI_OPERATOR_VERSION*" mpi-operator mpi-operator-crd.yaml
+reuse "*-mpi-operator-$MPI_OPERATOR_BUILD-*" mpi-operator mpi-operator-crd.yaml
 reuse "*-trainer-$TRAINER_VERSION*" trainer-controller-manager trainer-crd.yaml trainer-webhooks.yaml
 [ -x "$staging/etcd" ] || build_etcd
 for tool in $KUBE_TOOLS; do

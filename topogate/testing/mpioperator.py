@@ -10,8 +10,11 @@ workers and suspends the launcher Job. It has no webhook.
 
 Two things of its command need care here: it always runs leader election (its Lease
 ``mpi-operator`` goes in ``default``, a namespace every API server has), and it serves its
-health check on the fixed port 8080 of every interface (no flag moves it), so one plane at a
-time on a machine can run it. It is ready when it holds its Lease.
+health check on port 8080 of every interface, a constant of its source that no flag moves.
+build.sh builds it with one file of ours added (hack/controlplane/mpi-operator-health-port.go)
+that takes the port from ``MPI_OPERATOR_HEALTH_PORT``: each plane gives it a free port, so two
+planes run on one machine (a binary built without the file still takes 8080:
+:func:`health_port` says which). It is ready when it holds its Lease.
 
 Kubeflow's training-operator v1.8.1 also serves an MPIJob (kubeflow.org/v1) from a CRD of the
 same name, ``mpijobs.kubeflow.org``: the plane never installs that one (it runs the
@@ -20,6 +23,7 @@ training-operator with PyTorchJob's scheme only), so both operators can run on o
 
 from __future__ import annotations
 
+import re
 import urllib.error
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,7 +36,9 @@ if TYPE_CHECKING:
 NAME = "mpi-operator"
 CRD = "mpijobs.kubeflow.org"
 LOCK_NAMESPACE = "default"
-HEALTH_PORT = 8080  # fixed in the operator's source
+UPSTREAM_HEALTH_PORT = 8080  # fixed in the operator's source
+HEALTH_PORT_ENV = "MPI_OPERATOR_HEALTH_PORT"  # read by the file build.sh adds
+_LISTENING = re.compile(rb"Start listening to (\d+) for health check")
 
 
 def install_crd(plane: ControlPlane, bin_dir: Path) -> None:
@@ -48,7 +54,7 @@ def install_crd(plane: ControlPlane, bin_dir: Path) -> None:
 def start(plane: ControlPlane, bin_dir: Path) -> None:
     """Install the CRD, start the operator on all namespaces, and wait until it leads."""
     # Imported here: controlplane imports this module.
-    from topogate.testing.controlplane import ControlPlaneError
+    from topogate.testing.controlplane import ControlPlaneError, free_port
 
     if not (bin_dir / NAME).is_file():
         raise ControlPlaneError(
@@ -67,9 +73,21 @@ def start(plane: ControlPlane, bin_dir: Path) -> None:
             "--kube-api-burst=100",
         ],
         # KUBECONFIG would override the flag; the namespace variable would scope it.
-        env={"KUBECONFIG": str(plane.kubeconfig), "KUBEFLOW_NAMESPACE": ""},
+        env={
+            "KUBECONFIG": str(plane.kubeconfig),
+            "KUBEFLOW_NAMESPACE": "",
+            HEALTH_PORT_ENV: str(free_port()),
+        },
     )
     plane._wait_for(lambda: _leading(plane), "mpi-operator holding its Lease", 60)
+
+
+def health_port(plane: ControlPlane) -> int | None:
+    """The port the plane's operator serves its health check on, as its log says (8080: a
+    binary built without build.sh's file), or None before it says."""
+    log = plane.directory / f"{NAME}.log"
+    found = _LISTENING.findall(log.read_bytes()) if log.exists() else []
+    return int(found[-1]) if found else None
 
 
 def _leading(plane: ControlPlane) -> bool:

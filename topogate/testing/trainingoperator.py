@@ -12,14 +12,24 @@ and (3) writes the CA into the ValidatingWebhookConfiguration
 the Secret is written beforehand with a CA of our own (RSA, PKCS#1: the rotator parses no
 other key) and a serving certificate also valid for 127.0.0.1, the webhook server reads them
 from the operator's own TMPDIR, and the configuration points at 127.0.0.1.
+
+The rotator's path is a constant of its source (no flag, not under TMPDIR), and it looks for
+the file once, when it starts: the file is written there only for that moment, one plane of
+the machine at a time (a lock), and removed once the operator's log says the rotator found it,
+so nothing is left behind in /tmp. A file that was there already is not ours: left as it is.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
+import fcntl
 import ipaddress
+import os
+import time
 import urllib.error
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +49,8 @@ CONFIGURATION = "validator.training-operator.kubeflow.org"  # the name its rotat
 CA_NAME = "training-operator-ca"  # the rotator checks the CA certificate for this DNS name
 # The rotator's own check for the mounted certificate (a fixed path in its source).
 ROTATOR_CERT = Path("/tmp/k8s-webhook-server/serving-certs/tls.crt")
+# What the rotator logs once it found it (open-policy-agent/cert-controller).
+ROTATOR_SATISFIED = b"certs are ready in "
 _PYTORCHJOBS = "/apis/kubeflow.org/v1"
 
 
@@ -156,10 +168,6 @@ def start(plane: ControlPlane, bin_dir: Path) -> None:
     made = certificates()
     for name in ("tls.crt", "tls.key"):
         (certs_dir / name).write_bytes(made[name])
-    # The rotator only checks that this file exists; the webhook server reads the TMPDIR copy.
-    if not ROTATOR_CERT.exists():
-        ROTATOR_CERT.parent.mkdir(parents=True, exist_ok=True)
-        ROTATOR_CERT.write_bytes(made["tls.crt"])
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -172,6 +180,13 @@ def start(plane: ControlPlane, bin_dir: Path) -> None:
         "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
         _configuration(bin_dir / "training-operator-webhooks.yaml", port, made["ca.crt"]),
     )
+    with _rotator_file(made["tls.crt"], plane):
+        _spawn(plane, bin_dir, port, probe, directory)
+
+
+def _spawn(plane: ControlPlane, bin_dir: Path, port: int, probe: int, directory: Path) -> None:
+    """Start the operator and wait until its rotator found the file and its webhook answers."""
+    log = plane.directory / f"{NAME}.log"
     plane._spawn(
         NAME,
         [
@@ -186,7 +201,48 @@ def start(plane: ControlPlane, bin_dir: Path) -> None:
         env={"MY_POD_NAMESPACE": NAMESPACE, "TMPDIR": str(directory)},
     )
     plane._wait(NAME, f"http://127.0.0.1:{probe}/readyz", None, 90)
+    plane._wait_for(lambda: ROTATOR_SATISFIED in log.read_bytes(), "its rotator's certs ready", 60)
     plane._wait_for(lambda: _refused_by_its_webhook(plane), "PyTorchJob's webhook answering", 30)
+
+
+@contextlib.contextmanager
+def _rotator_file(cert: bytes, plane: ControlPlane, timeout: float = 240.0) -> Iterator[None]:
+    """The rotator's file, there while the block runs; one plane of the machine at a time (a
+    lock on the file's top directory, /tmp: another plane holds it until its operator is ready,
+    3 minutes at the most, and the kernel releases it with a process that dies). Removed
+    after, with the directories made for it, unless it was there before."""
+    from topogate.testing.controlplane import ControlPlaneError
+
+    top = ROTATOR_CERT.parents[2]  # /tmp
+    lock = os.open(top, os.O_RDONLY)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ControlPlaneError(
+                        f"{NAME}: another plane held the lock on {top} for {timeout:.0f} s "
+                        f"(starting its training-operator); see {plane.directory}"
+                    ) from None
+                time.sleep(0.2)
+        made = [d for d in (ROTATOR_CERT.parents[1], ROTATOR_CERT.parent) if not d.exists()]
+        ours = not ROTATOR_CERT.exists()
+        if ours:
+            ROTATOR_CERT.parent.mkdir(parents=True, exist_ok=True)
+            ROTATOR_CERT.write_bytes(cert)
+        try:
+            yield
+        finally:
+            if ours:
+                ROTATOR_CERT.unlink(missing_ok=True)
+                for directory in reversed(made):
+                    with contextlib.suppress(OSError):  # not empty: someone else's now
+                        directory.rmdir()
+    finally:
+        os.close(lock)  # releases the lock
 
 
 def _refused_by_its_webhook(plane: ControlPlane) -> bool:
