@@ -392,6 +392,8 @@ class RssSampler(threading.Thread):
             with contextlib.suppress(OSError, ValueError):
                 status = Path(f"/proc/{self.pid}/status").read_text()
                 fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+                if "VmRSS" not in fields:  # serve exited (a zombie has no memory lines)
+                    return
                 self.samples.append((time.monotonic(), int(fields["VmRSS"].split()[0]) / 1024))
                 self.peak = max(self.peak, int(fields["VmHWM"].split()[0]) / 1024)
             self.stop.wait(0.5)
