@@ -363,6 +363,7 @@ class ClusterSnapshot:
             taints=taint_codes,
             taint_sets=taint_sets,
             gpu=GpuState.build(node_list, usage_list, extra_gpus or {}, index),
+            node_index=index,  # built once: a dict of 100,000 names is not free
         )
 
 
@@ -440,6 +441,12 @@ class CapacityCache:
 
     def nodes(self) -> list[NodeInfo]:
         return list(self._nodes.values())
+
+    @property
+    def built(self) -> bool:
+        """The node part of a snapshot is built for the current nodes: the next snapshot
+        costs a matrix copy at most, never a rebuild."""
+        return self._base is not None and self._used is not None
 
     def node(self, name: str) -> NodeInfo | None:
         return self._nodes.get(name)

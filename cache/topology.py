@@ -137,6 +137,15 @@ class DomainTree:
         picked: list[str] = kept[1][positions].tolist()
         return picked
 
+    def warm(self, names: list[str]) -> None:
+        """Derive now the tables a placement's output derives on first use (the snapshot's
+        node names in the tree's order; the hostname level's values as tuples), so the
+        first Workload does not build them: each has an entry per node."""
+        none = np.empty(0, dtype=np.int64)
+        self.node_names(names, none)
+        if self.hostname_lowest:
+            self.value_tuples(self.output_level, none)
+
     def paths(self, level: int, domains: IntArray) -> list[tuple[str, ...]]:
         """``path`` of many domains at once."""
         columns = []

@@ -58,6 +58,10 @@ log = logging.getLogger("topogate.admitter")
 
 COALESCE_MIN, COALESCE_MAX = 0.005, 0.05  # seconds between a change and the cycle it wakes
 DESCRIBE_EVERY = 1.0  # seconds between two updates of the pending messages (serve's loop)
+# While no Workload waits, the snapshot and trees are built again after a node change at most
+# once per this many times the last build took (at least WARM_GAP_MIN s apart): node updates
+# streaming in must not keep a core busy rebuilding.
+WARM_SPACING, WARM_GAP_MIN = 4.0, 1.0
 
 
 class Admitter:
@@ -99,6 +103,12 @@ class Admitter:
         # Per Workload, the last write spawned (the next one waits for it).
         self._chains: dict[str, asyncio.Task[None]] = {}
         self.futile = FutileSearches()  # preemption searches that found nothing
+        # The catalog the trees were last built for (by :meth:`warm` or a cycle), when the
+        # next idle warm-up may run, and whether one is owed (nodes changed meanwhile).
+        self._warm_catalog: Catalog | None = None
+        self._warm_next = 0.0
+        self.warm_owed = False
+        self.warmups = 0
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -108,10 +118,14 @@ class Admitter:
         described = -DESCRIBE_EVERY  # when pending messages were last brought up to date
         owed = False  # the last cycle left its pending messages unworded
         while True:
+            due = None
             if owed:  # a cycle comes by the time they are due, changes or not
-                due = described + DESCRIBE_EVERY - time.perf_counter()
+                due = described + DESCRIBE_EVERY
+            if self.warm_owed:  # and one by the time an idle warm-up may run
+                due = self._warm_next if due is None else min(due, self._warm_next)
+            if due is not None:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), timeout=max(due, 0.0))
+                    await asyncio.wait_for(event.wait(), timeout=max(due - time.perf_counter(), 0))
             else:
                 await event.wait()
             # Coalesce a burst of changes into one cycle, waiting as long as the last cycle
@@ -175,6 +189,7 @@ class Admitter:
             self._left.add(key)
         self._forget()
         if not queue.lanes and not queue.problems:
+            self._warm_when_idle()
             if describe:
                 self._gauges(catalog.queues, {})
                 self._report_shares(catalog)
@@ -198,6 +213,7 @@ class Admitter:
             return
         named = queue.lanes.topologies()
         placer = build_placer(snapshot, catalog, named, clock.exact_budget(self.exact_budget))
+        self._warm_catalog, self.warm_owed = catalog, False  # built by this cycle
         strategies = self.preemption_strategies if self.fair_sharing else None
         preempt = preemptor(
             self.state,
@@ -242,6 +258,39 @@ class Admitter:
             # every queue and every held admission (a third of a cycle at 1,000 queues).
             self._gauges(catalog.queues, admitted)
             self._report_shares(catalog)
+
+    def warm(self) -> None:
+        """Build the capacity snapshot and every flavor's domain tree now, so the next
+        Workload's cycle finds them built instead of building them first (about 2 s of CPU
+        at 100,000 nodes). `serve` calls it once its caches synced; the loop calls it again
+        when nodes changed while no Workload waits."""
+        started = time.perf_counter()
+        catalog = self.state.catalogs.catalog()
+        snapshot = self.state.ledger.snapshot()
+        # The trees are kept by their topology source, for the snapshot's nodes and labels;
+        # the free capacity in a tree's order by the snapshot (until usage changes).
+        for flavor in build_placer(snapshot, catalog, exact=None).flavors.values():  # no plan
+            flavor.tree.warm(snapshot.node_names)
+            snapshot.free_rows(flavor.tree.nodes)
+        self._warm_catalog = catalog
+        self.warm_owed = False
+        self.warmups += 1
+        took = time.perf_counter() - started
+        self._warm_next = time.perf_counter() + max(WARM_GAP_MIN, WARM_SPACING * took)
+        log.debug("snapshot and domain trees built in %.0f ms", took * 1000)
+
+    def warm_needed(self) -> bool:
+        """Nodes or the catalog changed since the snapshot and trees were last built."""
+        catalog = self.state.catalogs.catalog()
+        return not self.state.ledger.snapshot_built() or catalog is not self._warm_catalog
+
+    def _warm_when_idle(self) -> None:
+        if not self.warm_needed():
+            self.warm_owed = False  # built meanwhile: the loop must not wake for it again
+        elif time.perf_counter() >= self._warm_next:
+            self.warm()
+        else:
+            self.warm_owed = True  # the loop wakes for it when it is due
 
     def _report_shares(self, catalog: Catalog) -> None:
         """Bring status.fairSharing up to date: the shares over the quota held now with fair

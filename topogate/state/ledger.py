@@ -87,6 +87,10 @@ class Ledger:
     def snapshot(self) -> ClusterSnapshot:
         return self._capacity.snapshot()
 
+    def snapshot_built(self) -> bool:
+        """A snapshot of the current nodes is built (:meth:`snapshot` will not rebuild)."""
+        return self._capacity.built
+
     def workload_gpus(self, key: str) -> GpuAssignment | None:
         return self._capacity.workload_gpus(key)
 
