@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from topogate import clock
-from topogate.admission.assignments import node_usage, pod_set_assignments
+from topogate.admission.assignments import node_usage
 from topogate.admission.cycle import Admitted, CycleResult, admission_cycle
 from topogate.admission.exact import EXACT_BUDGET
 from topogate.admission.fairpreemption import DEFAULT_STRATEGIES
@@ -38,10 +38,10 @@ from topogate.admission.preemption import FutileSearches, Preemption, Victim
 from topogate.admission.quota import CohortTree, QueueSpec, QuotaBook
 from topogate.admission.request import PlacementRequest
 from topogate.api.gpus import GpuAssignment
-from topogate.api.models import Admission
 from topogate.api.objects import is_evicted, meta, owner_job
+from topogate.api.quantity import format_units
 from topogate.api.times import parse_time
-from topogate.api.topology_assignment import decode
+from topogate.api.topology_assignment import AssignedDomain, encode
 from topogate.kube.errors import API_ERRORS
 from topogate.kube.events import EventRecorder
 from topogate.kube.protocol import KubeApi
@@ -292,7 +292,7 @@ class Admitter:
     def _assume(self, workload: Obj, admitted: Admitted, request: PlacementRequest) -> None:
         """Hold the admission's capacity now, so no later cycle gives it away; write it after
         the Workload's earlier writes."""
-        admission = _admission(admitted, request)
+        admission, described = _admission(admitted, request)
         gpus = assignment_of(admitted.decision)
         self.state.ledger.assume(
             admitted.key, admission, node_usage(request, admitted.decision), gpus
@@ -300,7 +300,7 @@ class Admitter:
         self.messages.drop(admitted.key)
         self._spawn(
             admitted.key,
-            functools.partial(self._admit, workload, admitted, admission, gpus),
+            functools.partial(self._admit, workload, admitted, admission, described, gpus),
         )
 
     async def _admit(
@@ -308,6 +308,7 @@ class Admitter:
         seen: Obj,
         admitted: Admitted,
         admission: Obj,
+        described: str,
         gpus: GpuAssignment,
     ) -> None:
         key = admitted.key
@@ -347,7 +348,6 @@ class Admitter:
             self.metrics.admission_wait_seconds.labels(admitted.cluster_queue).observe(
                 max(time.time() - created, 0.0)
             )
-        described = _describe(admission)  # decodes the assignment: once, for both
         log.info("admitted %s: %s", key, described)
         self.events.emit(workload, "Admitted", f"{message}; {described}")
         owner = owner_job(workload)
@@ -398,18 +398,31 @@ def _kept_on_admission(workload: Obj) -> list[Obj]:
     return kept
 
 
-def _admission(admitted: Admitted, request: PlacementRequest) -> Obj:
-    assignments = pod_set_assignments(request, admitted.decision, admitted.flavor)
-    return Admission(
-        cluster_queue=admitted.cluster_queue, pod_set_assignments=assignments
-    ).to_wire()
-
-
-def _describe(admission: Obj) -> str:
-    parts = []
-    for assignment in admission.get("podSetAssignments") or []:
-        topology = assignment.get("topologyAssignment")
-        domains = decode(topology).domains if topology else ()
-        text = ", ".join(f"{'/'.join(d.values)} x{d.count}" for d in domains)
-        parts.append(f"{assignment['name']}: {text or 'no topology'}")
-    return "; ".join(parts)
+def _admission(admitted: Admitted, request: PlacementRequest) -> tuple[Obj, str]:
+    """``status.admission`` as ``Admission(...).to_wire()`` of :func:`pod_set_assignments`
+    writes it (tests hold them equal, byte for byte), and its words for the log and the Event.
+    Built as plain data: the models' check decodes every topology assignment just encoded from
+    the decision, a tenth of an admission's CPU for nothing (the decision is the core's own)."""
+    placements = {p.name: p for p in admitted.decision.placements} if admitted.decision else {}
+    assignments: list[Obj] = []
+    parts: list[str] = []
+    for podset in request.podsets:
+        resources = sorted(podset.requests)
+        one: Obj = {
+            "name": podset.name,
+            "flavors": dict.fromkeys(resources, admitted.flavor),
+            "resourceUsage": {
+                r: format_units(r, podset.requests[r] * podset.count) for r in resources
+            },
+            "count": podset.count,
+        }
+        placement = placements.get(podset.name)
+        text = ""
+        if placement is not None and podset.count:
+            domains = [AssignedDomain(tuple(d.values), d.count) for d in placement.domains]
+            one["topologyAssignment"] = encode(placement.levels, domains)
+            text = ", ".join(f"{'/'.join(d.values)} x{d.count}" for d in domains)
+        assignments.append(one)
+        parts.append(f"{podset.name}: {text or 'no topology'}")
+    admission = {"clusterQueue": admitted.cluster_queue, "podSetAssignments": assignments}
+    return admission, "; ".join(parts)
