@@ -23,7 +23,7 @@ from topogate.admission.request import (
 )
 from topogate.api.models import Admission
 from topogate.api.topology_assignment import decode
-from topogate.controllers.admitter import _admission
+from topogate.controllers.admitter import _admission, _describe
 from topogate.kube.resources import Obj
 
 LEVELS = ("cloud.provider.com/topology-block", "cloud.provider.com/topology-rack")
@@ -57,16 +57,21 @@ def through_models(admitted: Admitted, request: PlacementRequest) -> tuple[Obj, 
     return wire, "; ".join(parts)
 
 
+def plain(admitted: Admitted, request: PlacementRequest) -> tuple[Obj, str]:
+    wire = _admission(admitted, request)
+    return wire, _describe(wire, admitted.decision)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=200)
     args = parser.parse_args()
     inputs = cases()
     for a, r in inputs:
-        assert through_models(a, r) == _admission(a, r)
+        assert through_models(a, r) == plain(a, r)
     ways: dict[str, Callable[[Admitted, PlacementRequest], tuple[Obj, str]]] = {
         "through the models": through_models,
-        "plain data": _admission,
+        "plain data": plain,
     }
     for name, build in ways.items():
         started = time.process_time()

@@ -20,7 +20,7 @@ from topogate.admission.request import (
 )
 from topogate.api.models import Admission
 from topogate.api.topology_assignment import decode
-from topogate.controllers.admitter import _admission
+from topogate.controllers.admitter import _admission, _describe
 
 HOST = "kubernetes.io/hostname"
 RESOURCES = {"cpu": 1500, "memory": 3 * 2**30, "nvidia.com/gpu": 1, "example.com/x": 7}
@@ -44,11 +44,16 @@ def _case(rng: random.Random) -> tuple[Admitted, PlacementRequest]:
         count = rng.choice([0, 1, 3, 8, 40])
         picked = rng.sample(sorted(RESOURCES), rng.randint(0, len(RESOURCES)))
         podsets.append(PodSetRequest(name, count, {r: RESOURCES[r] for r in picked}))
-        if not count or rng.random() < 0.2:
-            continue  # no placement: a flavor without topology
         levels: tuple[str, ...] = rng.choice(
             [("block", "rack", HOST), ("rack", HOST), (HOST,), ("block", "rack")]
         )
+        if not count:  # an empty PodSet gets no topology, even if the decision names it
+            if rng.random() < 0.5:
+                one = DomainCount(tuple(f"v-{lv}" for lv in levels), 1)
+                placements.append(PodSetPlacement(name, levels, (one,), {}))
+            continue
+        if rng.random() < 0.2:
+            continue  # no placement: a flavor without topology
         domains, left = [], count
         prefix = rng.choice(["node-", "gpu-a-", "n", ""])
         for d in range(rng.randint(1, count)):
@@ -71,7 +76,8 @@ def _case(rng: random.Random) -> tuple[Admitted, PlacementRequest]:
 @pytest.mark.parametrize("seed", range(200))
 def test_the_admission_written_is_the_models_document(seed: int) -> None:
     admitted, request = _case(random.Random(seed))
-    wire, words = _admission(admitted, request)
+    wire = _admission(admitted, request)
+    words = _describe(wire, admitted.decision)
     model = Admission(
         cluster_queue=admitted.cluster_queue,
         pod_set_assignments=pod_set_assignments(request, admitted.decision, admitted.flavor),

@@ -36,7 +36,7 @@ from topogate.admission.gpuplace import assignment_of
 from topogate.admission.podsets import Catalog, build_placer
 from topogate.admission.preemption import FutileSearches, Preemption, Victim
 from topogate.admission.quota import CohortTree, QueueSpec, QuotaBook
-from topogate.admission.request import PlacementRequest
+from topogate.admission.request import PlacementDecision, PlacementRequest
 from topogate.api.gpus import GpuAssignment
 from topogate.api.objects import is_evicted, meta, owner_job
 from topogate.api.quantity import format_units
@@ -292,7 +292,7 @@ class Admitter:
     def _assume(self, workload: Obj, admitted: Admitted, request: PlacementRequest) -> None:
         """Hold the admission's capacity now, so no later cycle gives it away; write it after
         the Workload's earlier writes."""
-        admission, described = _admission(admitted, request)
+        admission = _admission(admitted, request)
         gpus = assignment_of(admitted.decision)
         self.state.ledger.assume(
             admitted.key, admission, node_usage(request, admitted.decision), gpus
@@ -300,7 +300,7 @@ class Admitter:
         self.messages.drop(admitted.key)
         self._spawn(
             admitted.key,
-            functools.partial(self._admit, workload, admitted, admission, described, gpus),
+            functools.partial(self._admit, workload, admitted, admission, gpus),
         )
 
     async def _admit(
@@ -308,7 +308,6 @@ class Admitter:
         seen: Obj,
         admitted: Admitted,
         admission: Obj,
-        described: str,
         gpus: GpuAssignment,
     ) -> None:
         key = admitted.key
@@ -348,6 +347,7 @@ class Admitter:
             self.metrics.admission_wait_seconds.labels(admitted.cluster_queue).observe(
                 max(time.time() - created, 0.0)
             )
+        described = _describe(admission, admitted.decision)  # once, for both
         log.info("admitted %s: %s", key, described)
         self.events.emit(workload, "Admitted", f"{message}; {described}")
         owner = owner_job(workload)
@@ -398,14 +398,13 @@ def _kept_on_admission(workload: Obj) -> list[Obj]:
     return kept
 
 
-def _admission(admitted: Admitted, request: PlacementRequest) -> tuple[Obj, str]:
+def _admission(admitted: Admitted, request: PlacementRequest) -> Obj:
     """``status.admission`` as ``Admission(...).to_wire()`` of :func:`pod_set_assignments`
-    writes it (tests hold them equal, byte for byte), and its words for the log and the Event.
-    Built as plain data: the models' check decodes every topology assignment just encoded from
-    the decision, a tenth of an admission's CPU for nothing (the decision is the core's own)."""
+    writes it (tests hold them equal, byte for byte). Built as plain data: the models' check
+    decodes every topology assignment just encoded from the core's own decision (three
+    quarters of this function's CPU, for nothing)."""
     placements = {p.name: p for p in admitted.decision.placements} if admitted.decision else {}
     assignments: list[Obj] = []
-    parts: list[str] = []
     for podset in request.podsets:
         resources = sorted(podset.requests)
         one: Obj = {
@@ -417,12 +416,22 @@ def _admission(admitted: Admitted, request: PlacementRequest) -> tuple[Obj, str]
             "count": podset.count,
         }
         placement = placements.get(podset.name)
-        text = ""
         if placement is not None and podset.count:
             domains = [AssignedDomain(tuple(d.values), d.count) for d in placement.domains]
             one["topologyAssignment"] = encode(placement.levels, domains)
-            text = ", ".join(f"{'/'.join(d.values)} x{d.count}" for d in domains)
         assignments.append(one)
-        parts.append(f"{podset.name}: {text or 'no topology'}")
-    admission = {"clusterQueue": admitted.cluster_queue, "podSetAssignments": assignments}
-    return admission, "; ".join(parts)
+    return {"clusterQueue": admitted.cluster_queue, "podSetAssignments": assignments}
+
+
+def _describe(admission: Obj, decision: PlacementDecision | None) -> str:
+    """The admission's domains per PodSet, for the log and the Event: those of the decision
+    it was encoded from (decoding the document back gives the same, in the same order)."""
+    placements = {p.name: p for p in decision.placements} if decision else {}
+    parts = []
+    for assignment in admission["podSetAssignments"]:
+        placement = placements.get(assignment["name"])
+        text = ""
+        if "topologyAssignment" in assignment and placement is not None:
+            text = ", ".join(f"{'/'.join(d.values)} x{d.count}" for d in placement.domains)
+        parts.append(f"{assignment['name']}: {text or 'no topology'}")
+    return "; ".join(parts)
