@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from topogate import clock
 from topogate.admission.assignments import node_usage, pod_set_assignments
-from topogate.admission.cycle import Admitted, CycleResult, admission_cycle
+from topogate.admission.cycle import Admitted, CycleResult, Parking, admission_cycle
 from topogate.admission.exact import EXACT_BUDGET
 from topogate.admission.fairpreemption import DEFAULT_STRATEGIES
 from topogate.admission.fairshare import tree_shares
@@ -90,6 +90,9 @@ class Admitter:
         # Preemption searches that found nothing, kept across cycles (re-run only when their
         # cohort tree changed).
         self._no_plan = NoPlanMemo()
+        # Workloads refused and set aside, as Kueue's inadmissible ones (passed until their
+        # cohort tree gives quota back).
+        self._parking = Parking()
         self._gauged: dict[tuple[str, str], int] = {}  # the gauges' values last set
         self.cycles = 0
         self.skipped = 0  # cycles not run: nothing they read had changed
@@ -130,8 +133,10 @@ class Admitter:
                 described = started
 
     async def cycle(self) -> None:
-        """One cycle, and its writes finished."""
-        self.decide()
+        """One cycle (and those it makes due at once: lanes held behind a workload just
+        parked), and its writes finished."""
+        while self.decide() and self._last is not None and self._last[2].held:
+            pass
         await self.settle()
 
     async def settle(self) -> None:
@@ -164,9 +169,10 @@ class Admitter:
 
         task.add_done_callback(done)
 
-    def decide(self, describe: bool = True) -> None:
+    def decide(self, describe: bool = True) -> bool:
         """Run one cycle: decide in memory, hold what is admitted, and spawn the writes (of
-        the pending messages that changed too, if ``describe``)."""
+        the pending messages that changed too, if ``describe``). False: no cycle was run
+        (nothing waits, or nothing it reads changed)."""
         started = time.perf_counter()
         catalog = self.state.catalogs.catalog()
         queue = self.state.pending
@@ -178,14 +184,16 @@ class Admitter:
             if describe:
                 self._gauges(catalog.queues, {})
                 self._report_shares(catalog)
-            return
+            return False
         snapshot = self.state.ledger.snapshot()
         state = self.state
+        self._parking.follow(state.ledger.held(), self._queue_of)
         read = (
             state.catalogs.generation,
             queue.version,
             state.workload_changes,
             state.ledger.changes,
+            self._parking.version,
         )
         if self._last is not None and self._last[0] is snapshot and self._last[1] == read:
             # Nothing a decision reads changed (a wake by a pending message written back, or
@@ -195,7 +203,7 @@ class Admitter:
             if describe:
                 self.messages.update({**queue.problems, **self._last[2].pending})
                 self._gauges(catalog.queues, {})  # the lanes hold no admission of its
-            return
+            return False
         named = queue.lanes.topologies()
         placer = build_placer(snapshot, catalog, named, clock.exact_budget(self.exact_budget))
         strategies = self.preemption_strategies if self.fair_sharing else None
@@ -216,6 +224,7 @@ class Admitter:
             preempt,
             catalog.cohorts,
             fair_sharing=self.fair_sharing,
+            parking=self._parking,
         )
         for outcome, count in placer.exact_outcomes.items():
             self.metrics.exact_pass.labels(outcome).inc(count)
@@ -242,6 +251,15 @@ class Admitter:
             # every queue and every held admission (a third of a cycle at 1,000 queues).
             self._gauges(catalog.queues, admitted)
             self._report_shares(catalog)
+        if result.held:  # Kueue's next cycle takes the next heads at once
+            self.state.signals.admit()
+        return True
+
+    def _queue_of(self, key: str) -> str | None:
+        """The ClusterQueue whose quota the workload holds (None: it holds none)."""
+        for cluster_queue, _ in self.state.workloads.quota_of(key):
+            return cluster_queue
+        return None
 
     def _report_shares(self, catalog: Catalog) -> None:
         """Bring status.fairSharing up to date: the shares over the quota held now with fair
@@ -267,6 +285,7 @@ class Admitter:
             if not self.state.pending.holds(key):
                 self.copies.drop(key)
                 self._no_plan.forget_one(key)
+                self._parking.forget(key)
 
     def _gauges(self, queues: Mapping[str, QueueSpec], admitted: Mapping[str, int]) -> None:
         counts = dict.fromkeys(queues, 0)
