@@ -76,6 +76,8 @@ class CycleResult:
     # Lanes held behind a workload refused and parked this cycle (:class:`Parking`): the
     # next cycle is due at once, as Kueue's next head is.
     held: int = 0
+    # Stopped at its admissions' limit (``admission_cycle(limit=...)``): more may fit.
+    limited: bool = False
 
     @property
     def pending(self) -> dict[str, str]:
@@ -541,6 +543,7 @@ def admission_cycle(
     cohorts: Mapping[str, CohortSpec] | None = None,
     fair_sharing: bool = False,
     parking: Parking | None = None,
+    limit: int | None = None,
 ) -> CycleResult:
     """Admit what fits; ``usage`` gains the admissions, ``pending`` (or lanes) is unchanged.
 
@@ -557,9 +560,8 @@ def admission_cycle(
     tree's next head is Kueue's fair-sharing tournament's winner (:meth:`_Heads._tournament`).
     A workload refused for quota alone is told the quota the cycle leaves (not what was left
     when its turn came), so a lane found hopeless can be passed whole (:func:`_hopeless`) and
-    the cycle costs what it admits and tries, not what waits. With ``parking`` (kept across
-    cycles), a BestEffortFIFO queue passes a workload it cannot admit only once that one is
-    parked, as Kueue passes only inadmissible heads (:class:`Parking`); without, at once.
+    the cycle costs what it admits and tries, not what waits. ``parking``: Kueue's
+    inadmissible workloads (:class:`Parking`); ``limit``: the most admissions it makes.
     """
     result = CycleResult()
     book = QuotaBook(queues, usage, CohortTree(queues, cohorts))
@@ -569,9 +571,7 @@ def admission_cycle(
     lanes = pending if isinstance(pending, QueueLanes) else QueueLanes(pending)
     heads = _Heads(queues, book, lanes, result, FairShares(book) if fair_sharing else None)
     heads.fill()
-    # Queues whose first workload that does not fit looked for victims this cycle: the
-    # search is the costly part, and the later ones are of lower or equal rank.
-    searched: set[str] = set()
+    searched: set[str] = set()  # queues that looked for victims this cycle (:func:`_otherwise`)
     # Quota refusals by (queue, demand) while the quota in use is unchanged: thousands of
     # pending workloads come in a few shapes, and each refusal was worked out and worded anew.
     refusals: dict[tuple[str, Shape], str] = {}
@@ -581,6 +581,9 @@ def admission_cycle(
     for_quota: list[tuple[QueueSpec, Sequence[PendingWorkload]]] = []
     hopeful: dict[str, int] = {}  # queue -> the quota state in which its lane was not hopeless
     while (popped := heads.pop()) is not None:
+        if limit is not None and len(result.admitted) >= limit:
+            result.limited = True
+            break
         name, workload = popped
         if book.changes != refused_at:
             refusals.clear()
@@ -589,40 +592,19 @@ def admission_cycle(
         quota = _quota_refusal(refusals, queue, book, workload.shape)
         outcome = quota or _try(workload, queue, book, placer, held)
         if isinstance(outcome, str):
-            planned = len(result.preemptions)
-            if name in searched:  # one preemption search per queue per cycle, as Kueue's
-                why = outcome  # scheduler takes one head per queue
-            else:
-                searched.add(name)
-                why = _maybe_preempt(result, workload, queue, outcome, book, held, preempt)
-            # As Kueue: fewer pods only when preempting cannot make room for all of them.
-            outcome = why
-            if len(result.preemptions) == planned and can_shrink(workload.request):
-                outcome = _try_partial(workload, queue, book, placer, held, refusals) or (
-                    f"{why}; {_no_partial(workload.request)}"
-                )
+            outcome, planned = _otherwise(
+                result, workload, queue, outcome, book, held, placer, preempt, refusals, searched
+            )
             if isinstance(outcome, str):
                 if quota and outcome == quota:
                     for_quota.append((queue, (workload,)))
                 else:
                     result.messages[workload.key] = outcome
-                if queue.strategy == STRICT_FIFO:
-                    heads.block(name, f"waiting behind {workload.key} (StrictFIFO)")
-                elif parking is not None and len(result.preemptions) == planned:
-                    if parking.refused(workload.key, _tree_of(queue, book.tree)):
-                        # Held for this cycle; those of the rest refused for quota are told
-                        # so (the others are tried next cycle).
-                        result.held += 1
-                        rest = heads.pass_rest(name)
-                        refused = [
-                            w for w in rest if _quota_refusal(refusals, queue, book, w.shape)
-                        ]
-                        if refused:
-                            for_quota.append((queue, refused))
-                    elif _hopeless(lanes, queue, book, refusals, hopeful):
-                        for_quota.append((queue, heads.pass_rest(name)))
-                elif _hopeless(lanes, queue, book, refusals, hopeful):
-                    for_quota.append((queue, heads.pass_rest(name)))
+                passed = _past_refusal(
+                    heads, workload, queue, book, refusals, hopeful, None if planned else parking
+                )
+                if passed:
+                    for_quota.append((queue, passed))
                 continue
         result.admitted.append(outcome)
         book.add(name, outcome.flavor, outcome.usage)
@@ -630,6 +612,59 @@ def admission_cycle(
             held.append((outcome.request or workload.request, outcome.decision))
     _word_quota_refusals(result, for_quota, lanes, book)
     return result
+
+
+def _otherwise(
+    result: CycleResult,
+    workload: PendingWorkload,
+    queue: QueueSpec,
+    why: str,
+    book: QuotaBook,
+    held: Held,
+    placer: Placer,
+    preempt: Preempt | None,
+    refusals: dict[tuple[str, Shape], str],
+    searched: set[str],
+) -> tuple[Admitted | str, bool]:
+    """For a workload that does not fit: a preemption plan, or fewer pods (as Kueue: only
+    when preempting cannot make room for all of them); and whether a plan was made. One
+    search per queue per cycle (``searched``), as Kueue's scheduler takes one head per queue:
+    the search is the costly part, and the later ones are of lower or equal rank."""
+    planned = len(result.preemptions)
+    if queue.name not in searched:
+        searched.add(queue.name)
+        why = _maybe_preempt(result, workload, queue, why, book, held, preempt)
+    if len(result.preemptions) != planned:
+        return why, True
+    if can_shrink(workload.request):
+        partial = _try_partial(workload, queue, book, placer, held, refusals)
+        return partial or f"{why}; {_no_partial(workload.request)}", False
+    return why, False
+
+
+def _past_refusal(
+    heads: _Heads,
+    workload: PendingWorkload,
+    queue: QueueSpec,
+    book: QuotaBook,
+    refusals: dict[tuple[str, Shape], str],
+    hopeful: dict[str, int],
+    parking: Parking | None,
+) -> Sequence[PendingWorkload]:
+    """What a queue does past a workload it cannot admit (and no plan of its own with
+    ``parking``): StrictFIFO waits behind it; one refused again since its tree gave quota back
+    holds the lane for this cycle (:class:`Parking`); a hopeless lane is passed whole. Returns
+    those passed that are refused for quota, for the words."""
+    name = queue.name
+    if queue.strategy == STRICT_FIFO:
+        heads.block(name, f"waiting behind {workload.key} (StrictFIFO)")
+        return ()
+    if parking is not None and parking.refused(workload.key, _tree_of(queue, book.tree)):
+        heads.result.held += 1  # the others are tried next cycle: no words for them
+        return [w for w in heads.pass_rest(name) if _quota_refusal(refusals, queue, book, w.shape)]
+    if _hopeless(heads.lanes, queue, book, refusals, hopeful):
+        return heads.pass_rest(name)
+    return ()
 
 
 def _word_quota_refusals(

@@ -6,11 +6,16 @@ for it (Kueue's QueueAssociatedInadmissibleWorkloadsAfter on a finished workload
 
 from __future__ import annotations
 
+import pytest
+
 from topogate.admission.cycle import Parking, admission_cycle
 from topogate.admission.lanes import QueueLanes
 from topogate.admission.quota import Usage
+from topogate.controllers import admitter as admitter_module
+from topogate.kube.resources import WORKLOADS
 
 from .test_cohorts import no_topology, pending, queue
+from .test_shells import Harness, workload
 
 QUEUES = {"a": queue("a", 2), "b": queue("b", 2)}  # a cohort of 4
 PENDING = [pending("ns/large", "a", 2, priority=200), pending("ns/small", "a", 1, priority=50)]
@@ -56,3 +61,47 @@ def test_a_new_workload_that_does_not_fit_is_passed_at_once() -> None:
     parking = Parking()
     usage = {("b", "f"): {"nvidia.com/gpu": 3}}
     assert _cycle(parking, usage) == ["ns/small"]  # as without parking
+
+
+def test_a_cycle_with_a_limit_admits_the_best_ranked_first() -> None:
+    queues = {"a": queue("a", 8), "b": queue("b", 8)}
+    waiting = [
+        pending("ns/small", "a", 1, priority=50),
+        pending("ns/large", "b", 4, priority=200),
+        pending("ns/medium", "a", 2, priority=100),
+    ]
+    result = admission_cycle(queues, QueueLanes(waiting), {}, no_topology, limit=2)
+    assert [one.key for one in result.admitted] == ["ns/large", "ns/medium"]
+    assert result.limited
+    unlimited = admission_cycle(queues, QueueLanes(waiting), {}, no_topology)
+    assert (len(unlimited.admitted), unlimited.limited) == (3, False)
+
+
+async def test_the_admitter_decides_no_further_ahead_of_its_writes_than_ahead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Once writes are the limit, a higher-priority workload that arrives while earlier fits
+    wait for their writes is written before them (it is decided when their turn comes)."""
+    monkeypatch.setattr(admitter_module, "AHEAD", 1)
+    h = Harness()
+    for name in ("first", "second"):
+        h.kube.seed(WORKLOADS, workload(name, count=1, gpus=1))
+    h.deliver()
+    admitter, events = h.admitter()
+    assert admitter.decide()
+    assert h.state.ledger.reserved("ml/first") is not None
+    assert h.state.ledger.reserved("ml/second") is None  # one decided ahead of the writes
+    assert not admitter.decide()  # behind: no cycle until that write is done
+    urgent = workload("urgent", count=1, gpus=1)
+    urgent["spec"]["priority"] = 100
+    h.kube.seed(WORKLOADS, urgent)
+    h.deliver()
+    await admitter.settle()
+    assert h.state.signals.admit_event.is_set()  # the write done wakes the next cycle
+    h.deliver()
+    assert admitter.decide()
+    assert h.state.ledger.reserved("ml/urgent") is not None  # before "second", come earlier
+    assert h.state.ledger.reserved("ml/second") is None
+    await admitter.cycle()
+    assert h.state.ledger.reserved("ml/second") is not None
+    await events.drain()

@@ -57,6 +57,11 @@ from .writes import NewestCopies, new_condition, write_gpu_assignment, write_sta
 log = logging.getLogger("topogate.admitter")
 
 COALESCE_MIN, COALESCE_MAX = 0.005, 0.05  # seconds between a change and the cycle it wakes
+# Admissions decided ahead of their writes, at most: once the client budget is the limit, a
+# cycle that assumed every fit at once would have them written in the order decided (those
+# that came first, not the higher priorities that came since); Kueue's scheduler waits on the
+# same client for its status writes, so it never runs far ahead of them either.
+AHEAD = 128
 DESCRIBE_EVERY = 1.0  # seconds between two updates of the pending messages (serve's loop)
 
 
@@ -101,6 +106,8 @@ class Admitter:
         self._last: tuple[object, tuple[int, ...], CycleResult] | None = None
         # Per Workload, the last write spawned (the next one waits for it).
         self._chains: dict[str, asyncio.Task[None]] = {}
+        self._ahead = 0  # admissions spawned and not yet written
+        self._behind = False  # a cycle stopped at AHEAD: the next is due as they are written
         self.futile = FutileSearches()  # preemption searches that found nothing
 
     # --- the loop ------------------------------------------------------------------------
@@ -133,11 +140,17 @@ class Admitter:
                 described = started
 
     async def cycle(self) -> None:
-        """One cycle (and those it makes due at once: lanes held behind a workload just
-        parked), and its writes finished."""
-        while self.decide() and self._last is not None and self._last[2].held:
-            pass
-        await self.settle()
+        """One cycle (and those it makes due: lanes held behind a workload just parked, or
+        more admissions than :data:`AHEAD`), and its writes finished."""
+        while True:
+            ran = self.decide()
+            result = self._last[2] if ran and self._last is not None else None
+            if result is not None and result.held:
+                continue
+            again = self._behind  # stopped at AHEAD: more once these are written
+            await self.settle()
+            if not again:
+                return
 
     async def settle(self) -> None:
         """Wait until every write spawned so far has finished."""
@@ -185,6 +198,9 @@ class Admitter:
                 self._gauges(catalog.queues, {})
                 self._report_shares(catalog)
             return False
+        if self._ahead >= AHEAD:
+            self._behind = True
+            return False
         snapshot = self.state.ledger.snapshot()
         state = self.state
         self._parking.follow(state.ledger.held(), self._queue_of)
@@ -225,12 +241,28 @@ class Admitter:
             catalog.cohorts,
             fair_sharing=self.fair_sharing,
             parking=self._parking,
+            limit=AHEAD - self._ahead,
         )
+        self._behind = result.limited
         for outcome, count in placer.exact_outcomes.items():
             self.metrics.exact_pass.labels(outcome).inc(count)
         self.metrics.admission_cycle_seconds.observe(time.perf_counter() - started)
         self.cycles += 1
         self._last = (snapshot, read, result)
+        admitted = self._apply(result, describe)
+        if describe:  # with what this cycle admitted held
+            # The gauges go with the words, at most once a second in serve's loop: they walk
+            # every queue and every held admission (a third of a cycle at 1,000 queues).
+            self._gauges(catalog.queues, admitted)
+            self._report_shares(catalog)
+        if result.held:  # Kueue's next cycle takes the next heads at once
+            self.state.signals.admit()
+        return True
+
+    def _apply(self, result: CycleResult, describe: bool) -> dict[str, int]:
+        """Hold and write the cycle's admissions, its words (if ``describe``) and its
+        evictions; returns the admissions per ClusterQueue."""
+        queue = self.state.pending
         workloads = self.state.store.objects(WORKLOADS)
         admitted: dict[str, int] = {}
         for one in result.admitted:
@@ -246,14 +278,7 @@ class Admitter:
             self.messages.update({**queue.problems, **result.pending})
         for key, plan in result.preemptions:
             self._preempt(key, plan)
-        if describe:  # with what this cycle admitted held
-            # The gauges go with the words, at most once a second in serve's loop: they walk
-            # every queue and every held admission (a third of a cycle at 1,000 queues).
-            self._gauges(catalog.queues, admitted)
-            self._report_shares(catalog)
-        if result.held:  # Kueue's next cycle takes the next heads at once
-            self.state.signals.admit()
-        return True
+        return admitted
 
     def _queue_of(self, key: str) -> str | None:
         """The ClusterQueue whose quota the workload holds (None: it holds none)."""
@@ -317,12 +342,28 @@ class Admitter:
             admitted.key, admission, node_usage(request, admitted.decision), gpus
         )
         self.messages.drop(admitted.key)
+        self._ahead += 1
         self._spawn(
             admitted.key,
             functools.partial(self._admit, workload, admitted, admission, gpus),
         )
 
     async def _admit(
+        self,
+        seen: Obj,
+        admitted: Admitted,
+        admission: Obj,
+        gpus: GpuAssignment,
+    ) -> None:
+        try:
+            await self._admit_once(seen, admitted, admission, gpus)
+        finally:
+            self._ahead -= 1
+            if self._behind and self._ahead <= AHEAD // 2:
+                self._behind = False
+                self.state.signals.admit()
+
+    async def _admit_once(
         self,
         seen: Obj,
         admitted: Admitted,
