@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from topogate.admission.cycle import Parking
+from topogate.controllers import admitter as admitter_module
 from topogate.controllers.admitter import Admitter
 from topogate.kube.events import EventRecorder
 from topogate.kube.resources import WORKLOADS, Obj
@@ -258,8 +259,16 @@ def main() -> None:
         help="the cycle's rule before Kueue's requeue: a queue passes a workload that does not "
         "fit at once, also after quota came back (for comparison)",
     )
+    parser.add_argument(
+        "--ahead",
+        type=int,
+        help="admissions decided ahead of their writes, at most (default: the admitter's "
+        "AHEAD; 0: no limit, the admitter's rule before it)",
+    )
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args()
+    if args.ahead is not None:
+        admitter_module.AHEAD = args.ahead or 10**9
     if args.pass_at_once:
         Parking.refused = lambda self, key, root: False  # type: ignore[method-assign]
     if args.scenario == "tas":
@@ -275,6 +284,8 @@ def main() -> None:
         name += f"-every{args.cycle_every:g}"
     if args.pass_at_once:
         name += "-pass-at-once"
+    if args.ahead is not None:
+        name += f"-ahead{args.ahead}"
     replay = Replay(cohorts, fraction, scenario, args.write_qps)
     started = time.process_time()
     asyncio.run(replay.run(args.cycle_every))
