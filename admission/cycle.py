@@ -74,6 +74,11 @@ class CycleResult:
     # The usage preemption searches read once plans are made (their victims' quota given
     # back), with the (quota changes, plans) it holds for: the searches only read it.
     released_usage: tuple[tuple[int, int], Usage] | None = None
+    # Lanes held behind a workload refused and parked this cycle (:class:`Parking`): the
+    # next cycle is due at once, as Kueue's next head is.
+    held: int = 0
+    # Stopped at its admissions' limit (``admission_cycle(limit=...)``): more may fit.
+    limited: bool = False
 
     @property
     def pending(self) -> dict[str, str]:
@@ -485,6 +490,80 @@ class _Heads:
         return (share.borrows_on(asked), share.order, -head.priority, head.created, name, head.key)
 
 
+class Parking:
+    """Kueue's inadmissible workloads (kept by the admitter across cycles): a BestEffortFIFO
+    queue lets later workloads go by one that does not fit only once that one was found
+    inadmissible and its cohort tree gave no quota back since.
+
+    Kueue's scheduler tries each ClusterQueue's head every cycle; a head that does not fit
+    (and preempts nothing) is set aside as inadmissible, and the next workload is the head of
+    the next cycle; any workload of the tree that finishes (or is evicted, or deleted) puts
+    the inadmissible ones back in their queues (``QueueAssociatedInadmissibleWorkloadsAfter``),
+    so the higher-priority head is tried first again. While its tree keeps giving quota back,
+    a high-priority workload that waits for room holds its queue's lower ones back, and the
+    room freed gathers for it instead of going one CPU at a time to smaller, later workloads.
+    Our cycle walks whole lanes; this keeps that order: a workload refused and not parked
+    is parked; one refused again after its tree gave quota back holds the rest of its lane
+    for this cycle, and the admitter runs the next cycle at once (:attr:`CycleResult.held`),
+    where it is passed if nothing was given back meanwhile.
+    """
+
+    def __init__(self) -> None:
+        self._catalog: object = None  # the queues read: a new catalog unparks every workload
+        self._released: set[str] = set()  # queues that gave quota back since the last cycle
+        self._held: dict[str, str] = {}  # workload -> its ClusterQueue, while it holds quota
+        self._gives: dict[str, int] = {}  # per cohort tree, how often it gave quota back
+        self._parked: dict[str, tuple[str, int]] = {}  # workload -> (its tree, gives then)
+        # Changes when a lane was held: the next cycle reads the same quota and workloads but
+        # decides otherwise (the catalog and the quota given back are read elsewhere).
+        self.version = 0
+
+    def follow(self, held: frozenset[str], queue_of: Callable[[str], str | None]) -> None:
+        """The workloads holding quota now: those gone since gave their queue's quota back;
+        ``queue_of`` names a new one's ClusterQueue (None: it holds none)."""
+        known = self._held
+        for key in known.keys() - held:
+            self._released.add(known.pop(key))
+        for key in held - known.keys():
+            queue = queue_of(key)
+            if queue is not None:
+                known[key] = queue
+
+    def begin(self, queues: Mapping[str, QueueSpec], tree: CohortTree) -> None:
+        """A cycle starts: count the gives of the trees of the queues that gave back."""
+        if queues is not self._catalog:
+            self._catalog = queues
+            self._parked.clear()
+            self._gives.clear()
+        for name in self._released:
+            queue = queues.get(name)
+            root = _tree_of(queue, tree) if queue is not None else f"queue {name}"
+            self._gives[root] = self._gives.get(root, 0) + 1
+        self._released.clear()
+
+    def refused(self, key: str, root: str) -> bool:
+        """The workload was refused (no plan either) and is parked; True when its lane waits
+        for the next cycle: it had been refused before and its tree gave quota back since
+        (Kueue puts it back at its queue's head; the first time, Kueue takes the next head
+        in its next cycle, which is this one's walk when nothing is given back meanwhile)."""
+        now = (root, self._gives.get(root, 0))
+        before = self._parked.get(key)
+        self._parked[key] = now
+        if before is None or before == now:
+            return False
+        self.version += 1  # the next cycle passes it: it must not be skipped as unchanged
+        return True
+
+    def forget(self, key: str) -> None:
+        """Drop a workload that no longer waits."""
+        self._parked.pop(key, None)
+
+
+def _tree_of(queue: QueueSpec, tree: CohortTree) -> str:
+    """The cohort tree a queue's usage counts in (a queue without a cohort: its own)."""
+    return f"cohort {tree.root(queue.cohort)}" if queue.cohort else f"queue {queue.name}"
+
+
 def admission_cycle(
     queues: Mapping[str, QueueSpec],
     pending: Sequence[PendingWorkload] | QueueLanes,
@@ -493,6 +572,8 @@ def admission_cycle(
     preempt: Preempt | None = None,
     cohorts: Mapping[str, CohortSpec] | None = None,
     fair_sharing: bool = False,
+    parking: Parking | None = None,
+    limit: int | None = None,
 ) -> CycleResult:
     """Admit what fits; ``usage`` gains the admissions, ``pending`` (or lanes) is unchanged.
 
@@ -509,17 +590,18 @@ def admission_cycle(
     tree's next head is Kueue's fair-sharing tournament's winner (:meth:`_Heads._tournament`).
     A workload refused for quota alone is told the quota the cycle leaves (not what was left
     when its turn came), so a lane found hopeless can be passed whole (:func:`_hopeless`) and
-    the cycle costs what it admits and tries, not what waits.
+    the cycle costs what it admits and tries, not what waits. ``parking``: Kueue's
+    inadmissible workloads (:class:`Parking`); ``limit``: the most admissions it makes.
     """
     result = CycleResult()
     book = QuotaBook(queues, usage, CohortTree(queues, cohorts))
+    if parking is not None:
+        parking.begin(queues, book.tree)
     held: Held = []
     lanes = pending if isinstance(pending, QueueLanes) else QueueLanes(pending)
     heads = _Heads(queues, book, lanes, result, FairShares(book) if fair_sharing else None)
     heads.fill()
-    # Queues whose first workload that does not fit looked for victims this cycle: the
-    # search is the costly part, and the later ones are of lower or equal rank.
-    searched: set[str] = set()
+    searched: set[str] = set()  # queues that looked for victims this cycle (:func:`_otherwise`)
     # Quota refusals by (queue, demand) while the quota in use is unchanged: thousands of
     # pending workloads come in a few shapes, and each refusal was worked out and worded anew.
     refusals: dict[tuple[str, Shape], str] = {}
@@ -529,35 +611,42 @@ def admission_cycle(
     for_quota: list[tuple[QueueSpec, Sequence[PendingWorkload]]] = []
     hopeful: dict[str, int] = {}  # queue -> the quota state in which its lane was not hopeless
     while (popped := heads.pop()) is not None:
+        if limit is not None and len(result.admitted) >= limit:
+            result.limited = True
+            break
         name, workload = popped
         if book.changes != refused_at:
             refusals.clear()
             refused_at = book.changes
-        queue, planned = queues[name], len(result.preemptions)
+        # Plans made before (a fungibility walk in _first_try may already have made one).
+        queue, before = queues[name], len(result.preemptions)
         quota, outcome = _first_try(
             result, workload, queue, book, placer, held, preempt, searched, refusals
         )
         if isinstance(outcome, str):
-            if name in searched:  # one preemption search per queue per cycle, as Kueue's
-                why = outcome  # scheduler takes one head per queue
-            else:
-                searched.add(name)
-                why = _maybe_preempt(result, workload, queue, outcome, book, held, preempt)
-            # As Kueue: fewer pods only when preempting cannot make room for all of them.
-            outcome = why
-            if len(result.preemptions) == planned and can_shrink(workload.request):
-                outcome = _try_partial(workload, queue, book, placer, held, refusals) or (
-                    f"{why}; {_no_partial(workload.request)}"
-                )
+            outcome, planned = _otherwise(
+                result,
+                workload,
+                queue,
+                outcome,
+                book,
+                held,
+                placer,
+                preempt,
+                refusals,
+                searched,
+                before,
+            )
             if isinstance(outcome, str):
                 if quota and outcome == quota:
                     for_quota.append((queue, (workload,)))
                 else:
                     result.messages[workload.key] = outcome
-                if queue.strategy == STRICT_FIFO:
-                    heads.block(name, f"waiting behind {workload.key} (StrictFIFO)")
-                elif _hopeless(lanes, queue, book, refusals, hopeful):
-                    for_quota.append((queue, heads.pass_rest(name)))
+                passed = _past_refusal(
+                    heads, workload, queue, book, refusals, hopeful, None if planned else parking
+                )
+                if passed:
+                    for_quota.append((queue, passed))
                 continue
         result.admitted.append(outcome)
         book.add(name, outcome.flavor, outcome.usage)
@@ -591,6 +680,60 @@ def _first_try(
         return "", _choose_eager(result, workload, queue, book, placer, held, preempt)
     quota = _quota_refusal(refusals, queue, book, workload.shape)
     return quota, quota or _try(workload, queue, book, placer, held)
+
+
+def _otherwise(
+    result: CycleResult,
+    workload: PendingWorkload,
+    queue: QueueSpec,
+    why: str,
+    book: QuotaBook,
+    held: Held,
+    placer: Placer,
+    preempt: Preempt | None,
+    refusals: dict[tuple[str, Shape], str],
+    searched: set[str],
+    planned: int,
+) -> tuple[Admitted | str, bool]:
+    """For a workload that does not fit: a preemption plan, or fewer pods (as Kueue: only
+    when preempting cannot make room for all of them); and whether a plan was made. One
+    search per queue per cycle (``searched``), as Kueue's scheduler takes one head per queue:
+    the search is the costly part, and the later ones are of lower or equal rank. ``planned``:
+    the plans made before this workload's first try, which may have made one."""
+    if queue.name not in searched:
+        searched.add(queue.name)
+        why = _maybe_preempt(result, workload, queue, why, book, held, preempt)
+    if len(result.preemptions) != planned:
+        return why, True
+    if can_shrink(workload.request):
+        partial = _try_partial(workload, queue, book, placer, held, refusals)
+        return partial or f"{why}; {_no_partial(workload.request)}", False
+    return why, False
+
+
+def _past_refusal(
+    heads: _Heads,
+    workload: PendingWorkload,
+    queue: QueueSpec,
+    book: QuotaBook,
+    refusals: dict[tuple[str, Shape], str],
+    hopeful: dict[str, int],
+    parking: Parking | None,
+) -> Sequence[PendingWorkload]:
+    """What a queue does past a workload it cannot admit (and no plan of its own with
+    ``parking``): StrictFIFO waits behind it; one refused again since its tree gave quota back
+    holds the lane for this cycle (:class:`Parking`); a hopeless lane is passed whole. Returns
+    those passed that are refused for quota, for the words."""
+    name = queue.name
+    if queue.strategy == STRICT_FIFO:
+        heads.block(name, f"waiting behind {workload.key} (StrictFIFO)")
+        return ()
+    if parking is not None and parking.refused(workload.key, _tree_of(queue, book.tree)):
+        heads.result.held += 1  # the others are tried next cycle: no words for them
+        return [w for w in heads.pass_rest(name) if _quota_refusal(refusals, queue, book, w.shape)]
+    if _hopeless(heads.lanes, queue, book, refusals, hopeful):
+        return heads.pass_rest(name)
+    return ()
 
 
 def _word_quota_refusals(

@@ -6,6 +6,13 @@ quota and capacity alone, and writes it to
 hack/results/issue25-bench/bound-<scenario>.json for hack/bench_kueue_summary.py.
 
     .venv/bin/python hack/bench_kueue_bound.py [--cohorts 5] [--fraction 1]
+    .venv/bin/python hack/bench_kueue_bound.py --scenario large-scale [--scale 0.2]
+
+`--scenario large-scale` replays Kueue's configs/large-scale (10 cohorts of 100 queues, quota
+only; its generator.yaml from the Go module cache, as the live bench reads it). `--write-qps Q`
+makes the admitter's writes (admissions, evictions, pending messages) take turns at Q a
+second, one client budget's rate, the rest still taking no time: not a bound any more, but the
+order in which a budget-bound controller admits, in seconds instead of a live sitting.
 
 As the live bench: each set creates its Workloads one after the other with its interval
 before each (at exactly k x interval), creationTimestamps in whole seconds as the API server
@@ -29,6 +36,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from topogate.admission.cycle import Parking
+from topogate.controllers import admitter as admitter_module
 from topogate.controllers.admitter import Admitter
 from topogate.kube.events import EventRecorder
 from topogate.kube.resources import WORKLOADS, Obj
@@ -40,11 +49,14 @@ from topogate.testing.fakekube import FakeKube
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_kueue_scenario import (
     BY_KIND,
-    QUEUES_PER_COHORT,
+    KUEUE_VERSIONS,
     RESULTS,
-    SETS,
+    TAS,
+    Scenario,
     cluster_objects,
     counted,
+    large_scale,
+    large_scale_config,
     queue_name,
     workload,
 )
@@ -60,13 +72,50 @@ def _true(obj: Obj, kind: str) -> bool:
     )
 
 
+class Budget:
+    """The admitter's client as a budget of ``qps`` writes a virtual second: each write waits
+    for its turn (first come, first served), then goes to the FakeKube at once."""
+
+    def __init__(self, kube: FakeKube, qps: float, now: Any) -> None:
+        self.kube, self.qps, self.now = kube, qps, now
+        self.turn = 0.0  # the virtual time of the last turn given
+        self.waiting: list[tuple[float, int, asyncio.Future[None]]] = []
+        self.seq = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.kube, name)
+
+    async def _wait(self) -> None:
+        self.turn = max(self.now(), self.turn + 1 / self.qps)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.seq += 1
+        heapq.heappush(self.waiting, (self.turn, self.seq, future))
+        await future
+
+    async def patch(self, *args: Any, **kwargs: Any) -> Any:
+        await self._wait()
+        return await self.kube.patch(*args, **kwargs)
+
+    def next_turn(self) -> float | None:
+        return self.waiting[0][0] if self.waiting else None
+
+    def release(self, until: float) -> None:
+        while self.waiting and self.waiting[0][0] <= until:
+            heapq.heappop(self.waiting)[2].set_result(None)
+
+
 class Replay:
-    def __init__(self, cohorts: int, fraction: float) -> None:
+    def __init__(
+        self, cohorts: int, fraction: float, scenario: Scenario = TAS, qps: float = 0.0
+    ) -> None:
         self.now = 0.0  # virtual seconds since the start
         self.kube = FakeKube(clock=lambda: EPOCH + dt.timedelta(seconds=int(self.now)))
         self.state = ControllerState()
         self.cursor = 0  # the FakeKube's events delivered to the state so far
-        self.admitter = Admitter(self.kube, self.state, Metrics(), EventRecorder(self.kube, "b"))
+        self.budget = Budget(self.kube, qps, lambda: self.now) if qps > 0 else None
+        client: Any = self.budget or self.kube
+        self.admitter = Admitter(client, self.state, Metrics(), EventRecorder(self.kube, "b"))
+        self.sets = scenario.sets
         self.queue: list[tuple[float, int, str, Any]] = []  # (time, seq, what, payload)
         self.seq = 0
         self.created: dict[str, float] = {}
@@ -76,13 +125,13 @@ class Replay:
         self.admitted: set[str] = set()
         self.evictions = 0
         self.cycles = 0
-        for obj in cluster_objects(cohorts):
+        for obj in cluster_objects(cohorts, scenario=scenario):
             resource = BY_KIND[obj["kind"]]
             self.kube.seed(resource, obj)
         for cohort in range(cohorts):
-            for q in range(QUEUES_PER_COHORT):
+            for q in range(scenario.queues_per_cohort):
                 namespace = queue_name(cohort, q)
-                for index, spec in enumerate(counted(fraction)):
+                for index, spec in enumerate(counted(fraction, scenario.sets)):
                     for i in range(spec[1]):
                         at = (i + 1) * spec[2] / 1000
                         self.push(at, "create", (namespace, f"{spec[0]}-{index}-{i}-0", spec))
@@ -135,19 +184,40 @@ class Replay:
         ]
         self.kube.seed(WORKLOADS, obj)
 
-    async def run(self) -> None:
-        while self.queue:
-            self.now = self.queue[0][0]
+    async def run(self, every: float = 0.0) -> None:
+        """``every``: cycles at most this often (virtual seconds; 0: at every instant)."""
+        budget = self.budget
+        due_cycle = 0.0
+        while self.queue or (budget is not None and budget.waiting):
+            turn = budget.next_turn() if budget is not None else None
+            due = [t for t in (self.queue[0][0] if self.queue else None, turn) if t is not None]
+            if every:  # a cycle with nothing new returns at once
+                due.append(max(due_cycle, self.now))
+            self.now = max(self.now, min(due))
             while self.queue and self.queue[0][0] <= self.now:
                 _, _, what, payload = heapq.heappop(self.queue)
                 self.apply(what, payload)
+            if budget is not None:  # the writes whose turn came go through
+                budget.release(self.now)
+                for _ in range(50):
+                    await asyncio.sleep(0)
             self.observe(self.deliver())
-            # Cycles at this instant until nothing changes: writes and requeues take no time.
+            if every and self.now < due_cycle:
+                continue
+            due_cycle = self.now + every
+            # Cycles at this instant until nothing changes: writes and requeues take no time
+            # (with a budget, they take their turns as virtual time goes on).
             for _ in range(20):
-                self.admitter.decide(describe=False)
-                self.cycles += 1
-                await self.admitter.settle()
-                if not self.observe(self.deliver()):
+                ran = self.admitter.decide(describe=False)
+                self.cycles += ran
+                last = self.admitter._last
+                held = ran and last is not None and last[2].held
+                if budget is None:
+                    await self.admitter.settle()
+                else:
+                    for _ in range(50):
+                        await asyncio.sleep(0)
+                if not self.observe(self.deliver()) and not held:
                     break
 
     def observe(self, events: list[tuple[str, Obj]]) -> bool:
@@ -172,27 +242,66 @@ class Replay:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cohorts", type=int, default=5)
-    parser.add_argument("--fraction", type=float, default=1.0)
+    parser.add_argument("--scenario", choices=["tas", "large-scale"], default="tas")
+    parser.add_argument("--cohorts", type=int, help="tas: 5 (default); large-scale: 10")
+    parser.add_argument("--fraction", type=float, default=1.0, help="tas: scale the counts")
+    parser.add_argument("--scale", type=float, default=1.0, help="large-scale: scale the counts")
+    parser.add_argument("--write-qps", type=float, default=0.0, help="writes a second (0: free)")
+    parser.add_argument(
+        "--cycle-every",
+        type=float,
+        default=0.0,
+        help="virtual seconds between cycles (0: at every change, the bound's)",
+    )
+    parser.add_argument(
+        "--pass-at-once",
+        action="store_true",
+        help="the cycle's rule before Kueue's requeue: a queue passes a workload that does not "
+        "fit at once, also after quota came back (for comparison)",
+    )
+    parser.add_argument(
+        "--ahead",
+        type=int,
+        help="admissions decided ahead of their writes, at most (default: the admitter's "
+        "AHEAD; 0: no limit, the admitter's rule before it)",
+    )
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args()
-    replay = Replay(args.cohorts, args.fraction)
+    if args.ahead is not None:
+        admitter_module.AHEAD = args.ahead or 10**9
+    if args.pass_at_once:
+        Parking.refused = lambda self, key, root: False  # type: ignore[method-assign]
+    if args.scenario == "tas":
+        scenario, fraction, cohorts = TAS, args.fraction, args.cohorts or 5
+        name = f"tas-c{cohorts}" + (f"-f{fraction:g}" if fraction != 1 else "")
+    else:
+        scenario = large_scale(large_scale_config(KUEUE_VERSIONS["large-scale"]))
+        fraction, cohorts = args.scale, args.cohorts or 10
+        name = f"large-scale-c{cohorts}" + (f"-s{fraction:g}" if fraction != 1 else "")
+    if args.write_qps:
+        name += f"-qps{args.write_qps:g}"
+    if args.cycle_every:
+        name += f"-every{args.cycle_every:g}"
+    if args.pass_at_once:
+        name += "-pass-at-once"
+    if args.ahead is not None:
+        name += f"-ahead{args.ahead}"
+    replay = Replay(cohorts, fraction, scenario, args.write_qps)
     started = time.process_time()
-    asyncio.run(replay.run())
+    asyncio.run(replay.run(args.cycle_every))
     took = time.process_time() - started
     by_class: dict[str, list[float]] = defaultdict(list)
     for key, cls in replay.cls.items():
         by_class[cls].append(1000 * replay.tta.get(key, 0.0))
     never = len(replay.cls) - len(replay.tta)
-    scenario = f"tas-c{args.cohorts}" + (f"-f{args.fraction:g}" if args.fraction != 1 else "")
     print(
-        f"{scenario}: {len(replay.cls)} Workloads replayed in {replay.now:.1f} s virtual time, "
+        f"{name}: {len(replay.cls)} Workloads replayed in {replay.now:.1f} s virtual time, "
         f"{replay.cycles} cycles, {replay.evictions} evictions, {never} never admitted; "
         f"{took:.1f} s CPU"
     )
     print(f"{'class':24} {'bound mean ms':>14} {'p50':>7} {'p90':>7}")
     classes = {}
-    for cls in [s[0] for s in SETS]:
+    for cls in [s[0] for s in replay.sets]:
         values = sorted(by_class.get(cls, []))
         if not values:
             continue
@@ -205,9 +314,9 @@ def main() -> None:
         classes[cls] = row
         print(f"{cls:24} {row['mean']:14.0f} {row['p50']:7.0f} {row['p90']:7.0f}")
     args.results.mkdir(parents=True, exist_ok=True)
-    path = args.results / f"bound-{scenario}.json"
+    path = args.results / f"bound-{name}.json"
     out = {
-        "scenario": scenario,
+        "scenario": name,
         "command": " ".join(sys.argv),
         "virtual_seconds": replay.now,
         "cycles": replay.cycles,

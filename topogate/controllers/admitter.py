@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from topogate import clock
 from topogate.admission.assignments import node_usage
-from topogate.admission.cycle import Admitted, CycleResult, admission_cycle
+from topogate.admission.cycle import Admitted, CycleResult, Parking, admission_cycle
 from topogate.admission.exact import EXACT_BUDGET
 from topogate.admission.fairpreemption import DEFAULT_STRATEGIES
 from topogate.admission.fairshare import tree_shares
@@ -57,6 +57,11 @@ from .writes import NewestCopies, new_condition, write_gpu_assignment, write_sta
 log = logging.getLogger("topogate.admitter")
 
 COALESCE_MIN, COALESCE_MAX = 0.005, 0.05  # seconds between a change and the cycle it wakes
+# Admissions decided ahead of their writes, at most: once the client budget is the limit, a
+# cycle that assumed every fit at once would have them written in the order decided (those
+# that came first, not the higher priorities that came since); Kueue's scheduler waits on the
+# same client for its status writes, so it never runs far ahead of them either.
+AHEAD = 128
 DESCRIBE_EVERY = 1.0  # seconds between two updates of the pending messages (serve's loop)
 # While no Workload waits, the snapshot and trees are built again after a node change at most
 # once per this many times the last build took (at least WARM_GAP_MIN s apart): node updates
@@ -94,6 +99,9 @@ class Admitter:
         # Preemption searches that found nothing, kept across cycles (re-run only when their
         # cohort tree changed).
         self._no_plan = NoPlanMemo()
+        # Workloads refused and set aside, as Kueue's inadmissible ones (passed until their
+        # cohort tree gives quota back).
+        self._parking = Parking()
         self._gauged: dict[tuple[str, str], int] = {}  # the gauges' values last set
         self.cycles = 0
         self.skipped = 0  # cycles not run: nothing they read had changed
@@ -102,6 +110,8 @@ class Admitter:
         self._last: tuple[object, tuple[int, ...], CycleResult] | None = None
         # Per Workload, the last write spawned (the next one waits for it).
         self._chains: dict[str, asyncio.Task[None]] = {}
+        self._ahead = 0  # admissions spawned and not yet written
+        self._behind = False  # a cycle stopped at AHEAD: the next is due as they are written
         self.futile = FutileSearches()  # preemption searches that found nothing
         # The catalog the trees were last built for (by :meth:`warm` or a cycle), when the
         # next idle warm-up may run, and whether one is owed (nodes changed meanwhile).
@@ -144,9 +154,17 @@ class Admitter:
                 described = started
 
     async def cycle(self) -> None:
-        """One cycle, and its writes finished."""
-        self.decide()
-        await self.settle()
+        """One cycle (and those it makes due: lanes held behind a workload just parked, or
+        more admissions than :data:`AHEAD`), and its writes finished."""
+        while True:
+            ran = self.decide()
+            result = self._last[2] if ran and self._last is not None else None
+            if result is not None and result.held:
+                continue
+            again = self._behind  # stopped at AHEAD: more once these are written
+            await self.settle()
+            if not again:
+                return
 
     async def settle(self) -> None:
         """Wait until every write spawned so far has finished."""
@@ -178,9 +196,10 @@ class Admitter:
 
         task.add_done_callback(done)
 
-    def decide(self, describe: bool = True) -> None:
+    def decide(self, describe: bool = True) -> bool:
         """Run one cycle: decide in memory, hold what is admitted, and spawn the writes (of
-        the pending messages that changed too, if ``describe``)."""
+        the pending messages that changed too, if ``describe``). False: no cycle was run
+        (nothing waits, or nothing it reads changed)."""
         started = time.perf_counter()
         catalog = self.state.catalogs.catalog()
         queue = self.state.pending
@@ -193,14 +212,19 @@ class Admitter:
             if describe:
                 self._gauges(catalog.queues, {})
                 self._report_shares(catalog)
-            return
+            return False
+        if self._ahead >= AHEAD:
+            self._behind = True
+            return False
         snapshot = self.state.ledger.snapshot()
         state = self.state
+        self._parking.follow(state.ledger.held(), self._queue_of)
         read = (
             state.catalogs.generation,
             queue.version,
             state.workload_changes,
             state.ledger.changes,
+            self._parking.version,
         )
         if self._last is not None and self._last[0] is snapshot and self._last[1] == read:
             # Nothing a decision reads changed (a wake by a pending message written back, or
@@ -210,7 +234,7 @@ class Admitter:
             if describe:
                 self.messages.update({**queue.problems, **self._last[2].pending})
                 self._gauges(catalog.queues, {})  # the lanes hold no admission of its
-            return
+            return False
         named = queue.lanes.topologies()
         placer = build_placer(snapshot, catalog, named, clock.exact_budget(self.exact_budget))
         self._warm_catalog, self.warm_owed = catalog, False  # built by this cycle
@@ -232,12 +256,29 @@ class Admitter:
             preempt,
             catalog.cohorts,
             fair_sharing=self.fair_sharing,
+            parking=self._parking,
+            limit=AHEAD - self._ahead,
         )
+        self._behind = result.limited
         for outcome, count in placer.exact_outcomes.items():
             self.metrics.exact_pass.labels(outcome).inc(count)
         self.metrics.admission_cycle_seconds.observe(time.perf_counter() - started)
         self.cycles += 1
         self._last = (snapshot, read, result)
+        admitted = self._apply(result, describe)
+        if describe:  # with what this cycle admitted held
+            # The gauges go with the words, at most once a second in serve's loop: they walk
+            # every queue and every held admission (a third of a cycle at 1,000 queues).
+            self._gauges(catalog.queues, admitted)
+            self._report_shares(catalog)
+        if result.held:  # Kueue's next cycle takes the next heads at once
+            self.state.signals.admit()
+        return True
+
+    def _apply(self, result: CycleResult, describe: bool) -> dict[str, int]:
+        """Hold and write the cycle's admissions, its words (if ``describe``) and its
+        evictions; returns the admissions per ClusterQueue."""
+        queue = self.state.pending
         workloads = self.state.store.objects(WORKLOADS)
         admitted: dict[str, int] = {}
         for one in result.admitted:
@@ -253,11 +294,13 @@ class Admitter:
             self.messages.update({**queue.problems, **result.pending})
         for key, plan in result.preemptions:
             self._preempt(key, plan)
-        if describe:  # with what this cycle admitted held
-            # The gauges go with the words, at most once a second in serve's loop: they walk
-            # every queue and every held admission (a third of a cycle at 1,000 queues).
-            self._gauges(catalog.queues, admitted)
-            self._report_shares(catalog)
+        return admitted
+
+    def _queue_of(self, key: str) -> str | None:
+        """The ClusterQueue whose quota the workload holds (None: it holds none)."""
+        for cluster_queue, _ in self.state.workloads.quota_of(key):
+            return cluster_queue
+        return None
 
     def warm(self) -> None:
         """Build the capacity snapshot and every flavor's domain tree now, so the next
@@ -316,6 +359,7 @@ class Admitter:
             if not self.state.pending.holds(key):
                 self.copies.drop(key)
                 self._no_plan.forget_one(key)
+                self._parking.forget(key)
 
     def _gauges(self, queues: Mapping[str, QueueSpec], admitted: Mapping[str, int]) -> None:
         counts = dict.fromkeys(queues, 0)
@@ -347,12 +391,28 @@ class Admitter:
             admitted.key, admission, node_usage(request, admitted.decision), gpus
         )
         self.messages.drop(admitted.key)
+        self._ahead += 1
         self._spawn(
             admitted.key,
             functools.partial(self._admit, workload, admitted, admission, gpus),
         )
 
     async def _admit(
+        self,
+        seen: Obj,
+        admitted: Admitted,
+        admission: Obj,
+        gpus: GpuAssignment,
+    ) -> None:
+        try:
+            await self._admit_once(seen, admitted, admission, gpus)
+        finally:
+            self._ahead -= 1
+            if self._behind and self._ahead <= AHEAD // 2:
+                self._behind = False
+                self.state.signals.admit()
+
+    async def _admit_once(
         self,
         seen: Obj,
         admitted: Admitted,
