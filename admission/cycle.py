@@ -618,42 +618,52 @@ def admission_cycle(
         if book.changes != refused_at:
             refusals.clear()
             refused_at = book.changes
-        # Plans made before (a fungibility walk in _first_try may already have made one).
-        queue, before = queues[name], len(result.preemptions)
-        quota, outcome = _first_try(
+        queue = queues[name]
+        quota, outcome, planned = _try_head(
             result, workload, queue, book, placer, held, preempt, searched, refusals
         )
         if isinstance(outcome, str):
-            outcome, planned = _otherwise(
-                result,
-                workload,
-                queue,
-                outcome,
-                book,
-                held,
-                placer,
-                preempt,
-                refusals,
-                searched,
-                before,
+            if quota and outcome == quota:
+                for_quota.append((queue, (workload,)))
+            else:
+                result.messages[workload.key] = outcome
+            passed = _past_refusal(
+                heads, workload, queue, book, refusals, hopeful, None if planned else parking
             )
-            if isinstance(outcome, str):
-                if quota and outcome == quota:
-                    for_quota.append((queue, (workload,)))
-                else:
-                    result.messages[workload.key] = outcome
-                passed = _past_refusal(
-                    heads, workload, queue, book, refusals, hopeful, None if planned else parking
-                )
-                if passed:
-                    for_quota.append((queue, passed))
-                continue
+            if passed:
+                for_quota.append((queue, passed))
+            continue
         result.admitted.append(outcome)
         book.add(name, outcome.flavor, outcome.usage)
         if outcome.decision is not None:
             held.append((outcome.request or workload.request, outcome.decision))
     _word_quota_refusals(result, for_quota, lanes, book)
     return result
+
+
+def _try_head(
+    result: CycleResult,
+    workload: PendingWorkload,
+    queue: QueueSpec,
+    book: QuotaBook,
+    placer: Placer,
+    held: Held,
+    preempt: Preempt | None,
+    searched: set[str],
+    refusals: dict[tuple[str, Shape], str],
+) -> tuple[str, Admitted | str, bool]:
+    """(the quota refusal, or ""; the admission, or why not; whether a preemption plan was
+    made for it): the first try, then a plan or fewer pods (:func:`_otherwise`)."""
+    before = len(result.preemptions)  # a fungibility walk in the first try may make a plan
+    quota, outcome = _first_try(
+        result, workload, queue, book, placer, held, preempt, searched, refusals
+    )
+    if not isinstance(outcome, str):
+        return quota, outcome, False
+    outcome, planned = _otherwise(
+        result, workload, queue, outcome, book, held, placer, preempt, refusals, searched, before
+    )
+    return quota, outcome, planned
 
 
 def _first_try(
