@@ -597,14 +597,10 @@ def admission_cycle(
     book = QuotaBook(queues, usage, CohortTree(queues, cohorts))
     if parking is not None:
         parking.begin(queues, book.tree)
-    held: Held = []
     lanes = pending if isinstance(pending, QueueLanes) else QueueLanes(pending)
     heads = _Heads(queues, book, lanes, result, FairShares(book) if fair_sharing else None)
     heads.fill()
-    searched: set[str] = set()  # queues that looked for victims this cycle (:func:`_otherwise`)
-    # Quota refusals by (queue, demand) while the quota in use is unchanged: thousands of
-    # pending workloads come in a few shapes, and each refusal was worked out and worded anew.
-    refusals: dict[tuple[str, Shape], str] = {}
+    walk = _Walk(result, book, placer, [], preempt)
     refused_at = 0
     # Refused for quota and nothing else: worded at the end, against the quota the cycle
     # leaves (so the words do not depend on when in the walk a workload came up).
@@ -616,19 +612,17 @@ def admission_cycle(
             break
         name, workload = popped
         if book.changes != refused_at:
-            refusals.clear()
+            walk.refusals.clear()
             refused_at = book.changes
         queue = queues[name]
-        quota, outcome, planned = _try_head(
-            result, workload, queue, book, placer, held, preempt, searched, refusals
-        )
+        quota, outcome, planned = _try_head(walk, workload, queue)
         if isinstance(outcome, str):
             if quota and outcome == quota:
                 for_quota.append((queue, (workload,)))
             else:
                 result.messages[workload.key] = outcome
             passed = _past_refusal(
-                heads, workload, queue, book, refusals, hopeful, None if planned else parking
+                heads, workload, queue, book, walk.refusals, hopeful, None if planned else parking
             )
             if passed:
                 for_quota.append((queue, passed))
@@ -636,87 +630,75 @@ def admission_cycle(
         result.admitted.append(outcome)
         book.add(name, outcome.flavor, outcome.usage)
         if outcome.decision is not None:
-            held.append((outcome.request or workload.request, outcome.decision))
+            walk.held.append((outcome.request or workload.request, outcome.decision))
     _word_quota_refusals(result, for_quota, lanes, book)
     return result
 
 
+@dataclass(slots=True)
+class _Walk:
+    """What one cycle's tries share: the outcome so far, the quota and capacity held by its
+    admissions and plans, and the memos of what it already worked out."""
+
+    result: CycleResult
+    book: QuotaBook
+    placer: Placer
+    held: Held
+    preempt: Preempt | None
+    searched: set[str] = field(default_factory=set)  # queues that looked for victims
+    # Quota refusals by (queue, demand) while the quota in use is unchanged: thousands of
+    # pending workloads come in a few shapes, and each refusal was worked out and worded anew.
+    refusals: dict[tuple[str, Shape], str] = field(default_factory=dict)
+
+
 def _try_head(
-    result: CycleResult,
-    workload: PendingWorkload,
-    queue: QueueSpec,
-    book: QuotaBook,
-    placer: Placer,
-    held: Held,
-    preempt: Preempt | None,
-    searched: set[str],
-    refusals: dict[tuple[str, Shape], str],
+    walk: _Walk, workload: PendingWorkload, queue: QueueSpec
 ) -> tuple[str, Admitted | str, bool]:
     """(the quota refusal, or ""; the admission, or why not; whether a preemption plan was
     made for it): the first try, then a plan or fewer pods (:func:`_otherwise`)."""
-    before = len(result.preemptions)  # a fungibility walk in the first try may make a plan
-    quota, outcome = _first_try(
-        result, workload, queue, book, placer, held, preempt, searched, refusals
-    )
+    before = len(walk.result.preemptions)  # a fungibility walk in the first try may plan
+    quota, outcome = _first_try(walk, workload, queue)
     if not isinstance(outcome, str):
         return quota, outcome, False
-    outcome, planned = _otherwise(
-        result, workload, queue, outcome, book, held, placer, preempt, refusals, searched, before
-    )
+    outcome, planned = _otherwise(walk, workload, queue, outcome, before)
     return quota, outcome, planned
 
 
 def _first_try(
-    result: CycleResult,
-    workload: PendingWorkload,
-    queue: QueueSpec,
-    book: QuotaBook,
-    placer: Placer,
-    held: Held,
-    preempt: Preempt | None,
-    searched: set[str],
-    refusals: dict[tuple[str, Shape], str],
+    walk: _Walk, workload: PendingWorkload, queue: QueueSpec
 ) -> tuple[str, Admitted | str]:
     """(the quota refusal, or ""; the admission, or why not). A fungibility that may take a
     preemption before a later fit walks the flavors with their preemptions, as Kueue's
     assigner does: that is the queue's one preemption search of the cycle."""
+    book, placer, held, preempt = walk.book, walk.placer, walk.held, walk.preempt
     if (
         preempt is not None
         and queue.preemption.enabled
         and queue.fungibility.preempts_before_fits()
-        and queue.name not in searched
+        and queue.name not in walk.searched
     ):
-        searched.add(queue.name)
-        return "", _choose_eager(result, workload, queue, book, placer, held, preempt)
-    quota = _quota_refusal(refusals, queue, book, workload.shape)
+        walk.searched.add(queue.name)
+        return "", _choose_eager(walk.result, workload, queue, book, placer, held, preempt)
+    quota = _quota_refusal(walk.refusals, queue, book, workload.shape)
     return quota, quota or _try(workload, queue, book, placer, held)
 
 
 def _otherwise(
-    result: CycleResult,
-    workload: PendingWorkload,
-    queue: QueueSpec,
-    why: str,
-    book: QuotaBook,
-    held: Held,
-    placer: Placer,
-    preempt: Preempt | None,
-    refusals: dict[tuple[str, Shape], str],
-    searched: set[str],
-    planned: int,
+    walk: _Walk, workload: PendingWorkload, queue: QueueSpec, why: str, planned: int
 ) -> tuple[Admitted | str, bool]:
     """For a workload that does not fit: a preemption plan, or fewer pods (as Kueue: only
     when preempting cannot make room for all of them); and whether a plan was made. One
-    search per queue per cycle (``searched``), as Kueue's scheduler takes one head per queue:
-    the search is the costly part, and the later ones are of lower or equal rank. ``planned``:
-    the plans made before this workload's first try, which may have made one."""
-    if queue.name not in searched:
-        searched.add(queue.name)
-        why = _maybe_preempt(result, workload, queue, why, book, held, preempt)
+    search per queue per cycle (``walk.searched``), as Kueue's scheduler takes one head per
+    queue: the search is the costly part, and the later ones are of lower or equal rank.
+    ``planned``: the plans made before this workload's first try, which may have made one."""
+    result, book, held = walk.result, walk.book, walk.held
+    if queue.name not in walk.searched:
+        walk.searched.add(queue.name)
+        why = _maybe_preempt(result, workload, queue, why, book, held, walk.preempt)
     if len(result.preemptions) != planned:
         return why, True
     if can_shrink(workload.request):
-        partial = _try_partial(workload, queue, book, placer, held, refusals)
+        partial = _try_partial(workload, queue, book, walk.placer, held, walk.refusals)
         return partial or f"{why}; {_no_partial(workload.request)}", False
     return why, False
 
