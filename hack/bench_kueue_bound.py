@@ -265,10 +265,20 @@ def main() -> None:
         help="admissions decided ahead of their writes, at most (default: the admitter's "
         "AHEAD; 0: no limit, the admitter's rule before it)",
     )
+    parser.add_argument(
+        "--writes-batch",
+        type=int,
+        help="with writes waiting, the next cycle waits for this many to be written (default: "
+        "the admitter's WRITES_BATCH; 0: a cycle at every change, the rule before it)",
+    )
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args()
     if args.ahead is not None:
         admitter_module.AHEAD = args.ahead or 10**9
+    if args.writes_batch is not None:
+        admitter_module.WRITES_BATCH = args.writes_batch
+        if not args.writes_batch:
+            admitter_module.WRITES_KEPT = 10**9
     if args.pass_at_once:
         Parking.refused = lambda self, key, root: False  # type: ignore[method-assign]
     if args.scenario == "tas":
@@ -286,6 +296,8 @@ def main() -> None:
         name += "-pass-at-once"
     if args.ahead is not None:
         name += f"-ahead{args.ahead}"
+    if args.writes_batch is not None:
+        name += f"-batch{args.writes_batch}"
     replay = Replay(cohorts, fraction, scenario, args.write_qps)
     started = time.process_time()
     asyncio.run(replay.run(args.cycle_every))

@@ -6,12 +6,17 @@ for it (Kueue's QueueAssociatedInadmissibleWorkloadsAfter on a finished workload
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 
 from topogate.admission.cycle import Parking, admission_cycle
 from topogate.admission.lanes import QueueLanes
 from topogate.admission.quota import Usage
 from topogate.controllers import admitter as admitter_module
+from topogate.controllers.admitter import Admitter
+from topogate.kube.events import EventRecorder
 from topogate.kube.resources import WORKLOADS
 
 from .test_cohorts import no_topology, pending, queue
@@ -105,3 +110,64 @@ async def test_the_admitter_decides_no_further_ahead_of_its_writes_than_ahead(
     await admitter.cycle()
     assert h.state.ledger.reserved("ml/second") is not None
     await events.drain()
+
+
+class _GatedWrites:
+    """The harness's API server, with status writes let through one permit at a time."""
+
+    def __init__(self, kube: Any) -> None:
+        self.kube, self.gate, self.passed = kube, asyncio.Semaphore(0), 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.kube, name)
+
+    async def patch(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("subresource") == "status":
+            await self.gate.acquire()
+            self.passed += 1
+        return await self.kube.patch(*args, **kwargs)
+
+
+async def _let_through(gated: _GatedWrites, count: int) -> None:
+    target = gated.passed + count
+    for _ in range(count):
+        gated.gate.release()
+    for _ in range(200):  # each write is a chain of tasks: let them all run
+        if gated.passed >= target:
+            break
+        await asyncio.sleep(0)
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_while_writes_wait_the_next_cycle_waits_for_a_batch_of_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Throttled writes: a change (a new workload, a finish) does not start a cycle of its own
+    while more than WRITES_KEPT admissions wait for their writes; the cycle comes once
+    WRITES_BATCH of them are written (it could not be written sooner), and decides all that
+    changed meanwhile at once."""
+    monkeypatch.setattr(admitter_module, "WRITES_KEPT", 1)
+    monkeypatch.setattr(admitter_module, "WRITES_BATCH", 2)
+    h = Harness()
+    for name in ("first", "second", "third"):
+        h.kube.seed(WORKLOADS, workload(name, count=1, gpus=1))
+    h.deliver()
+    gated = _GatedWrites(h.kube)
+    admitter = Admitter(gated, h.state, h.metrics, EventRecorder(h.kube, "test"))
+    assert admitter.decide()
+    assert all(h.state.ledger.reserved(f"ml/{n}") for n in ("first", "second", "third"))
+    h.kube.seed(WORKLOADS, workload("late", count=1, gpus=1))
+    h.deliver()
+    h.state.signals.admit_event.clear()
+    assert not admitter.decide()  # three wait for their writes: no cycle for one change
+    await _let_through(gated, 1)
+    assert not h.state.signals.admit_event.is_set()  # one written: not a batch yet
+    assert not admitter.decide()
+    assert h.state.ledger.reserved("ml/late") is None
+    await _let_through(gated, 1)
+    assert h.state.signals.admit_event.is_set()  # a batch written: the owed cycle is due
+    assert admitter.decide()
+    assert h.state.ledger.reserved("ml/late") is not None
+    await _let_through(gated, 2)
+    await admitter.settle()

@@ -62,6 +62,12 @@ COALESCE_MIN, COALESCE_MAX = 0.005, 0.05  # seconds between a change and the cyc
 # that came first, not the higher priorities that came since); Kueue's scheduler waits on the
 # same client for its status writes, so it never runs far ahead of them either.
 AHEAD = 128
+# While admissions wait for their writes (more than WRITES_KEPT of them), the next cycle waits
+# until WRITES_BATCH of them are written: what it admits cannot be written before those anyway,
+# and waiting lets the finishes that come meanwhile be decided together (and a refused
+# higher-priority head sees all the room they free). Without it, throttled writes turn each
+# finish into a cycle of its own and the controller's CPU grows as its client budget shrinks.
+WRITES_KEPT, WRITES_BATCH = 4, 16
 DESCRIBE_EVERY = 1.0  # seconds between two updates of the pending messages (serve's loop)
 # While no Workload waits, the snapshot and trees are built again after a node change at most
 # once per this many times the last build took (at least WARM_GAP_MIN s apart): node updates
@@ -111,7 +117,10 @@ class Admitter:
         # Per Workload, the last write spawned (the next one waits for it).
         self._chains: dict[str, asyncio.Task[None]] = {}
         self._ahead = 0  # admissions spawned and not yet written
-        self._behind = False  # a cycle stopped at AHEAD: the next is due as they are written
+        # A cycle is owed once enough admissions are written (:data:`AHEAD`, :data:`WRITES_BATCH`).
+        self._behind = False
+        self._written = 0  # admission writes finished since the last cycle
+        self._limited = False  # the last cycle stopped at AHEAD: half of them first
         self.futile = FutileSearches()  # preemption searches that found nothing
         # The catalog the trees were last built for (by :meth:`warm` or a cycle), when the
         # next idle warm-up may run, and whether one is owed (nodes changed meanwhile).
@@ -213,7 +222,7 @@ class Admitter:
                 self._gauges(catalog.queues, {})
                 self._report_shares(catalog)
             return False
-        if self._ahead >= AHEAD:
+        if not self._writes_caught_up():
             self._behind = True
             return False
         snapshot = self.state.ledger.snapshot()
@@ -259,7 +268,8 @@ class Admitter:
             parking=self._parking,
             limit=AHEAD - self._ahead,
         )
-        self._behind = result.limited
+        self._behind = self._limited = result.limited
+        self._written = 0
         for outcome, count in placer.exact_outcomes.items():
             self.metrics.exact_pass.labels(outcome).inc(count)
         self.metrics.admission_cycle_seconds.observe(time.perf_counter() - started)
@@ -408,9 +418,18 @@ class Admitter:
             await self._admit_once(seen, admitted, admission, gpus)
         finally:
             self._ahead -= 1
-            if self._behind and self._ahead <= AHEAD // 2:
+            self._written += 1
+            if self._behind and self._writes_caught_up():
                 self._behind = False
                 self.state.signals.admit()
+
+    def _writes_caught_up(self) -> bool:
+        """Whether a cycle may run as far as the admissions waiting for their writes go: few
+        wait, or a batch of them was written since the last cycle (and fewer than
+        :data:`AHEAD` wait)."""
+        if self._ahead >= AHEAD or (self._limited and self._ahead > AHEAD // 2):
+            return False
+        return self._ahead <= WRITES_KEPT or self._written >= WRITES_BATCH
 
     async def _admit_once(
         self,
