@@ -67,6 +67,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -764,7 +765,11 @@ async def drive(
     seconds: float,
     nodes_made: bool = False,
     scenario: Scenario = TAS,
+    exited: Callable[[], str | None] = lambda: None,
 ) -> Run:
+    """Create the scenario's Workloads and finish each at its runtime, until all are done
+    (or ``seconds``); ``exited`` says why the controller has stopped (None: it runs), checked
+    every 10 s so a controller that died ends the sitting at once, not at its timeout."""
     kube = await Kube.connect(str(plane.kubeconfig), qps=None)
     run = Run(started=time.monotonic())
     for obj in objs:
@@ -779,6 +784,9 @@ async def drive(
     async def progress() -> None:
         while True:
             await asyncio.sleep(10)
+            why = exited()
+            if why is not None:
+                raise ControllerStopped(f"the controller stopped during the scenario: {why}")
             admitted = sum(1 for r in run.records.values() if r.admissions)
             done = sum(1 for r in run.records.values() if r.finished)
             print(
@@ -796,7 +804,9 @@ async def drive(
         if churn.percent > 0 and churn.pods:
             churner = asyncio.create_task(churn_pods(kube, run, churn, nodes))
         await generate(kube, run, objs, cohorts, sets, nodes_made, scenario.queues_per_cohort)
-        await asyncio.wait_for(recorder, seconds)
+        # Ends with the recorder (every Workload finished), at the timeout, or when the
+        # controller stopped (the reporter's ControllerStopped).
+        await asyncio.wait_for(_first(recorder, reporter), seconds)
         if churner is not None:
             await churner  # ends after its round once the scenario is done
     finally:
@@ -805,6 +815,27 @@ async def drive(
             churner.cancel()
         await kube.close()
     return run
+
+
+class ControllerStopped(RuntimeError):
+    """The controller's process exited while the scenario ran."""
+
+
+async def _first(*tasks: asyncio.Task[None]) -> None:
+    """Wait for the first of ``tasks`` to end, and raise what it raised."""
+    done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for task in done:
+        task.result()
+
+
+def _exited(proc: subprocess.Popen[bytes], log: Path) -> Callable[[], str | None]:
+    def why() -> str | None:
+        if proc.poll() is None:
+            return None
+        tail = log.read_text(errors="replace").splitlines()[-15:] if log.exists() else []
+        return f"exit code {proc.returncode}; the end of {log}:\n" + "\n".join(tail)
+
+    return why
 
 
 def topogate_side(
@@ -842,18 +873,22 @@ def topogate_side(
         with serving(plane.kubeconfig, log, extra=extra) as proc:
             # serve starts as the generator starts, as Kueue's runner starts minimalkueue.
             started = time.monotonic()
-            run = asyncio.run(
-                drive(
-                    plane,
-                    objs,
-                    cohorts,
-                    fraction,
-                    churn,
-                    timeout,
-                    nodes_made=pods_per_node > 0,
-                    scenario=scenario,
+            try:
+                run = asyncio.run(
+                    drive(
+                        plane,
+                        objs,
+                        cohorts,
+                        fraction,
+                        churn,
+                        timeout,
+                        nodes_made=pods_per_node > 0,
+                        scenario=scenario,
+                        exited=_exited(proc, log),
+                    )
                 )
-            )
+            except ControllerStopped as stopped:
+                raise SystemExit(str(stopped)) from None
             wall = time.monotonic() - started
             cpu = proc_cpu(proc.pid)  # the whole process, from its start
             rss = proc_peak_rss_mb(proc.pid)

@@ -11,6 +11,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pytest
+
 from topogate.kube.resources import WORKLOADS
 from topogate.testing.fakekube import FakeKube
 
@@ -77,3 +79,32 @@ def test_a_timer_of_an_admission_since_evicted_does_not_finish_the_new_admission
         assert state.records["ns/w"].admissions == 3
 
     asyncio.run(run())
+
+
+def test_a_controller_that_died_ends_the_sitting_with_its_log(tmp_path: Path) -> None:
+    """serve exiting mid-scenario stops the sitting at its next 10 s check, naming the exit
+    code and quoting its log (it waited out the 30-minute timeout, printing "admitted 0")."""
+    import subprocess
+
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(["sh", "-c", "echo 'cannot bind :8080'; exit 3"], stdout=out)
+        proc.wait(timeout=10)
+    why = bench._exited(proc, log)()
+    assert why is not None and "exit code 3" in why and "cannot bind :8080" in why
+
+    async def forever() -> None:
+        await asyncio.sleep(3600)
+
+    async def reporter() -> None:
+        raise bench.ControllerStopped("the controller stopped")
+
+    async def main() -> None:
+        waiting = asyncio.create_task(forever())
+        try:
+            await asyncio.wait_for(bench._first(waiting, asyncio.create_task(reporter())), 5)
+        finally:
+            waiting.cancel()
+
+    with pytest.raises(bench.ControllerStopped, match="the controller stopped"):
+        asyncio.run(main())
