@@ -84,7 +84,8 @@ class CycleResult:
     def pending(self) -> dict[str, str]:
         """key -> why it waits."""
         for workloads, words in self.deferred:
-            self.messages.update((w.key, words[w.shape]) for w in workloads)
+            # Empty words: not refused for quota (a held lane's rest), so nothing to tell.
+            self.messages.update((w.key, words[w.shape]) for w in workloads if words[w.shape])
         self.deferred.clear()
         return self.messages
 
@@ -721,8 +722,10 @@ def _past_refusal(
         heads.block(name, f"waiting behind {workload.key} (StrictFIFO)")
         return ()
     if parking is not None and parking.refused(workload.key, _tree_of(queue, book.tree)):
-        heads.result.held += 1  # the others are tried next cycle: no words for them
-        return [w for w in heads.pass_rest(name) if _quota_refusal(refusals, queue, book, w.shape)]
+        # The others are tried next cycle: words only for those refused for quota (their
+        # shapes' words, read at the end, are empty for the rest).
+        heads.result.held += 1
+        return heads.pass_rest(name)
     if _hopeless(heads.lanes, queue, book, refusals, hopeful):
         return heads.pass_rest(name)
     return ()
