@@ -115,6 +115,7 @@ class Replay:
         self.budget = Budget(self.kube, qps, lambda: self.now) if qps > 0 else None
         client: Any = self.budget or self.kube
         self.admitter = Admitter(client, self.state, Metrics(), EventRecorder(self.kube, "b"))
+        self.admitter.clock = lambda: self.now  # cycles take no virtual time; writes do
         self.sets = scenario.sets
         self.queue: list[tuple[float, int, str, Any]] = []  # (time, seq, what, payload)
         self.seq = 0

@@ -7,6 +7,7 @@ for it (Kueue's QueueAssociatedInadmissibleWorkloadsAfter on a finished workload
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
 import pytest
@@ -118,6 +119,9 @@ class _GatedWrites:
     def __init__(self, kube: Any) -> None:
         self.kube, self.gate, self.passed = kube, asyncio.Semaphore(0), 0
 
+    def clock(self) -> float:
+        return float(self.passed)  # seconds: a write a second
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.kube, name)
 
@@ -155,6 +159,7 @@ async def test_while_writes_wait_the_next_cycle_waits_for_a_batch_of_them(
     h.deliver()
     gated = _GatedWrites(h.kube)
     admitter = Admitter(gated, h.state, h.metrics, EventRecorder(h.kube, "test"))
+    admitter.clock = gated.clock  # a write a second, cycles in no time
     assert admitter.decide()
     assert all(h.state.ledger.reserved(f"ml/{n}") for n in ("first", "second", "third"))
     h.kube.seed(WORKLOADS, workload("late", count=1, gpus=1))
@@ -171,3 +176,18 @@ async def test_while_writes_wait_the_next_cycle_waits_for_a_batch_of_them(
     assert h.state.ledger.reserved("ml/late") is not None
     await _let_through(gated, 2)
     await admitter.settle()
+
+
+def test_the_writes_kept_for_the_next_cycle_outlast_it() -> None:
+    """The next cycle is due while enough writes remain to keep the client busy through it:
+    at 50 writes a second and 100 ms cycles, (2 x 0.1 + COALESCE_MAX) / 0.02 of them."""
+    h = Harness()
+    admitter, _ = h.admitter()
+    assert admitter._writes_kept() == admitter_module.WRITES_KEPT  # no pace known yet
+    admitter._write_gap, admitter._cycle_took = 0.02, 0.1
+    expected = math.ceil((2 * 0.1 + admitter_module.COALESCE_MAX) / 0.02)
+    assert admitter._writes_kept() == expected > admitter_module.WRITES_KEPT
+    admitter._ahead, admitter._written = expected + 1, 0
+    assert not admitter._writes_caught_up()
+    admitter._ahead = expected
+    assert admitter._writes_caught_up()

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
@@ -62,11 +63,12 @@ COALESCE_MIN, COALESCE_MAX = 0.005, 0.05  # seconds between a change and the cyc
 # that came first, not the higher priorities that came since); Kueue's scheduler waits on the
 # same client for its status writes, so it never runs far ahead of them either.
 AHEAD = 128
-# While admissions wait for their writes (more than WRITES_KEPT of them), the next cycle waits
-# until WRITES_BATCH of them are written: what it admits cannot be written before those anyway,
-# and waiting lets the finishes that come meanwhile be decided together (and a refused
-# higher-priority head sees all the room they free). Without it, throttled writes turn each
-# finish into a cycle of its own and the controller's CPU grows as its client budget shrinks.
+# While admissions wait for their writes (more than WRITES_KEPT of them, and more than the
+# writes done while a cycle runs), the next cycle waits until WRITES_BATCH of them are
+# written: what it admits cannot be written before those anyway, and waiting lets the
+# finishes that come meanwhile be decided together (and a refused higher-priority head sees
+# all the room they free). Without it, throttled writes turn each finish into a cycle of its
+# own and the controller's CPU grows as its client budget shrinks.
 WRITES_KEPT, WRITES_BATCH = 4, 16
 DESCRIBE_EVERY = 1.0  # seconds between two updates of the pending messages (serve's loop)
 # While no Workload waits, the snapshot and trees are built again after a node change at most
@@ -121,6 +123,12 @@ class Admitter:
         self._behind = False
         self._written = 0  # admission writes finished since the last cycle
         self._limited = False  # the last cycle stopped at AHEAD: half of them first
+        # Seconds the last cycle took, and between two admission writes while more waited
+        # (the client budget's pace): the writes left must outlast the next cycle.
+        self._cycle_took = 0.0
+        self._write_gap = 0.0
+        self._last_write = 0.0
+        self.clock = time.perf_counter  # the pace's clock (a replay in virtual time sets its own)
         self.futile = FutileSearches()  # preemption searches that found nothing
         # The catalog the trees were last built for (by :meth:`warm` or a cycle), when the
         # next idle warm-up may run, and whether one is owed (nodes changed meanwhile).
@@ -225,6 +233,7 @@ class Admitter:
         if not self._writes_caught_up():
             self._behind = True
             return False
+        paced = self.clock()
         snapshot = self.state.ledger.snapshot()
         state = self.state
         self._parking.follow(state.ledger.held(), self._queue_of)
@@ -270,6 +279,7 @@ class Admitter:
         )
         self._behind = self._limited = result.limited
         self._written = 0
+        self._cycle_took = self.clock() - paced
         for outcome, count in placer.exact_outcomes.items():
             self.metrics.exact_pass.labels(outcome).inc(count)
         self.metrics.admission_cycle_seconds.observe(time.perf_counter() - started)
@@ -417,6 +427,11 @@ class Admitter:
         try:
             await self._admit_once(seen, admitted, admission, gpus)
         finally:
+            now = self.clock()
+            if self._ahead > 1:  # another one waited: the gap is the budget's pace
+                gap = now - self._last_write
+                self._write_gap = gap if not self._write_gap else 0.8 * self._write_gap + 0.2 * gap
+            self._last_write = now
             self._ahead -= 1
             self._written += 1
             if self._behind and self._writes_caught_up():
@@ -429,7 +444,15 @@ class Admitter:
         :data:`AHEAD` wait)."""
         if self._ahead >= AHEAD or (self._limited and self._ahead > AHEAD // 2):
             return False
-        return self._ahead <= WRITES_KEPT or self._written >= WRITES_BATCH
+        return self._ahead <= self._writes_kept() or self._written >= WRITES_BATCH
+
+    def _writes_kept(self) -> int:
+        """The admissions waiting for their writes at which the next cycle is due: enough to
+        keep the client busy through twice the last cycle and the loop's gathering wait."""
+        if not self._write_gap:
+            return WRITES_KEPT
+        cover = (2 * self._cycle_took + COALESCE_MAX) / self._write_gap
+        return max(WRITES_KEPT, math.ceil(cover))
 
     async def _admit_once(
         self,
