@@ -277,9 +277,7 @@ class Admitter:
             parking=self._parking,
             limit=AHEAD - self._ahead,
         )
-        self._behind = self._limited = result.limited
-        self._written = 0
-        self._cycle_took = self.clock() - paced
+        self._paced(result, paced)
         for outcome, count in placer.exact_outcomes.items():
             self.metrics.exact_pass.labels(outcome).inc(count)
         self.metrics.admission_cycle_seconds.observe(time.perf_counter() - started)
@@ -437,6 +435,13 @@ class Admitter:
             if self._behind and self._writes_caught_up():
                 self._behind = False
                 self.state.signals.admit()
+
+    def _paced(self, result: CycleResult, started: float) -> None:
+        """A cycle that started at ``started`` (on :attr:`clock`) ran: the next is due as
+        :meth:`_writes_caught_up` says."""
+        self._behind = self._limited = result.limited
+        self._written = 0
+        self._cycle_took = self.clock() - started
 
     def _writes_caught_up(self) -> bool:
         """Whether a cycle may run as far as the admissions waiting for their writes go: few
