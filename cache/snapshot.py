@@ -23,10 +23,12 @@ from .nodes import PODS, NodeInfo, PodUsage
 
 IntArray = npt.NDArray[np.int64]
 PENDING_LIMIT = 1 << 16  # pod usage deltas held back at most (a snapshot adds them)
-# Node changes patched into the rows at most between two snapshots (beyond: a rebuild, as when
-# the caches first fill), and entries a patch may append to the taint set, GPU matrix and label
-# value tables before a rebuild drops those no node uses any more.
+# Node changes patched into the rows at most between two snapshots, or one in PATCH_SHARE of the
+# nodes if more (beyond: a rebuild, as when the caches first fill; 5,000 added nodes cost a
+# quarter of a rebuild at 100,000), and entries patches may append to the taint set, GPU matrix
+# and label value tables before a rebuild drops those no node uses any more.
 PATCH_LIMIT = 256
+PATCH_SHARE = 20
 APPEND_LIMIT = 1024
 CodeArray = npt.NDArray[np.int32]
 BoolArray = npt.NDArray[np.bool_]
@@ -467,7 +469,9 @@ class CapacityCache:
         """The node part of a snapshot is built for the current nodes: the next snapshot
         costs a matrix copy or a patch of a few rows at most, never a rebuild, and keeps the
         label columns (so the domain trees over them). Changes of rows or labels are not."""
-        if self._base is None or self._used is None or len(self._node_changes) > PATCH_LIMIT:
+        if self._base is None or self._used is None:
+            return False
+        if len(self._node_changes) > _patch_limit(self._base):
             return False
         for name, before in self._node_changes.items():
             after = self._nodes.get(name)
@@ -670,7 +674,7 @@ class CapacityCache:
         added and removed nodes inserted and deleted, in new arrays where anything changed (a
         snapshot handed out never changes). None when a rebuild is needed instead."""
         changes = self._node_changes
-        if len(changes) > PATCH_LIMIT:
+        if len(changes) > _patch_limit(base):
             return None
         columns = base.resource_index
         changed: list[NodeInfo] = []
@@ -727,6 +731,10 @@ class CapacityCache:
         return True
 
 
+def _patch_limit(base: ClusterSnapshot) -> int:
+    return max(PATCH_LIMIT, base.node_count // PATCH_SHARE)
+
+
 class _Rows:
     """The arrays of a snapshot being patched, each copied on its first write."""
 
@@ -740,6 +748,8 @@ class _Rows:
         self.labels = base.labels
         self.gpu_code, self.gpu_pairs = base.gpu.code, base.gpu.pairs
         self.copied: set[str] = set()
+        self.owned_tables: set[str] = set()  # label keys whose values and index are copies
+        self.owned_codes: set[str] = set()  # label keys whose codes are copies
         self.appended = 0
 
     def _own(self, what: str) -> None:
@@ -759,8 +769,7 @@ class _Rows:
             setattr(self, what, np.delete(getattr(self, what), gone, axis=0))
         columns = {k: np.delete(c.codes, gone) for k, c in self.labels.items()}
         at = [bisect.bisect_left(names, node.name) for node in added]
-        for offset, node in enumerate(added):
-            names.insert(at[offset] + offset, node.name)
+        names = sorted([*names, *(node.name for node in added)])  # two sorted runs: a merge
         fills = {"taints": 0, "gpu_code": -1, "ready": False, "unschedulable": False}
         for what in arrays:
             setattr(self, what, np.insert(getattr(self, what), at, fills.get(what, 0), axis=0))
@@ -772,6 +781,7 @@ class _Rows:
             for key, codes in columns.items()
         }
         self.copied.add("labels")
+        self.owned_codes.update(columns)
         self.names = names
         self.node_index = dict(zip(names, range(len(names)), strict=True))
 
@@ -838,13 +848,19 @@ class _Rows:
         if value is not None:
             found = index.get(value)
             if found is None:
-                values, index = [*values, value], {**index, value: len(values)}
-                found = len(values) - 1
+                if key not in self.owned_tables:  # copied once per patch: 100,000 hostnames
+                    self.owned_tables.add(key)
+                    values, index = list(values), dict(index)
+                found = index[value] = len(values)
+                values.append(value)
                 self.appended += 1
             code = found
-        if int(column.codes[row]) == code:
+        if int(column.codes[row]) == code and values is column.values:
             return
-        codes = column.codes.copy()
+        codes = column.codes
+        if key not in self.owned_codes:
+            self.owned_codes.add(key)
+            codes = codes.copy()
         codes[row] = code
         self._own("labels")
         self.labels[key] = LabelColumn(codes, values, index)

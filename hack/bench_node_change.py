@@ -59,6 +59,19 @@ def removed(cache: CapacityCache, node: NodeInfo, serial: int) -> None:
     cache.remove_node(node.name)
 
 
+def many(change: Change, count: int) -> Change:
+    """``change`` on ``count`` nodes at once (a health check flagging a row of racks, a batch
+    of nodes joining)."""
+
+    def changed(cache: CapacityCache, node: NodeInfo, serial: int) -> None:
+        nodes = cache.nodes()
+        at = nodes.index(node)
+        for other in nodes[at : at + count]:
+            change(cache, other, serial)
+
+    return changed
+
+
 CASES: dict[str, Change] = {
     "taint added": taint,
     "allocatable changed": allocatable,
@@ -67,6 +80,8 @@ CASES: dict[str, Change] = {
     "rack label changed": rack_label,
     "node added": added,
     "node removed": removed,
+    "256 tainted": many(taint, 256),
+    "256 added": many(added, 256),
 }
 
 
