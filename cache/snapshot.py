@@ -439,6 +439,9 @@ class CapacityCache:
         # Nodes changed since ``_base`` was built, each as ``_base`` has it (None: not there).
         self._node_changes: dict[str, NodeInfo | None] = {}
         self._appended = 0  # table entries patches appended since the last rebuild
+        # Pods bound to nodes ``_base`` has no row for, per node name (an added node's row
+        # counts them); None: not known, the next added node looks through every pod once.
+        self._strays: dict[str, dict[str, PodUsage]] | None = None
         self.rebuilds = 0  # full rebuilds (for the benchmark and tests)
         self.patches = 0  # snapshots that patched node rows instead
 
@@ -492,9 +495,9 @@ class CapacityCache:
         elif previous is None:
             return
         if previous is not None:
-            self._apply_pod(previous, -1)
+            self._apply_pod(previous, -1, key)
         if pod is not None:
-            self._apply_pod(pod, 1)
+            self._apply_pod(pod, 1, key)
         if (previous is not None and previous.gpus) or (pod is not None and pod.gpus):
             self._gpu_pods.pop(key, None)
             if pod is not None and pod.gpus:
@@ -540,6 +543,7 @@ class CapacityCache:
 
     def _invalidate(self) -> None:
         self._base = self._used = self._snapshot = None
+        self._strays = None
         self._node_changes.clear()
         self._drop_pending()
 
@@ -586,15 +590,24 @@ class CapacityCache:
                 for name, amount in amounts.items():
                     used[row, columns[name]] += sign * amount
 
-    def _apply_pod(self, pod: PodUsage, sign: int) -> None:
+    def _apply_pod(self, pod: PodUsage, sign: int, key: str) -> None:
         """:meth:`_apply` for one pod's requests and its slot: the path of every pod event,
         without the mappings built around it (a 1% churn at 100,000 nodes is 8,000 calls)."""
         base = self._base
         if base is None or self._used is None:
             return
         row = base.node_index.get(pod.node_name)
-        if row is None:
-            return  # a node we do not know holds nothing (as in a rebuild)
+        if row is None:  # a node we do not know holds nothing (as in a rebuild)
+            strays = self._strays
+            if strays is not None:  # but it will once its node comes
+                if sign > 0:
+                    strays.setdefault(pod.node_name, {})[key] = pod
+                else:
+                    on_node = strays.get(pod.node_name, {})
+                    on_node.pop(key, None)
+                    if not on_node:
+                        strays.pop(pod.node_name, None)
+            return
         columns = base.resource_index
         rows, cols, amounts = self._pending_rows, self._pending_columns, self._pending_amounts
         for name, amount in pod.requests.items():
@@ -636,6 +649,7 @@ class CapacityCache:
         self._base, self._used, self._gpu_stale = snapshot, snapshot.used, False
         self._node_changes.clear()
         self._appended = 0
+        self._strays = None
         self._drop_pending()
         return snapshot
 
@@ -693,10 +707,17 @@ class CapacityCache:
                 changed.append(after)
         rows = _Rows(base, used)
         if removed or added:
+            if added and self._strays is None:
+                self._strays = {}
+                for key, pod in self._pods.items():
+                    if pod.node_name not in base.node_index:
+                        self._strays.setdefault(pod.node_name, {})[key] = pod
             rows.reshape(removed, sorted(added, key=lambda n: n.name))
             self._gpu_stale = True  # taken GPUs are kept by row
             if added and not self._count_usage(rows, {n.name for n in added}):
                 return None
+            if removed:
+                self._strays = None  # their pods are strays now: looked for when needed
         for node in changed:
             rows.write(node, changes[node.name])
         for node in added:
@@ -712,9 +733,10 @@ class CapacityCache:
         holds (a rebuild adds the column)."""
         index, columns, used = rows.node_index, rows.base.resource_index, rows.used
         pods_col = columns[PODS]
-        for pod in self._pods.values():
-            if pod.node_name in names:
-                row = index[pod.node_name]
+        strays = self._strays if self._strays is not None else {}
+        for node_name in names:
+            row = index[node_name]
+            for pod in strays.pop(node_name, {}).values():
                 for name, amount in pod.requests.items():
                     column = columns.get(name)
                     if column is None:
@@ -765,25 +787,35 @@ class _Rows:
         for row in reversed(gone):
             del names[row]
         arrays = ("allocatable", "used", "ready", "unschedulable", "taints", "gpu_code")
-        for what in arrays:
-            setattr(self, what, np.delete(getattr(self, what), gone, axis=0))
-        columns = {k: np.delete(c.codes, gone) for k, c in self.labels.items()}
+        columns = {k: c.codes for k, c in self.labels.items()}
+        if gone:
+            for what in arrays:
+                setattr(self, what, np.delete(getattr(self, what), gone, axis=0))
+            columns = {k: np.delete(codes, gone) for k, codes in columns.items()}
         at = [bisect.bisect_left(names, node.name) for node in added]
-        names = sorted([*names, *(node.name for node in added)])  # two sorted runs: a merge
-        fills = {"taints": 0, "gpu_code": -1, "ready": False, "unschedulable": False}
-        for what in arrays:
-            setattr(self, what, np.insert(getattr(self, what), at, fills.get(what, 0), axis=0))
+        if added:
+            names = sorted([*names, *(node.name for node in added)])  # two sorted runs: a merge
+            fills = {"taints": 0, "gpu_code": -1, "ready": False, "unschedulable": False}
+            for what in arrays:
+                array = getattr(self, what)
+                setattr(self, what, np.insert(array, at, fills.get(what, 0), axis=0))
+            columns = {k: np.insert(codes, at, -1) for k, codes in columns.items()}
         self.copied.update(arrays)
         self.labels = {
-            key: LabelColumn(
-                np.insert(codes, at, -1), self.labels[key].values, self.labels[key].index
-            )
+            key: LabelColumn(codes, self.labels[key].values, self.labels[key].index)
             for key, codes in columns.items()
         }
         self.copied.add("labels")
         self.owned_codes.update(columns)
+        # Rows before the first one removed or added keep their numbers: only the rest are
+        # numbered again (a copy: the old snapshots keep their index).
+        start = min([*gone[:1], *at[:1], len(names)])
+        index = self.node_index.copy()
+        for name in removed:
+            del index[name]
+        index.update(zip(names[start:], range(start, len(names)), strict=True))
         self.names = names
-        self.node_index = dict(zip(names, range(len(names)), strict=True))
+        self.node_index = index
 
     def write(self, node: NodeInfo, before: NodeInfo | None) -> None:
         """Write ``node``'s row (allocatable, readiness, cordon, taints, labels, GPU matrix)

@@ -285,3 +285,33 @@ def test_a_new_resource_many_changes_or_stale_tables_rebuild(monkeypatch: Any) -
     snapshot = cache.snapshot()
     assert cache.rebuilds == 4 and cache.patches == 1
     assert snapshot.label("health").values == ["x"]  # the rebuild dropped what none uses
+
+
+def test_an_added_node_counts_the_pods_bound_to_it_before_it_came() -> None:
+    """Pods bound to a node the rows lack are kept per node once a node was added (so the
+    next added node needs no look through every pod): kept as they come and go, and looked
+    for again once a removed node's pods are strays too."""
+    cache = warm_cache()
+    cache.upsert_node(gpu_node("n8"))
+    cache.snapshot()  # the first added node: every pod looked at once
+    cache.upsert_pod(running("n9", "early", **{GPU: 3}), "early")
+    cache.upsert_pod(running("n9", "gone", **{GPU: 1}), "gone")
+    cache.upsert_pod(None, "gone")
+    cache.upsert_node(gpu_node("n9"))
+    snapshot = cache.snapshot()
+    at = snapshot.resource_index[GPU]
+    assert snapshot.used[snapshot.node_index["n9"], at] == 3
+    cache.remove_node("n2")  # its pod p2 stays bound to it
+    cache.snapshot()
+    cache.upsert_node(gpu_node("n2"))
+    snapshot = cache.snapshot()
+    assert snapshot.used[snapshot.node_index["n2"], at] == 2
+    assert cache.rebuilds == 1 and cache.patches == 4
+    steps = [*cache.nodes()]
+    fresh = CapacityCache()
+    for info in steps:
+        fresh.upsert_node(info)
+    for key, pod in cache._pods.items():
+        fresh.upsert_pod(pod, key)
+    fresh.set_workload_usage("w", {"n1": {GPU: 4, "pods": 1}})
+    identical(snapshot, fresh.snapshot())
