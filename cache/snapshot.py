@@ -25,7 +25,7 @@ IntArray = npt.NDArray[np.int64]
 PENDING_LIMIT = 1 << 16  # pod usage deltas held back at most (a snapshot adds them)
 # Node changes patched into the rows at most between two snapshots, or one in PATCH_SHARE of the
 # nodes if more (beyond: a rebuild, as when the caches first fill; 5,000 added nodes cost a
-# quarter of a rebuild at 100,000), and entries patches may append to the taint set, GPU matrix
+# sixth of a rebuild at 100,000), and entries patches may append to the taint set, GPU matrix
 # and label value tables before a rebuild drops those no node uses any more.
 PATCH_LIMIT = 256
 PATCH_SHARE = 20
