@@ -8,6 +8,7 @@ topology tree) is vectorised over these rows, so 100,000 nodes stay cheap.
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -22,6 +23,13 @@ from .nodes import PODS, NodeInfo, PodUsage
 
 IntArray = npt.NDArray[np.int64]
 PENDING_LIMIT = 1 << 16  # pod usage deltas held back at most (a snapshot adds them)
+# Node changes patched into the rows at most between two snapshots, or one in PATCH_SHARE of the
+# nodes if more (beyond: a rebuild, as when the caches first fill; 5,000 added nodes cost a
+# sixth of a rebuild at 100,000), and entries patches may append to the taint set, GPU matrix
+# and label value tables before a rebuild drops those no node uses any more.
+PATCH_LIMIT = 256
+PATCH_SHARE = 20
+APPEND_LIMIT = 1024
 CodeArray = npt.NDArray[np.int32]
 BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]
@@ -402,11 +410,14 @@ class CapacityCache:
     Pods of admitted topogate workloads must not be added as pods: their usage is held as
     workload usage from admission until the workload finishes, so it is never counted twice.
 
-    Incremental: the node part of a snapshot (rows, columns, allocatable, labels, taints, GPU
-    matrices) is rebuilt only when a node is added, removed or changed; pod and workload
-    usage is added to and taken from the used matrix in place. A snapshot shares that matrix
-    until the next change, which copies it first (copy on write), so handing out a snapshot
-    after 1% pod churn on 100,000 nodes costs a matrix copy, not a rebuild.
+    Incremental: pod and workload usage is added to and taken from the used matrix in place.
+    A snapshot shares that matrix until the next change, which copies it first (copy on
+    write), so handing out a snapshot after 1% pod churn on 100,000 nodes costs a matrix copy,
+    not a rebuild. Node changes are noted and patched into the rows when the next snapshot is
+    taken (:meth:`_patch_nodes`): a changed node's row in copies of the arrays that changed, an
+    added or removed node's row inserted or deleted in name order. Label columns no change
+    touched stay the same objects, so domain trees built over them are kept. The node part is
+    rebuilt only for a resource no column holds, many changes at once, or tables grown stale.
     """
 
     def __init__(self) -> None:
@@ -425,7 +436,14 @@ class CapacityCache:
         self._pending_amounts: list[int] = []
         self._gpu_pods: dict[str, PodUsage] = {}  # pods holding GPU indices
         self._gpu_stale = True
+        # Nodes changed since ``_base`` was built, each as ``_base`` has it (None: not there).
+        self._node_changes: dict[str, NodeInfo | None] = {}
+        self._appended = 0  # table entries patches appended since the last rebuild
+        # Pods bound to nodes ``_base`` has no row for, per node name (an added node's row
+        # counts them); None: not known, the next added node looks through every pod once.
+        self._strays: dict[str, dict[str, PodUsage]] | None = None
         self.rebuilds = 0  # full rebuilds (for the benchmark and tests)
+        self.patches = 0  # snapshots that patched node rows instead
 
     def upsert_node(self, node: NodeInfo) -> None:
         previous = self._nodes.get(node.name)
@@ -433,11 +451,18 @@ class CapacityCache:
             if node.gpu_problem and (previous is None or previous.gpu_problem != node.gpu_problem):
                 log.warning("GPU topology of node %s ignored: %s", node.name, node.gpu_problem)
             self._nodes[node.name] = node
-            self._invalidate()
+            self._node_changed(node.name, previous)
 
     def remove_node(self, name: str) -> None:
-        if self._nodes.pop(name, None) is not None:
-            self._invalidate()
+        previous = self._nodes.pop(name, None)
+        if previous is not None:
+            self._node_changed(name, previous)
+
+    def _node_changed(self, name: str, previous: NodeInfo | None) -> None:
+        if self._base is None:
+            return  # the next snapshot rebuilds anyway
+        self._node_changes.setdefault(name, previous)
+        self._snapshot = None
 
     def nodes(self) -> list[NodeInfo]:
         return list(self._nodes.values())
@@ -445,8 +470,17 @@ class CapacityCache:
     @property
     def built(self) -> bool:
         """The node part of a snapshot is built for the current nodes: the next snapshot
-        costs a matrix copy at most, never a rebuild."""
-        return self._base is not None and self._used is not None
+        costs a matrix copy or a patch of a few rows at most, never a rebuild, and keeps the
+        label columns (so the domain trees over them). Changes of rows or labels are not."""
+        if self._base is None or self._used is None:
+            return False
+        if len(self._node_changes) > _patch_limit(self._base):
+            return False
+        for name, before in self._node_changes.items():
+            after = self._nodes.get(name)
+            if before is None or after is None or before.labels != after.labels:
+                return False
+        return True
 
     def node(self, name: str) -> NodeInfo | None:
         return self._nodes.get(name)
@@ -461,9 +495,9 @@ class CapacityCache:
         elif previous is None:
             return
         if previous is not None:
-            self._apply_pod(previous, -1)
+            self._apply_pod(previous, -1, key)
         if pod is not None:
-            self._apply_pod(pod, 1)
+            self._apply_pod(pod, 1, key)
         if (previous is not None and previous.gpus) or (pod is not None and pod.gpus):
             self._gpu_pods.pop(key, None)
             if pod is not None and pod.gpus:
@@ -509,6 +543,8 @@ class CapacityCache:
 
     def _invalidate(self) -> None:
         self._base = self._used = self._snapshot = None
+        self._strays = None
+        self._node_changes.clear()
         self._drop_pending()
 
     def _drop_pending(self) -> None:
@@ -554,15 +590,24 @@ class CapacityCache:
                 for name, amount in amounts.items():
                     used[row, columns[name]] += sign * amount
 
-    def _apply_pod(self, pod: PodUsage, sign: int) -> None:
+    def _apply_pod(self, pod: PodUsage, sign: int, key: str) -> None:
         """:meth:`_apply` for one pod's requests and its slot: the path of every pod event,
         without the mappings built around it (a 1% churn at 100,000 nodes is 8,000 calls)."""
         base = self._base
         if base is None or self._used is None:
             return
         row = base.node_index.get(pod.node_name)
-        if row is None:
-            return  # a node we do not know holds nothing (as in a rebuild)
+        if row is None:  # a node we do not know holds nothing (as in a rebuild)
+            strays = self._strays
+            if strays is not None:  # but it will once its node comes
+                if sign > 0:
+                    strays.setdefault(pod.node_name, {})[key] = pod
+                else:
+                    on_node = strays.get(pod.node_name, {})
+                    on_node.pop(key, None)
+                    if not on_node:
+                        strays.pop(pod.node_name, None)
+            return
         columns = base.resource_index
         rows, cols, amounts = self._pending_rows, self._pending_columns, self._pending_amounts
         for name, amount in pod.requests.items():
@@ -602,12 +647,25 @@ class CapacityCache:
             self._gpus_held(),
         )
         self._base, self._used, self._gpu_stale = snapshot, snapshot.used, False
+        self._node_changes.clear()
+        self._appended = 0
+        self._strays = None
         self._drop_pending()
         return snapshot
 
     def snapshot(self) -> ClusterSnapshot:
         if self._snapshot is not None:
             return self._snapshot
+        if self._node_changes and self._base is not None and self._used is not None:
+            self._add_pending()  # deltas are by row: added before rows move
+            patched = self._patch_nodes(self._base, self._used)
+            self._node_changes.clear()
+            if patched is None:
+                self._invalidate()
+            else:
+                self._base, self._used = patched, patched.used
+                self._used_shared = True  # the old snapshots may share what was not copied
+                self.patches += 1
         base, used = self._base, self._used
         if base is None or used is None:
             snapshot = self._rebuild()
@@ -624,6 +682,240 @@ class CapacityCache:
         self._used_shared = True
         self._snapshot = snapshot
         return snapshot
+
+    def _patch_nodes(self, base: ClusterSnapshot, used: IntArray) -> ClusterSnapshot | None:
+        """``base`` with the noted node changes: the rows of changed nodes patched, those of
+        added and removed nodes inserted and deleted, in new arrays where anything changed (a
+        snapshot handed out never changes). None when a rebuild is needed instead."""
+        changes = self._node_changes
+        if len(changes) > _patch_limit(base):
+            return None
+        columns = base.resource_index
+        changed: list[NodeInfo] = []
+        added: list[NodeInfo] = []
+        removed: list[str] = []
+        for name, before in changes.items():
+            after = self._nodes.get(name)
+            if after is not None and any(r not in columns for r in after.allocatable):
+                return None  # a new resource: a new column
+            if before is None:
+                if after is not None:
+                    added.append(after)
+            elif after is None:
+                removed.append(name)
+            elif after != before:
+                changed.append(after)
+        rows = _Rows(base, used)
+        if removed or added:
+            if added and self._strays is None:
+                self._strays = {}
+                for key, pod in self._pods.items():
+                    if pod.node_name not in base.node_index:
+                        self._strays.setdefault(pod.node_name, {})[key] = pod
+            rows.reshape(removed, sorted(added, key=lambda n: n.name))
+            self._gpu_stale = True  # taken GPUs are kept by row
+            if added and not self._count_usage(rows, {n.name for n in added}):
+                return None
+            if removed:
+                self._strays = None  # their pods are strays now: looked for when needed
+        for node in changed:
+            rows.write(node, changes[node.name])
+        for node in added:
+            rows.write(node, None)
+        self._appended += rows.appended
+        if self._appended > APPEND_LIMIT:
+            return None
+        return rows.snapshot()
+
+    def _count_usage(self, rows: _Rows, names: set[str]) -> bool:
+        """Add to the new rows of ``names`` the usage a rebuild would find there (pods and
+        admitted workloads bound to them before they came). False: a resource no column
+        holds (a rebuild adds the column)."""
+        index, columns, used = rows.node_index, rows.base.resource_index, rows.used
+        pods_col = columns[PODS]
+        strays = self._strays if self._strays is not None else {}
+        for node_name in names:
+            row = index[node_name]
+            for pod in strays.pop(node_name, {}).values():
+                for name, amount in pod.requests.items():
+                    column = columns.get(name)
+                    if column is None:
+                        return False
+                    used[row, column] += amount
+                used[row, pods_col] += 1
+        for per_node in self._workloads.values():
+            for node in names.intersection(per_node):
+                for name, amount in per_node[node].items():
+                    column = columns.get(name)
+                    if column is None:
+                        return False
+                    used[index[node], column] += amount
+        return True
+
+
+def _patch_limit(base: ClusterSnapshot) -> int:
+    return max(PATCH_LIMIT, base.node_count // PATCH_SHARE)
+
+
+class _Rows:
+    """The arrays of a snapshot being patched, each copied on its first write."""
+
+    def __init__(self, base: ClusterSnapshot, used: IntArray) -> None:
+        self.base = base
+        self.names = base.node_names
+        self.node_index = base.node_index
+        self.allocatable, self.used = base.allocatable, used
+        self.ready, self.unschedulable = base.ready, base.unschedulable
+        self.taints, self.taint_sets = base.taints, base.taint_sets
+        self.labels = base.labels
+        self.gpu_code, self.gpu_pairs = base.gpu.code, base.gpu.pairs
+        self.copied: set[str] = set()
+        self.owned_tables: set[str] = set()  # label keys whose values and index are copies
+        self.owned_codes: set[str] = set()  # label keys whose codes are copies
+        self.appended = 0
+
+    def _own(self, what: str) -> None:
+        if what not in self.copied:
+            self.copied.add(what)
+            setattr(self, what, getattr(self, what).copy())
+
+    def reshape(self, removed: list[str], added: list[NodeInfo]) -> None:
+        """Delete the rows of ``removed``, insert empty rows for ``added`` (sorted by name),
+        keeping the rows in name order as a rebuild has them."""
+        gone = sorted(self.node_index[name] for name in removed)
+        names = list(self.names)
+        for row in reversed(gone):
+            del names[row]
+        arrays = ("allocatable", "used", "ready", "unschedulable", "taints", "gpu_code")
+        columns = {k: c.codes for k, c in self.labels.items()}
+        if gone:
+            for what in arrays:
+                setattr(self, what, np.delete(getattr(self, what), gone, axis=0))
+            columns = {k: np.delete(codes, gone) for k, codes in columns.items()}
+        at = [bisect.bisect_left(names, node.name) for node in added]
+        if added:
+            names = sorted([*names, *(node.name for node in added)])  # two sorted runs: a merge
+            fills = {"taints": 0, "gpu_code": -1, "ready": False, "unschedulable": False}
+            for what in arrays:
+                array = getattr(self, what)
+                setattr(self, what, np.insert(array, at, fills.get(what, 0), axis=0))
+            columns = {k: np.insert(codes, at, -1) for k, codes in columns.items()}
+        self.copied.update(arrays)
+        self.labels = {
+            key: LabelColumn(codes, self.labels[key].values, self.labels[key].index)
+            for key, codes in columns.items()
+        }
+        self.copied.add("labels")
+        self.owned_codes.update(columns)
+        # Rows before the first one removed or added keep their numbers: only the rest are
+        # numbered again (a copy: the old snapshots keep their index).
+        start = min([*gone[:1], *at[:1], len(names)])
+        index = self.node_index.copy()
+        for name in removed:
+            del index[name]
+        index.update(zip(names[start:], range(start, len(names)), strict=True))
+        self.names = names
+        self.node_index = index
+
+    def write(self, node: NodeInfo, before: NodeInfo | None) -> None:
+        """Write ``node``'s row (allocatable, readiness, cordon, taints, labels, GPU matrix)
+        where it differs from ``before`` (None: a new, empty row)."""
+        row = self.node_index[node.name]
+        if before is None or before.allocatable != node.allocatable:
+            self._own("allocatable")
+            self.allocatable[row] = 0
+            columns = self.base.resource_index
+            for name, amount in node.allocatable.items():
+                self.allocatable[row, columns[name]] = amount
+        if bool(self.ready[row]) != node.ready:
+            self._own("ready")
+            self.ready[row] = node.ready
+        if bool(self.unschedulable[row]) != node.unschedulable:
+            self._own("unschedulable")
+            self.unschedulable[row] = node.unschedulable
+        if self.taint_sets[int(self.taints[row])] != node.taints:
+            try:
+                code = self.taint_sets.index(node.taints)
+            except ValueError:
+                self._own("taint_sets")
+                code = len(self.taint_sets)
+                self.taint_sets.append(node.taints)
+                self.appended += 1
+            self._own("taints")
+            self.taints[row] = code
+        if before is None or before.gpu_bandwidth != node.gpu_bandwidth:
+            self._write_gpu(row, node)
+        old_labels = before.labels if before is not None else {}
+        for key in old_labels.keys() | node.labels.keys():
+            if old_labels.get(key) != node.labels.get(key):
+                self._write_label(row, key, node.labels.get(key))
+
+    def _write_gpu(self, row: int, node: NodeInfo) -> None:
+        code = -1
+        if node.gpu_bandwidth is not None:
+            values = np.asarray(node.gpu_bandwidth, dtype=np.float64)
+            pair = np.minimum(values, values.T)
+            np.fill_diagonal(pair, np.inf)
+            # Codes given keep their pairs (the GPU-set results kept per code stay true): an
+            # equal pair's code (nodes share a few profiles), else a new entry.
+            for known, other in enumerate(self.gpu_pairs):
+                if other.shape == pair.shape and np.array_equal(other, pair):
+                    code = known
+                    break
+            else:
+                self._own("gpu_pairs")
+                code = len(self.gpu_pairs)
+                self.gpu_pairs.append(pair)
+                self.appended += 1
+        if int(self.gpu_code[row]) != code:
+            self._own("gpu_code")
+            self.gpu_code[row] = code
+
+    def _write_label(self, row: int, key: str, value: str | None) -> None:
+        column = self.labels.get(key)
+        if column is None:
+            column = LabelColumn(np.full(len(self.names), -1, dtype=np.int32), [], {})
+        code = -1
+        values, index = column.values, column.index
+        if value is not None:
+            found = index.get(value)
+            if found is None:
+                if key not in self.owned_tables:  # copied once per patch: 100,000 hostnames
+                    self.owned_tables.add(key)
+                    values, index = list(values), dict(index)
+                found = index[value] = len(values)
+                values.append(value)
+                self.appended += 1
+            code = found
+        if int(column.codes[row]) == code and values is column.values:
+            return
+        codes = column.codes
+        if key not in self.owned_codes:
+            self.owned_codes.add(key)
+            codes = codes.copy()
+        codes[row] = code
+        self._own("labels")
+        self.labels[key] = LabelColumn(codes, values, index)
+
+    def snapshot(self) -> ClusterSnapshot:
+        base = self.base
+        gpu = base.gpu
+        if "gpu_code" in self.copied or "gpu_pairs" in self.copied:
+            gpu = GpuState(self.gpu_code, self.gpu_pairs, gpu.taken)
+        return ClusterSnapshot(
+            self.names,
+            base.resources,
+            self.allocatable,
+            self.used,
+            self.ready,
+            self.unschedulable,
+            self.labels,
+            self.taints,
+            self.taint_sets,
+            gpu,
+            self.node_index,
+            base.resource_index,
+        )
 
 
 def _taken(

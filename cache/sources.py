@@ -63,8 +63,8 @@ class TopologySource:
     aliases: Mapping[str, int] = field(default_factory=dict)  # other names of a level
     paths: Mapping[str, tuple[str, ...]] | None = None  # per node; None: from node labels
     # The last tree per node-label filter, with the label columns and node names it was built
-    # over: a snapshot that differs only in usage shares them, so the tree is the same (a
-    # cycle runs on a new snapshot after every admission; the nodes rarely change).
+    # over: a snapshot that differs only in usage, or in nodes' other columns, shares them, so
+    # the tree is the same (a cycle runs on a new snapshot after every admission).
     _trees: dict[tuple[tuple[str, str], ...], tuple[object, object, DomainTree]] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -113,11 +113,21 @@ class TopologySource:
     ) -> DomainTree:
         """The domain tree over the snapshot's nodes (those matching ``node_labels``)."""
         key = tuple(sorted((node_labels or {}).items()))
+        # The label columns the tree is made of: a node change elsewhere (a taint, another
+        # label) leaves them the same objects, so the tree is kept.
+        used = [*(self.level_keys if self.paths is None else ()), *(k for k, _ in key)]
+        columns = tuple(snapshot.labels.get(k) for k in used)
         found = self._trees.get(key)
-        if found is not None and found[0] is snapshot.labels and found[1] is snapshot.node_names:
+        if (
+            found is not None
+            and found[1] is snapshot.node_names
+            and isinstance(found[0], tuple)
+            and len(found[0]) == len(columns)
+            and all(a is b for a, b in zip(found[0], columns, strict=True))
+        ):
             return found[2]
         tree = self._build_tree(snapshot, node_labels)
-        self._trees[key] = (snapshot.labels, snapshot.node_names, tree)
+        self._trees[key] = (columns, snapshot.node_names, tree)
         return tree
 
     def _build_tree(

@@ -126,17 +126,18 @@ def test_a_snapshot_handed_out_never_changes() -> None:
     assert cache.rebuilds == 1  # the pod and the workload were applied in place
 
 
-def test_a_node_change_rebuilds(monkeypatch: Any) -> None:
+def test_a_node_change_patches_its_row_without_a_rebuild(monkeypatch: Any) -> None:
     cache = CapacityCache()
     cache.upsert_node(node("a", "b", "r", "a", gpu=8))
     cache.snapshot()
     cache.upsert_node(node("a", "b", "r", "a", gpu=8))  # the same: nothing to do
     cache.snapshot()
-    assert cache.rebuilds == 1
+    assert cache.rebuilds == 1 and cache.patches == 0
     changed: NodeInfo = node("a", "b", "r2", "a", gpu=8)
     cache.upsert_node(changed)
-    assert cache.snapshot().label("cloud.com/topology-rack").values == ["r2"]
-    assert cache.rebuilds == 2
+    column = cache.snapshot().label("cloud.com/topology-rack")
+    assert [column.values[c] for c in column.codes] == ["r2"]
+    assert cache.rebuilds == 1 and cache.patches == 1
 
 
 def test_a_topology_tree_is_built_again_only_when_the_nodes_change() -> None:

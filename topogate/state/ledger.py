@@ -88,7 +88,8 @@ class Ledger:
         return self._capacity.snapshot()
 
     def snapshot_built(self) -> bool:
-        """A snapshot of the current nodes is built (:meth:`snapshot` will not rebuild)."""
+        """A snapshot of the current nodes is built (:meth:`snapshot` will not rebuild, at
+        most patch a few changed nodes' rows, and the domain trees over it stay)."""
         return self._capacity.built
 
     def workload_gpus(self, key: str) -> GpuAssignment | None:
