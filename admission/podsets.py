@@ -509,7 +509,7 @@ class Translations:
     translations that succeeded are kept (:meth:`keep`), so every refusal is worded for its
     own Workload; another catalog empties it."""
 
-    LIMIT = 4096  # (queue, PodSets) kept at most; past it, all are dropped and it refills
+    LIMIT = 2048  # (queue, PodSets) kept at most; past it, all are dropped and it refills
 
     def __init__(self) -> None:
         self._catalog: Catalog | None = None

@@ -127,7 +127,9 @@ def only_waiting_words_changed(old: Obj | None, new: Obj | None) -> bool:
 
 
 def is_admitted(workload: Mapping[str, Any] | None) -> bool:
-    return admission_of(workload) is not None
+    # As admission_of(...) is not None, without its copy (a few times per watch event).
+    admission = as_mapping((workload or {}).get("status")).get("admission")
+    return bool(admission) and isinstance(admission, Mapping)
 
 
 def is_finished(workload: Mapping[str, Any] | None) -> bool:

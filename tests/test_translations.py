@@ -139,3 +139,13 @@ def test_the_pending_queue_translates_a_template_once_and_a_new_version_afresh()
     pending = state.pending.lanes.get("ml/b")
     assert pending is not None
     assert pending.request.podsets[0].requests["nvidia.com/gpu"] == 4
+
+
+def test_past_its_limit_it_starts_again() -> None:
+    catalog, memo = _catalog(TOPOLOGY), Translations()
+    memo.LIMIT = 2
+    for gpus in (1, 2, 3):
+        _through(memo, _workload(f"w{gpus}", gpus=gpus), catalog)
+    assert len(memo) == 1  # the third emptied it
+    found = _through(memo, _workload("x", gpus=1), catalog)  # translated afresh, the same
+    assert memo.hits == 0 and found == translate(_workload("x", gpus=1), "ml/x", catalog)

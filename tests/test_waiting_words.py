@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from topogate.api.objects import only_waiting_words_changed
+from topogate.api.objects import admission_of, is_admitted, only_waiting_words_changed
 
 BASE: dict[str, Any] = {
     "apiVersion": "topogate.dev/v1alpha1",
@@ -69,3 +69,21 @@ def test_what_changes_more_than_why_a_workload_waits(
     change(new)
     assert only_waiting_words_changed(BASE, new) is only_words
     assert only_waiting_words_changed(new, BASE) is only_words
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        None,
+        {},
+        "odd",
+        {"admission": None},
+        {"admission": {}},
+        {"admission": {"a": 1}},
+        {"admission": [1]},
+    ],
+)
+def test_admitted_means_a_status_admission_to_read(status: Any) -> None:
+    workload = {**BASE, "status": status}
+    assert is_admitted(workload) is (admission_of(workload) is not None)
+    assert is_admitted(workload) is (status == {"admission": {"a": 1}})
