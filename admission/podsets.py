@@ -24,6 +24,7 @@ from topogate.api.annotations import AnnotationError
 from topogate.api.errors import InputError
 from topogate.api.gpus import min_bandwidth
 from topogate.api.jobs import WorkloadSource, workload_from_object
+from topogate.api.kinds import job_kind_for
 from topogate.api.models import (
     ClusterQueue,
     Cohort,
@@ -31,10 +32,11 @@ from topogate.api.models import (
     PodSetTopologyRequest,
     ResourceFlavor,
     Topology,
+    Workload,
 )
 from topogate.api.objects import as_mapping, meta
 from topogate.api.podspec import Toleration, node_constraints, parse_tolerations, pod_requests
-from topogate.api.validation import join, parse_model
+from topogate.api.validation import join, object_name, parse_model
 from topogate.api.vocabularies import (
     BALANCED_PLACEMENT,
     KAI_PREFERRED,
@@ -465,7 +467,18 @@ def translate(
     # The request names a topology only when it is not the flavor's own (the placer then
     # builds that topology's tree over the flavor's nodes).
     named = chosen.name if chosen.wanted.named or not chosen.flavor_topology else None
-    priority = spec.get("priority")
+    return _pending(workload, key, cq, requests, named)
+
+
+def _pending(
+    workload: Mapping[str, Any],
+    key: str,
+    cq: str,
+    requests: tuple[PodSetRequest, ...],
+    named: str | None,
+) -> Translation:
+    """The pending workload: its PodSets' requests with what is the Workload's own."""
+    priority = as_mapping(workload.get("spec")).get("priority")
     return Translation(
         PendingWorkload(
             key=key,
@@ -473,10 +486,84 @@ def translate(
             priority=priority
             if isinstance(priority, int) and not isinstance(priority, bool)
             else 0,
-            created=str(m.get("creationTimestamp") or ""),
+            created=str(meta(workload).get("creationTimestamp") or ""),
             request=PlacementRequest(key, requests, named),
         )
     )
+
+
+# What :func:`translate` made of a Workload's PodSets on a ClusterQueue: the requests and the
+# topology the request names.
+_Made = tuple[tuple[PodSetRequest, ...], str | None]
+
+
+class Translations:
+    """The PodSets already translated against one catalog, for the next Workload with the same
+    PodSets on the same ClusterQueue (the Workloads of one job template): reading a template's
+    annotations, quantities and node constraints cost ten times validating the Workload.
+
+    :meth:`find` gives what :func:`translate` (no ``origin``) would: the Workload is still
+    validated as a whole (its metadata and status are its own) and its key, priority and
+    creation time are its own; the requests follow from its PodSets, the queue and the catalog
+    alone. Keyed by the PodSets' ``repr`` (JSON data: equal text, equal data). Only
+    translations that succeeded are kept (:meth:`keep`), so every refusal is worded for its
+    own Workload; another catalog empties it."""
+
+    LIMIT = 2048  # (queue, PodSets) kept at most; past it, all are dropped and it refills
+
+    def __init__(self) -> None:
+        self._catalog: Catalog | None = None
+        self._made: dict[tuple[str, str], _Made] = {}
+        self.hits = 0
+
+    def __len__(self) -> int:
+        return len(self._made)
+
+    def find(self, workload: Mapping[str, Any], key: str, catalog: Catalog) -> Translation | None:
+        """The Workload's translation from PodSets translated before, or None (translate it)."""
+        shape = self._shape(workload, catalog)
+        made = self._against(catalog).get(shape) if shape is not None else None
+        if made is None or shape is None:
+            return None
+        try:  # as workload_from_object does first, naming the object the same way
+            parse_model(Workload, workload, object_name(workload))
+        except InputError as error:
+            return Translation(None, error.describe(), error)
+        self.hits += 1
+        return _pending(workload, key, shape[0], *made)
+
+    def keep(self, workload: Mapping[str, Any], catalog: Catalog, made: Translation) -> None:
+        """Keep what :func:`translate` made of the Workload (without ``origin``) for the next."""
+        pending = made.pending
+        shape = self._shape(workload, catalog) if pending is not None else None
+        if pending is None or shape is None or shape[0] != pending.cluster_queue:
+            return
+        kept = self._against(catalog)
+        if len(kept) >= self.LIMIT:
+            kept.clear()
+        kept[shape] = (pending.request.podsets, pending.request.topology)
+
+    def _against(self, catalog: Catalog) -> dict[tuple[str, str], _Made]:
+        if catalog is not self._catalog:
+            self._catalog = catalog
+            self._made = {}
+        return self._made
+
+    @staticmethod
+    def _shape(workload: Mapping[str, Any], catalog: Catalog) -> tuple[str, str] | None:
+        """(ClusterQueue, the PodSets' text) of a Workload the model alone reads, whose queue
+        is in the catalog; None otherwise (translated each time, as before)."""
+        kind, api_version = workload.get("kind"), workload.get("apiVersion")
+        if kind != "Workload" or api_version != "topogate.dev/v1alpha1":
+            return None
+        if job_kind_for(api_version, kind) is not None:
+            return None
+        spec = as_mapping(workload.get("spec"))
+        namespace = str(meta(workload).get("namespace") or "default")
+        cq, _ = catalog.cluster_queue(namespace, spec.get("queueName"))
+        if cq is None or cq not in catalog.queues:
+            return None
+        return cq, repr(spec.get("podSets"))
 
 
 def build_catalog(

@@ -59,6 +59,18 @@ def test_units_round_up_like_kubernetes() -> None:
     assert str(error.value) == "'-1' is negative"
 
 
+def test_units_of_a_text_seen_before_are_the_same_and_refusals_are_refused_again() -> None:
+    """to_units keeps each text's units: per kind of resource (millicores or base units),
+    and never a refusal."""
+    assert [to_units("cpu", "2"), to_units("memory", "2"), to_units("cpu", "2")] == [2000, 2, 2000]
+    assert to_units("memory", "1Ki") == 1024 and to_units("memory", "1Ki") == 1024
+    for _ in range(2):
+        with pytest.raises(QuantityError, match="is negative"):
+            to_units("memory", "-3")
+        with pytest.raises(QuantityError, match="is not a quantity"):
+            to_units("cpu", "3 cores")
+
+
 def test_pod_requests_follow_kubernetes_rules() -> None:
     spec = {
         "containers": [

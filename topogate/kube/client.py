@@ -83,6 +83,7 @@ class Kube:
         self._host = configuration.host.rstrip("/")
         self._limit = TokenBucket(qps, burst) if qps else None
         self._owner = True
+        self._fixed: dict[str, Mapping[str, str]] = {}
 
     @classmethod
     async def connect(
@@ -139,15 +140,28 @@ class Kube:
 
     async def _headers(self, content_type: str = "application/json") -> dict[str, str]:
         headers = {"Accept": "application/json", "Content-Type": content_type}
-        configuration = self._configuration
-        if not configuration.api_key and configuration.refresh_api_key_hook is None:
+        if self._fixed_headers(content_type) is not None:
             return headers  # client certificates (no token to read)
         # Read per request: in-cluster tokens rotate.
-        settings: Mapping[str, Any] = await configuration.auth_settings()
+        settings: Mapping[str, Any] = await self._configuration.auth_settings()
         for setting in settings.values():
             if setting.get("in") == "header" and setting.get("value"):
                 headers[str(setting["key"])] = str(setting["value"])
         return headers
+
+    def _fixed_headers(self, content_type: str) -> Mapping[str, str] | None:
+        """A request's headers when they hold no token (client certificates), built once per
+        content type (aiohttp copies them into each request); None with a token to read."""
+        configuration = self._configuration
+        if configuration.api_key or configuration.refresh_api_key_hook is not None:
+            return None
+        fixed = self._fixed.get(content_type)
+        if fixed is None:
+            fixed = self._fixed[content_type] = {
+                "Accept": "application/json",
+                "Content-Type": content_type,
+            }
+        return fixed
 
     def _url(self, path: str, params: Mapping[str, Any] | None) -> URL:
         query = {k: v for k, v in (params or {}).items() if v is not None}
@@ -166,7 +180,7 @@ class Kube:
     ) -> Obj:
         if self._limit is not None:
             await self._limit.take()
-        headers = await self._headers(content_type)
+        headers = self._fixed_headers(content_type) or await self._headers(content_type)
         check_before_send()  # after every wait: a fenced write leaves only while leading
         async with self._session.request(
             method,

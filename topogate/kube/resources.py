@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -40,13 +41,22 @@ class Resource:
         root = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
         parts = [root]
         if self.namespaced and namespace:
-            parts.append(f"namespaces/{quote(namespace, safe='')}")
+            parts.append(f"namespaces/{_quoted(namespace)}")
         parts.append(self.plural)
         if name:
-            parts.append(quote(name, safe=""))
+            parts.append(_quoted(name))
         if subresource:
             parts.append(subresource)
         return "/".join(parts)
+
+
+# What quote() leaves as it is: the names the API server takes (DNS labels and subdomains,
+# Events' "name.hex") are all of it, and quoting each again cost more than the rest of a path.
+_UNQUOTED = re.compile(r"[A-Za-z0-9._~-]+").fullmatch
+
+
+def _quoted(name: str) -> str:
+    return name if _UNQUOTED(name) else quote(name, safe="")
 
 
 NODES = Resource("v1", "nodes", namespaced=False)

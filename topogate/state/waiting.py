@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from topogate.admission.lanes import QueueLanes
-from topogate.admission.podsets import Translation, translate
+from topogate.admission.podsets import Translation, Translations, translate
 from topogate.admission.quota import Usage, checked_admission, usage_of
 from topogate.api.errors import InputError
 from topogate.api.objects import is_finished, meta, only_waiting_words_changed
@@ -123,6 +123,8 @@ class PendingQueue:
         self._catalogs = catalogs
         self._changes = workloads.changes()
         self._candidates: dict[str, Candidate] = {}
+        # PodSets translated before: the Workloads of one template are translated once.
+        self._translations = Translations()
         self._lanes = QueueLanes()
         self._problems: dict[str, str] = {}
         self._generation = -1
@@ -170,7 +172,11 @@ class PendingQueue:
                 ):
                     cached = Candidate(version, cached.translation, workload)
                 else:
-                    cached = Candidate(version, translate(workload, key, catalog), workload)
+                    translation = self._translations.find(workload, key, catalog)
+                    if translation is None:
+                        translation = translate(workload, key, catalog)
+                        self._translations.keep(workload, catalog, translation)
+                    cached = Candidate(version, translation, workload)
                 self._candidates[key] = cached
             self._place(key, cached.translation)
         return left
