@@ -165,14 +165,14 @@ async def test_while_writes_wait_the_next_cycle_waits_for_a_batch_of_them(
     h.kube.seed(WORKLOADS, workload("late", count=1, gpus=1))
     h.deliver()
     h.state.signals.admit_event.clear()
-    assert not admitter.decide()  # three wait for their writes: no cycle for one change
+    assert not admitter.decide(describe=False)  # three wait for their writes: no cycle
     await _let_through(gated, 1)
     assert not h.state.signals.admit_event.is_set()  # one written: not a batch yet
-    assert not admitter.decide()
+    assert not admitter.decide(describe=False)
     assert h.state.ledger.reserved("ml/late") is None
     await _let_through(gated, 1)
     assert h.state.signals.admit_event.is_set()  # a batch written: the owed cycle is due
-    assert admitter.decide()
+    assert admitter.decide(describe=False)
     assert h.state.ledger.reserved("ml/late") is not None
     await _let_through(gated, 2)
     await admitter.settle()

@@ -127,7 +127,7 @@ class Admitter:
         # (the client budget's pace): the writes left must outlast the next cycle.
         self._cycle_took = 0.0
         self._write_gap = 0.0
-        self._last_write = 0.0
+        self._last_write: float | None = None  # when one was written with more waiting
         self.clock = time.perf_counter  # the pace's clock (a replay in virtual time sets its own)
         self.futile = FutileSearches()  # preemption searches that found nothing
         # The catalog the trees were last built for (by :meth:`warm` or a cycle), when the
@@ -230,8 +230,7 @@ class Admitter:
                 self._gauges(catalog.queues, {})
                 self._report_shares(catalog)
             return False
-        if not self._writes_caught_up():
-            self._behind = True
+        if self._put_off(describe):
             return False
         paced = self.clock()
         snapshot = self.state.ledger.snapshot()
@@ -426,15 +425,25 @@ class Admitter:
             await self._admit_once(seen, admitted, admission, gpus)
         finally:
             now = self.clock()
-            if self._ahead > 1:  # another one waited: the gap is the budget's pace
+            if self._last_write is not None:  # this one waited since: the gap is the pace
                 gap = now - self._last_write
                 self._write_gap = gap if not self._write_gap else 0.8 * self._write_gap + 0.2 * gap
-            self._last_write = now
             self._ahead -= 1
+            # Measured only from a write that left others waiting: an idle spell is no pace.
+            self._last_write = now if self._ahead > 0 else None
             self._written += 1
             if self._behind and self._writes_caught_up():
                 self._behind = False
                 self.state.signals.admit()
+
+    def _put_off(self, describe: bool) -> bool:
+        """Whether the cycle waits until more of its writes are done (the next is owed). One
+        that words the waiting workloads (at most once a second) runs short of AHEAD: the
+        words must not wait for a slow API server's writes."""
+        if self._writes_caught_up() or (describe and self._ahead < AHEAD):
+            return False
+        self._behind = True
+        return True
 
     def _paced(self, result: CycleResult, started: float) -> None:
         """A cycle that started at ``started`` (on :attr:`clock`) ran: the next is due as
