@@ -94,3 +94,69 @@ async def test_a_client_with_its_own_budget_does_not_wait_for_the_others_tokens(
         await kube.close()
         await runner.cleanup()
     assert kube._session.closed
+
+
+async def test_a_courtesy_request_lets_the_waiting_others_go_first() -> None:
+    """Pending messages yield to admissions at the client's budget: with admissions waiting
+    for tokens, a courtesy request takes its turn after them (within its patience)."""
+    from topogate.kube.ratelimit import courtesy
+
+    bucket = TokenBucket(qps=100, burst=1)
+    order: list[str] = []
+
+    async def take(name: str, polite: bool) -> None:
+        if polite:
+            with courtesy():
+                await bucket.take()
+        else:
+            await bucket.take()
+        order.append(name)
+
+    await bucket.take()  # the bucket is empty: every one below waits
+    urgent = [asyncio.create_task(take(f"admit{i}", False)) for i in range(3)]
+    await asyncio.sleep(0)
+    polite = asyncio.create_task(take("pending", True))
+    await asyncio.sleep(0)
+    late = asyncio.create_task(take("admit3", False))  # came after the courtesy one
+    await asyncio.gather(*urgent, polite, late)
+    assert order == ["admit0", "admit1", "admit2", "admit3", "pending"]
+
+
+async def test_a_courtesy_request_waits_no_longer_than_its_patience(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under a steady stream of admissions the words still get out: a courtesy request takes
+    its turn once its patience is spent, ahead of admissions that came after that."""
+    from topogate.kube import ratelimit
+
+    monkeypatch.setattr(ratelimit, "COURTESY_PATIENCE", 0.05)
+    bucket = TokenBucket(qps=200, burst=1)
+    stop = asyncio.Event()
+    admitted = 0
+
+    async def admissions() -> None:
+        nonlocal admitted
+        while not stop.is_set():  # always one waiting
+            await bucket.take()
+            admitted += 1
+
+    streams = [asyncio.create_task(admissions()) for _ in range(2)]
+    await asyncio.sleep(0.01)
+    started = time.monotonic()
+    with ratelimit.courtesy():
+        await asyncio.wait_for(bucket.take(), 2.0)
+    waited = time.monotonic() - started
+    stop.set()
+    await asyncio.gather(*streams)
+    assert 0.05 <= waited < 0.5
+    assert admitted >= 8  # they went first meanwhile
+
+
+async def test_with_nobody_waiting_a_courtesy_request_goes_at_once() -> None:
+    from topogate.kube.ratelimit import courtesy
+
+    bucket = TokenBucket(qps=1, burst=2)
+    started = time.monotonic()
+    with courtesy():
+        await bucket.take()
+    assert time.monotonic() - started < 0.05

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 
 from topogate.kube.errors import API_ERRORS, KubeError
 from topogate.kube.protocol import KubeApi
-from topogate.kube.ratelimit import TokenBucket
+from topogate.kube.ratelimit import TokenBucket, courtesy
 from topogate.kube.resources import CLUSTER_QUEUES, COHORTS, KUEUE_COHORTS, Obj, Resource
 from topogate.state import ControllerState
 
@@ -122,7 +122,8 @@ class ShareStatus:
         fair = None if share is None else {"weightedShare": share}  # null: merge patch removes it
         body = {"status": {"fairSharing": fair}}
         try:
-            await self.kube.patch(resource, name, body, subresource="status")
+            with courtesy():  # admissions and evictions go first at the client's budget
+                await self.kube.patch(resource, name, body, subresource="status")
         except API_ERRORS as error:
             self.failures += 1
             if target not in self._failing:

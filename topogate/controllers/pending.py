@@ -2,9 +2,10 @@
 QuotaReserved=False/Pending condition (with a warning Event) when the words changed.
 
 The messages are a courtesy: few are written at a time and at a bounded rate
-(``--pending-status-qps``), so they never stand in the API server's queue ahead of admissions
-and evictions in numbers. Each Workload's message is written only when it changed, never twice;
-a message still queued when newer words come is replaced by them (the latest wins).
+(``--pending-status-qps``), and at the client's budget they let the admissions and evictions
+waiting for it go first (``ratelimit.courtesy``), so they never stand ahead of them. Each
+Workload's message is written only when it changed, never twice; a message still queued when
+newer words come is replaced by them (the latest wins).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from topogate.api.objects import condition
 from topogate.kube.errors import API_ERRORS
 from topogate.kube.events import EventRecorder
 from topogate.kube.protocol import KubeApi
-from topogate.kube.ratelimit import TokenBucket
+from topogate.kube.ratelimit import TokenBucket, courtesy
 from topogate.kube.resources import WORKLOADS, Obj
 from topogate.state import ControllerState
 
@@ -140,7 +141,10 @@ class PendingMessages:
         reserved = new_condition("QuotaReserved", "False", PENDING, message)
         status = {"conditions": [*others, reserved]}
         try:
-            self.copies.returned(key, await write_status(self.kube, workload, status))
+            # Admissions and evictions go first at the client's budget (a second at most).
+            with courtesy():
+                written = await write_status(self.kube, workload, status)
+            self.copies.returned(key, written)
         except API_ERRORS as error:
             log.debug("pending status of %s not written: %s", key, error)
             if self._said.get(key) == message:

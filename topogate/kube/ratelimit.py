@@ -3,6 +3,10 @@
 ``qps`` tokens are added per second up to ``burst``; a request takes one, waiting for it when
 the bucket is empty. A controller that writes thousands of statuses in a burst then spreads
 them instead of meeting the API server's priority-and-fairness 429s.
+
+Courtesy writes (pending messages: :func:`courtesy`) yield: while other requests wait for a
+token they wait too, at most ``COURTESY_PATIENCE`` seconds, so at a small budget admissions are
+never queued behind the words of why others wait, and the words still get out.
 """
 
 from __future__ import annotations
@@ -12,6 +16,20 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
+
+# How long a courtesy request lets others go first before it takes its own turn.
+COURTESY_PATIENCE = 1.0
+_COURTESY: ContextVar[bool] = ContextVar("courtesy", default=False)
+
+
+@contextlib.contextmanager
+def courtesy() -> Iterator[None]:
+    """Requests made inside this block yield their turn at the bucket to the others'."""
+    token = _COURTESY.set(True)
+    try:
+        yield
+    finally:
+        _COURTESY.reset(token)
 
 
 class TokenBucket:
@@ -23,6 +41,9 @@ class TokenBucket:
         self._tokens = float(burst)
         self._stamp = clock()
         self._lock = asyncio.Lock()  # waiters are served in arrival order
+        self._urgent = 0  # requests that are not courtesy, waiting for their token
+        self._clear = asyncio.Event()  # set while none is
+        self._clear.set()
 
     def _refill(self) -> None:
         now = self._clock()
@@ -38,6 +59,22 @@ class TokenBucket:
         return (1 - self._tokens) / self.qps
 
     async def take(self) -> None:
+        if _COURTESY.get():
+            if self._urgent:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._clear.wait(), COURTESY_PATIENCE)
+            await self._take()
+            return
+        self._urgent += 1
+        self._clear.clear()
+        try:
+            await self._take()
+        finally:
+            self._urgent -= 1
+            if not self._urgent:
+                self._clear.set()
+
+    async def _take(self) -> None:
         async with self._lock:
             wait = self.try_take()
             if wait > 0:
