@@ -12,6 +12,7 @@ import logging
 import signal
 from pathlib import Path
 
+from topogate.kube import eventloop
 from topogate.webhooks.options import add_arguments as webhook_options
 from topogate.webhooks.options import native_gangs_argument, options
 from topogate.webhooks.serving import serving
@@ -38,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="put the CA into the webhook configurations named NAME (in-cluster)",
     )
     parser.add_argument("--reload-interval", type=float, default=5.0)
+    eventloop.add_argument(parser)
     native_gangs_argument(parser)
     webhook_options(parser, prefix="--")
 
@@ -85,4 +87,4 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    return asyncio.run(_run(args))
+    return eventloop.run(_run(args), getattr(args, "event_loop", "auto"))

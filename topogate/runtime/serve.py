@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from topogate.admission.fairpreemption import DEFAULT_STRATEGIES, STRATEGIES
+from topogate.kube import eventloop
 from topogate.webhooks.options import add_arguments as webhook_options
 from topogate.webhooks.options import native_gangs_argument
 
@@ -45,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lease-duration", type=float, default=15.0, metavar="SECONDS")
     parser.add_argument("--renew-deadline", type=float, default=10.0, metavar="SECONDS")
     parser.add_argument("--retry-period", type=float, default=2.0, metavar="SECONDS")
+    eventloop.add_argument(parser)
     _listener_arguments(parser)
     parser.add_argument(
         "--ungate-interval",
@@ -535,4 +537,4 @@ def run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     gc.set_threshold(*GC_THRESHOLDS)
-    return asyncio.run(_serve(args))
+    return eventloop.run(_serve(args), getattr(args, "event_loop", "auto"))
