@@ -510,10 +510,16 @@ class Translations:
     own Workload; another catalog empties it."""
 
     LIMIT = 2048  # (queue, PodSets) kept at most; past it, all are dropped and it refills
+    # The PodSets' text kept at most, in characters (a translation is of its size): a count
+    # alone would let 2,048 templates near etcd's 1.5 MB limit hold gigabytes.
+    BYTES = 64 << 20
+    # A larger template is translated each time (one such is rarely a job's many Workloads).
+    LARGEST = 1 << 20
 
     def __init__(self) -> None:
         self._catalog: Catalog | None = None
         self._made: dict[tuple[str, str], _Made] = {}
+        self._bytes = 0  # the kept PodSets' text, in characters
         self.hits = 0
 
     def __len__(self) -> int:
@@ -538,15 +544,27 @@ class Translations:
         shape = self._shape(workload, catalog) if pending is not None else None
         if pending is None or shape is None or shape[0] != pending.cluster_queue:
             return
+        size = len(shape[1])
+        if size > self.LARGEST:
+            return
         kept = self._against(catalog)
-        if len(kept) >= self.LIMIT:
+        if len(kept) >= self.LIMIT or self._bytes + size > self.BYTES:
             kept.clear()
+            self._bytes = 0
+        if shape not in kept:
+            self._bytes += size
         kept[shape] = (pending.request.podsets, pending.request.topology)
+
+    @property
+    def kept_bytes(self) -> int:
+        """The kept PodSets' text, in characters."""
+        return self._bytes
 
     def _against(self, catalog: Catalog) -> dict[tuple[str, str], _Made]:
         if catalog is not self._catalog:
             self._catalog = catalog
             self._made = {}
+            self._bytes = 0
         return self._made
 
     @staticmethod

@@ -149,3 +149,21 @@ def test_past_its_limit_it_starts_again() -> None:
     assert len(memo) == 1  # the third emptied it
     found = _through(memo, _workload("x", gpus=1), catalog)  # translated afresh, the same
     assert memo.hits == 0 and found == translate(_workload("x", gpus=1), "ml/x", catalog)
+
+
+def test_it_is_bounded_by_the_templates_size_too() -> None:
+    """A count alone would let templates near etcd's size limit hold gigabytes: past its
+    characters' budget it starts again, and a template larger than its single limit is
+    translated each time (the same answer)."""
+    catalog, memo = _catalog(TOPOLOGY), Translations()
+    one = len(repr(_workload("w", gpus=1)["spec"]["podSets"]))
+    memo.BYTES = 2 * one + one // 2  # room for two
+    for gpus in (1, 2, 3):
+        _through(memo, _workload(f"w{gpus}", gpus=gpus), catalog)
+    assert len(memo) == 1 and memo.kept_bytes == one  # the third emptied it
+    _through(memo, _workload("again", gpus=3), catalog)  # the same text: not counted twice
+    assert memo.kept_bytes == one and memo.hits == 1
+    memo.LARGEST = one - 1
+    big = _workload("big", gpus=5)
+    assert _through(memo, big, catalog) == translate(big, "ml/big", catalog)
+    assert len(memo) == 1 and memo.kept_bytes == one  # not kept
