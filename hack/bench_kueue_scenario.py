@@ -924,6 +924,7 @@ def topogate_side(
             "invariants": {
                 "admissions_checked": run.checker.checked,
                 "violations": run.checker.violations,
+                "violation_holders": run.checker.details,
             },
             "runner": {
                 "finish_write_p50_ms": 1000 * _quantile(run.finish_rtt, 0.5),
@@ -1364,6 +1365,7 @@ def kueue_side(
             "admissions_checked": checker.checked,
             "placement_unverifiable": checker.unplaceable,
             "violations": checker.violations,
+            "violation_holders": checker.details,
             "checker_restarts": [repr(error) for error in checking],
         },
         "metrics_error": sample.get("error"),
