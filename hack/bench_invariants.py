@@ -14,6 +14,10 @@ set, not Finished) counts; each new admission is checked against:
   ``podset-slice-size`` pods in one domain of that level, so each domain holds a multiple of
   the slice size); the pods placed add up to the pods admitted.
 
+A violation of a queue's or cohort's quota names the Workloads that held quota there at that
+moment (the message lists the first ``SHOWN``; ``details`` keeps them all), so a sitting that
+broke one can be read without its logs.
+
 Quantities are in milli-units (CPU) or units (everything else), as integers.
 """
 
@@ -32,6 +36,7 @@ REQUIRED = f"{KUEUE}/podset-required-topology"
 SLICE_REQUIRED = f"{KUEUE}/podset-slice-required-topology"
 SLICE_SIZE = f"{KUEUE}/podset-slice-size"
 HOSTNAME = "kubernetes.io/hostname"
+SHOWN = 12  # holders named in a violation's message
 
 Obj = dict[str, Any]
 
@@ -71,6 +76,11 @@ class Checker:
     # (Kueue's generator names every rack's nodes node-0..node-63) in an assignment that
     # gives the hostname level only. Their quota is checked, their placement is not.
     unplaceable: int = 0
+    # Per violation of a queue's or cohort's quota: its message and every holder there then.
+    details: list[dict[str, Any]] = field(default_factory=list)
+    # Every Workload seen, and those seen Finished: whether a sitting ran to its end.
+    seen: set[str] = field(default_factory=set)
+    finished: set[str] = field(default_factory=set)
 
     # --- the cluster ---------------------------------------------------------------------
 
@@ -101,6 +111,10 @@ class Checker:
 
     def observe(self, obj: Obj | None, key: str) -> None:
         """One watch event's object (None: deleted)."""
+        if obj is not None:
+            self.seen.add(key)
+            if _finished(obj):
+                self.finished.add(key)
         holds = obj is not None and _holds(obj)
         if not holds:
             self.held.pop(key, None)
@@ -208,9 +222,11 @@ class Checker:
                 self.violations.append(f"{key}: {queue} has no quota for {what}")
                 continue
             if quota.borrowing is not None and amount > quota.nominal + quota.borrowing:
-                self.violations.append(
+                self._violated(
                     f"{key}: {queue} uses {amount}m of {what}, over nominal {quota.nominal}m "
-                    f"+ borrowingLimit {quota.borrowing}m"
+                    f"+ borrowingLimit {quota.borrowing}m",
+                    [queue],
+                    what,
                 )
         cohort = self.cohort_of.get(queue, "")
         members = [q for q, c in self.cohort_of.items() if c == cohort] if cohort else [queue]
@@ -225,10 +241,28 @@ class Checker:
                 beyond += max(0, usage[member].get(what, 0) - guaranteed)
                 lendable += lend
             if beyond > lendable:
-                self.violations.append(
+                self._violated(
                     f"{key}: cohort {cohort or queue} uses {beyond}m of {what} beyond its queues' "
-                    f"guaranteed quota, {lendable}m lendable"
+                    f"guaranteed quota, {lendable}m lendable",
+                    members,
+                    what,
                 )
+
+    def _violated(self, message: str, queues: list[str], what: tuple[str, str]) -> None:
+        """A quota violation, with the Workloads holding ``what`` in ``queues`` right now."""
+        wanted = set(queues)
+        holders = {
+            key: {"queue": held.queue, "milli": held.usage[what]}
+            for key, held in sorted(self.held.items())
+            if held.queue in wanted and held.usage.get(what)
+        }
+        shown = ", ".join(
+            f"{key} ({h['queue']} {h['milli']}m)" for key, h in list(holders.items())[:SHOWN]
+        )
+        more = f" and {len(holders) - SHOWN} more" if len(holders) > SHOWN else ""
+        message += f"; held by {len(holders)}: {shown}{more}"
+        self.violations.append(message)
+        self.details.append({"violation": message, "resource": "/".join(what), "holders": holders})
 
     def _usage_of(self, queues: list[str]) -> dict[str, dict[tuple[str, str], int]]:
         wanted = set(queues)
@@ -253,14 +287,16 @@ class Checker:
                     )
 
 
+def _finished(obj: Obj) -> bool:
+    return any(
+        c.get("type") == "Finished" and c.get("status") == "True"
+        for c in (obj.get("status") or {}).get("conditions") or []
+    )
+
+
 def _holds(obj: Obj) -> bool:
     status = obj.get("status") or {}
-    if not status.get("admission"):
-        return False
-    return not any(
-        c.get("type") == "Finished" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
+    return bool(status.get("admission")) and not _finished(obj)
 
 
 def _pod_requests(podset: Mapping[str, Any]) -> dict[str, int]:

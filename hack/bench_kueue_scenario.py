@@ -33,7 +33,13 @@ Both sides as Kueue's runner runs them:
 
 On topogate's side every admission is checked as the watch shows it (hack/bench_invariants.py:
 quota, borrowing and lending limits over the cohort, node capacity, required rack and rack
-slices); a violation fails the sitting (exit 1, the results file still written). API requests
+slices; Kueue's through the same checker); a violation fails the sitting (exit 1, the results
+file still written, each quota violation naming the Workloads that held quota there). A sitting
+is void when Kueue's runner failed or stopped before every Workload was created and finished,
+its recorder has fewer Workloads than were created, minimalkueue died, or serve died: it is
+refused (exit 1) with its file written marked "void" (why), no ratios, and serve's side not run
+after a void Kueue side. A void or violated sitting's logs (the runner's, minimalkueue's,
+serve's) are kept gzipped in ~/.cache/topogate/bench-logs/<file stem>/ ("logs"). API requests
 by verb and resource are the API server's apiserver_request_total over the sitting (each side
 has its own API server); on topogate's side the runner counts its own, so the controller's
 share is the difference. The machine's load (uptime) and a CPU speed marker are recorded
@@ -52,11 +58,13 @@ import base64
 import contextlib
 import csv
 import datetime as dt
+import gzip
 import json
 import os
 import random
 import re
 import resource
+import shutil
 import signal
 import ssl
 import statistics
@@ -873,22 +881,20 @@ def topogate_side(
         with serving(plane.kubeconfig, log, extra=extra) as proc:
             # serve starts as the generator starts, as Kueue's runner starts minimalkueue.
             started = time.monotonic()
-            try:
-                run = asyncio.run(
-                    drive(
-                        plane,
-                        objs,
-                        cohorts,
-                        fraction,
-                        churn,
-                        timeout,
-                        nodes_made=pods_per_node > 0,
-                        scenario=scenario,
-                        exited=_exited(proc, log),
-                    )
+            # serve dying raises ControllerStopped: the sitting is void (its log is kept).
+            run = asyncio.run(
+                drive(
+                    plane,
+                    objs,
+                    cohorts,
+                    fraction,
+                    churn,
+                    timeout,
+                    nodes_made=pods_per_node > 0,
+                    scenario=scenario,
+                    exited=_exited(proc, log),
                 )
-            except ControllerStopped as stopped:
-                raise SystemExit(str(stopped)) from None
+            )
             wall = time.monotonic() - started
             cpu = proc_cpu(proc.pid)  # the whole process, from its start
             rss = proc_peak_rss_mb(proc.pid)
@@ -918,6 +924,7 @@ def topogate_side(
             "invariants": {
                 "admissions_checked": run.checker.checked,
                 "violations": run.checker.violations,
+                "violation_holders": run.checker.details,
             },
             "runner": {
                 "finish_write_p50_ms": 1000 * _quantile(run.finish_rtt, 0.5),
@@ -1012,6 +1019,130 @@ def _kubeconfig_get(kubeconfig: Path, path: str, scratch: Path) -> str:
     request = urllib.request.Request(cluster["server"].rstrip("/") + path, headers=headers)
     with urllib.request.urlopen(request, timeout=10, context=context) as answer:
         return str(answer.read().decode())
+
+
+# --- a whole sitting or a void one ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunnerEnd:
+    """What Kueue's runner left behind: enough to tell a whole sitting from one cut short."""
+
+    code: int  # the runner's exit code
+    expected: int  # Workloads its generator config makes
+    created: int  # Workloads the check's watch saw on its API server
+    recorded: int | None  # rows of its recorder's wlStates.csv (None: not written)
+    finished: int  # Workloads finished, by its recorder's rows or by the check's watch
+    minimal_died: bool  # minimalkueue ended without the runner stopping it
+
+
+def expected_workloads(config: dict[str, Any]) -> int:
+    """Workloads a Kueue generator config makes (cohorts x queues x workloads sets' counts)."""
+    return sum(
+        int(cohort.get("count", 1))
+        * int(queues.get("count", 1))
+        * sum(int(wl_set.get("count", 1)) for wl_set in queues.get("workloadsSets") or [])
+        for cohort in config.get("cohorts") or []
+        for queues in cohort.get("queuesSets") or []
+    )
+
+
+def _csv_rows(path: Path) -> list[dict[str, str]] | None:
+    if not path.is_file():
+        return None
+    with open(path) as rows:
+        return list(csv.DictReader(rows))
+
+
+def _yaml_or_empty(path: Path) -> dict[str, Any]:
+    """A YAML file the runner writes at its end (absent when it failed: no figures)."""
+    if not path.is_file():
+        return {}
+    loaded = yaml.safe_load(path.read_text())
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def minimalkueue_died(runner_log: str) -> bool:
+    """The runner logs "Stop the command" as it stops minimalkueue and "Cmd ended" when the
+    process ends: an end with no stop before it is minimalkueue dying on its own."""
+    ended = runner_log.find("Cmd ended")
+    stopped = runner_log.find("Stop the command")
+    return ended >= 0 and not 0 <= stopped < ended
+
+
+def runner_end(
+    code: int,
+    expected: int,
+    checker: Checker,
+    wl_states: Path,
+    runner_log: str,
+    timed_out: bool = False,
+) -> RunnerEnd:
+    rows = _csv_rows(wl_states)
+    finished = set(checker.finished)
+    # A Finished event the recorder dropped (its channel full) leaves 0 ms to finish: the
+    # check's watch, which saw it, counts it too.
+    for row in rows or []:
+        if int(row.get("ms to finish") or 0) > 0:
+            finished.add(f"{row['namespace']}/{row['name']}")
+    return RunnerEnd(
+        code=code,
+        expected=expected,
+        created=len(checker.seen),
+        recorded=None if rows is None else len(rows),
+        finished=len(finished),
+        minimal_died=minimalkueue_died(runner_log) and not timed_out,
+    )
+
+
+def void_reasons(end: RunnerEnd) -> list[str]:
+    """Why Kueue's side of a sitting is not a measurement (empty: it is): the runner failed,
+    stopped before every Workload was created and finished, its recorder missed Workloads
+    the API server had, or minimalkueue died. Its figures would then be a fraction of the
+    scenario's, and a ratio against them says nothing."""
+    reasons = []
+    if end.code != 0:
+        reasons.append(f"Kueue's runner exited with code {end.code}")
+    if end.minimal_died:
+        reasons.append("minimalkueue ended before the runner stopped it (it died)")
+    if end.recorded is None:
+        reasons.append("the runner wrote no wlStates.csv (no per-Workload record)")
+    elif end.recorded < end.expected:
+        reasons.append(
+            f"the runner's recorder has {end.recorded} of the {end.expected} Workloads "
+            "(it stopped before all were created and finished)"
+        )
+    if end.created < end.expected:
+        reasons.append(f"{end.created} of the {end.expected} Workloads were created")
+    if end.recorded is not None and end.recorded < end.created:
+        reasons.append(
+            f"the recorder's {end.recorded} Workloads are short of the {end.created} created"
+        )
+    if end.finished < end.expected:
+        reasons.append(f"{end.finished} of the {end.expected} Workloads finished")
+    return reasons
+
+
+def keep_logs(stem: str, files: list[Path], root: Path | None = None) -> Path:
+    """The sitting's logs, gzipped, in ``root``/``stem`` (default ~/.cache/topogate/bench-logs,
+    outside the repository): the temporary directory holding them goes with the sitting."""
+    target = (root or Path.home() / ".cache/topogate/bench-logs") / stem
+    target.mkdir(parents=True, exist_ok=True)
+    for path in files:
+        if path.is_file():
+            with open(path, "rb") as source, gzip.open(target / f"{path.name}.gz", "wb") as sink:
+                shutil.copyfileobj(source, sink)
+    return target
+
+
+def sitting_logs(directory: Path) -> list[Path]:
+    """The runner's log, minimalkueue's (the runner writes them to its output directory)
+    and serve's, as a sitting's temporary directory holds them."""
+    return [
+        directory / "kueue-runner.log",
+        *sorted((directory / "kueue").glob("*.log")),
+        directory / "serve.log",
+    ]
 
 
 KUEUE_WORKLOADS = Resource("kueue.x-k8s.io/v1beta2", "workloads")
@@ -1150,21 +1281,35 @@ def kueue_side(
         thread.start()
         checker_thread = threading.Thread(target=check, daemon=True)
         checker_thread.start()
+        timed_out = False
         try:
             code = proc.wait(timeout + 120)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGTERM)
-            raise SystemExit(f"Kueue's runner did not end within {timeout + 120:.0f} s") from None
+            timed_out = True
+            try:
+                code = proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                code = proc.wait(30)
         finally:
             stop.set()
             thread.join()
             checker_thread.join(30)
     wall = time.monotonic() - started
-    if code != 0:
-        tail = (directory / "kueue-runner.log").read_text(errors="replace")[-3000:]
-        raise SystemExit(f"Kueue's runner failed ({code}):\n{tail}")
-    summary = yaml.safe_load((out / "summary.yaml").read_text())
-    stats = yaml.safe_load((out / f"{binary}.stats.yaml").read_text())
+    runner_log = (directory / "kueue-runner.log").read_text(errors="replace")
+    end = runner_end(
+        code, expected_workloads(config), checker, out / "wlStates.csv", runner_log, timed_out
+    )
+    void = void_reasons(end)
+    if timed_out:
+        void.insert(0, f"Kueue's runner did not end within {timeout + 120:.0f} s")
+    if void:
+        print("Kueue's side is void: " + "; ".join(void), file=sys.stderr)
+        if code != 0:
+            print(runner_log[-3000:], file=sys.stderr)
+    summary = _yaml_or_empty(out / "summary.yaml")
+    stats = _yaml_or_empty(out / f"{binary}.stats.yaml")
     classes: dict[str, dict[str, Any]] = {}
     for name, values in (summary.get("workloadClasses") or {}).items():
         classes[name] = {
@@ -1174,9 +1319,8 @@ def kueue_side(
         }
     # Per Workload (its wlStates.csv): p50/p90 over the admitted, and how many never were.
     per_class: dict[str, list[int]] = defaultdict(list)
-    with open(out / "wlStates.csv") as rows:
-        for row in csv.DictReader(rows):
-            per_class[row["class name"]].append(int(row["ms to admitted"]))
+    for state in _csv_rows(out / "wlStates.csv") or []:
+        per_class[state["class name"]].append(int(state["ms to admitted"]))
     for name, values in per_class.items():
         admitted = sorted(v for v in values if v > 0)
         row = classes.setdefault(name, {"mean": 0.0, "n": len(values)})
@@ -1190,7 +1334,7 @@ def kueue_side(
         match = re.search(r'K8S Client.*"qps": ([0-9.]+), "burst": ([0-9]+)', log_file.read_text())
         if match:
             said = [float(match[1]), int(match[2])]
-    if said != [float(budget[0]), budget[1]]:
+    if said != [float(budget[0]), budget[1]] and not void:  # a void side may not have said
         raise SystemExit(f"{binary} says its client budget is {said}, not {budget}")
     cpu0 = sample.get("cpu0", {})
     others = {
@@ -1199,6 +1343,15 @@ def kueue_side(
         if not name.startswith("minimalkueue")
     }
     return {
+        "void": void,  # why these figures are not the sitting's (empty: they are)
+        "runner_end": {
+            "exit_code": end.code,
+            "expected": end.expected,
+            "created": end.created,
+            "recorded": end.recorded,
+            "finished": end.finished,
+            "minimalkueue_died": end.minimal_died,
+        },
         "binary": binary,
         "client_budget_logged": said,
         "wall": float(stats.get("wallMs", wall * 1000)) / 1000,
@@ -1212,6 +1365,7 @@ def kueue_side(
             "admissions_checked": checker.checked,
             "placement_unverifiable": checker.unplaceable,
             "violations": checker.violations,
+            "violation_holders": checker.details,
             "checker_restarts": [repr(error) for error in checking],
         },
         "metrics_error": sample.get("error"),
@@ -1407,7 +1561,13 @@ def sitting(
         "command": " ".join(sys.argv),
         "uptime_before": uptime(),
         "kueue": None,
+        "topogate": None,
     }
+    args.results.mkdir(parents=True, exist_ok=True)
+    qps, burst = budget
+    # The file names the scenario and, for large-scale, the Kueue release it comes from.
+    release = "" if scenario is TAS else f"-kueue-{version}"
+    path = args.results / f"{result['scenario']}{release}-{qps}-{burst}-{stamp}.json"
     with tempfile.TemporaryDirectory() as tmp:
         if args.kueue:
             kueue = (args.kueue_dir or kueue_dir(version)).resolve()
@@ -1417,34 +1577,52 @@ def sitting(
             theirs["speed_marker_ms"] = (before, speed_marker())
             theirs["uptime_after"] = uptime()
             result["kueue"] = theirs
-        churn = Churn(args.churn, args.churn_interval)
-        before = speed_marker()
-        ours = topogate_side(
-            Path(tmp),
-            cohorts,
-            fraction,
-            budget,
-            churn,
-            args.timeout,
-            args.racks,
-            args.nodes_per_rack,
-            args.pods_per_node,
-            scenario,
-        )
-        ours["speed_marker_ms"] = (before, speed_marker())
-        result["topogate"] = ours
+            if theirs["void"]:
+                # No pair to compare with: serve's side is not run (the machine is spared).
+                result["void"] = "Kueue's side: " + "; ".join(theirs["void"])
+        if "void" not in result:
+            churn = Churn(args.churn, args.churn_interval)
+            before = speed_marker()
+            try:
+                ours = topogate_side(
+                    Path(tmp),
+                    cohorts,
+                    fraction,
+                    budget,
+                    churn,
+                    args.timeout,
+                    args.racks,
+                    args.nodes_per_rack,
+                    args.pods_per_node,
+                    scenario,
+                )
+                ours["speed_marker_ms"] = (before, speed_marker())
+                result["topogate"] = ours
+            except ControllerStopped as stopped:
+                result["void"] = f"serve's side: {stopped}"
+        if "void" in result or violations(result):
+            result["logs"] = str(keep_logs(path.stem, sitting_logs(Path(tmp))))
     result["uptime_after"] = uptime()
-    if result["kueue"] is not None:
-        result["ratios"] = ratios(ours, result["kueue"])
-    report(result, scenario.sets)
-    args.results.mkdir(parents=True, exist_ok=True)
-    qps, burst = budget
-    # The file names the scenario and, for large-scale, the Kueue release it comes from.
-    release = "" if scenario is TAS else f"-kueue-{version}"
-    path = args.results / f"{result['scenario']}{release}-{qps}-{burst}-{stamp}.json"
+    if "void" in result:
+        print(f"the sitting is void, no figures: {result['void']}", file=sys.stderr)
+    else:
+        if result["kueue"] is not None:
+            result["ratios"] = ratios(result["topogate"], result["kueue"])
+        report(result, scenario.sets)
+    if "logs" in result:
+        print(f"logs kept in {result['logs']}")
     path.write_text(json.dumps(result, indent=1, default=str) + "\n")
     print(f"written to {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return result
+
+
+def violations(result: dict[str, Any]) -> int:
+    """Invariant violations on both sides of a sitting's result."""
+    return sum(
+        len(result[side]["invariants"]["violations"])
+        for side in ("topogate", "kueue")
+        if result.get(side) is not None
+    )
 
 
 def main() -> None:
@@ -1560,13 +1738,10 @@ def main() -> None:
                 f"  {r['budget'][0]}/{r['budget'][1]}: CPU {q['cpu']:.2f}, API-server CPU "
                 f"{q['apiserver_cpu']:.2f}, RSS {q['rss']:.2f}; TTA {classes}"
             )
-    broken = 0
-    for r in results:
-        broken += len(r["topogate"]["invariants"]["violations"])
-        if r["kueue"] is not None:
-            broken += len(r["kueue"]["invariants"]["violations"])
-    if broken:
-        sys.exit(f"{broken} invariant violations: the run fails")
+    broken = sum(violations(r) for r in results)
+    void = sum(1 for r in results if "void" in r)
+    if broken or void:
+        sys.exit(f"{broken} invariant violations, {void} void sittings: the run fails")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,10 @@ scenario; prints figures.
 
     .venv/bin/python hack/bench_kueue_summary.py [--last 3] [hack/results/issue25-bench]
 
-A figure quoted from here is "median of N sittings (min-max)" of the newest ``--last`` sittings
-of each scenario and budget.
+A figure quoted from here is "median of N sittings (min-max)" of the newest ``--last`` whole
+sittings of each scenario and budget. A void sitting (its file's "void" says why; a file
+written before the bench marked them is void when Kueue's recorder has fewer Workloads than the
+scenario makes) is left out of the medians and listed as such.
 """
 
 from __future__ import annotations
@@ -37,13 +39,39 @@ def spread(values: list[float], fmt: str = "{:.2f}") -> str:
     return f"{median} ({fmt.format(min(values))}-{fmt.format(max(values))})"
 
 
-def load(directory: Path, last: int) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+def void_of(data: dict[str, Any]) -> str | None:
+    """Why a sitting's file is void (None: it is whole)."""
+    if data.get("void"):
+        return str(data["void"])
+    if data.get("topogate") is None:
+        return "no serve side"
+    rows = (data.get("kueue") or {}).get("classes") or {}
+    if rows and all("n" in row for row in rows.values()):
+        # A file from before the bench refused such sittings: Kueue's recorder short.
+        recorded = sum(int(row["n"]) for row in rows.values())
+        if recorded < data["workloads"]:
+            return (
+                f"Kueue's recorder has {recorded} of the {data['workloads']} Workloads "
+                "(its runner stopped early)"
+            )
+    return None
+
+
+Groups = dict[tuple[str, str], list[dict[str, Any]]]  # (scenario, budget) -> sittings
+
+
+def load(directory: Path, last: int) -> tuple[Groups, Groups]:
+    """Per scenario and budget: the newest ``last`` whole sittings, and every void one."""
+    groups: Groups = defaultdict(list)
+    void: Groups = defaultdict(list)
     for path in sorted([*directory.glob("tas-*.json"), *directory.glob("large-scale-*.json")]):
         data = json.loads(path.read_text())
         data["_file"] = path.name
-        groups[(data["scenario"], "/".join(map(str, data["budget"])))].append(data)
-    return {key: sorted(runs, key=lambda r: r["started"])[-last:] for key, runs in groups.items()}
+        key = (data["scenario"], "/".join(map(str, data["budget"])))
+        data["_void"] = void_of(data)
+        (void if data["_void"] else groups)[key].append(data)
+    whole = {key: sorted(runs, key=lambda r: r["started"])[-last:] for key, runs in groups.items()}
+    return whole, dict(void)
 
 
 def bound_of(directory: Path, scenario: str) -> dict[str, float] | None:
@@ -54,11 +82,19 @@ def bound_of(directory: Path, scenario: str) -> dict[str, float] | None:
 
 
 def summarise(
-    key: tuple[str, str], runs: list[dict[str, Any]], bound: dict[str, float] | None
+    key: tuple[str, str],
+    runs: list[dict[str, Any]],
+    bound: dict[str, float] | None,
+    void: list[dict[str, Any]] | None = None,
 ) -> None:
     scenario, budget = key
     sides = [r for r in runs if r.get("kueue")]
     print(f"== {scenario}, client budget {budget} on both sides: {len(runs)} sittings")
+    for run in void or []:
+        print(f"   {run['_file']}: void, left out of the medians: {run['_void']}")
+    if not runs:
+        print("   no whole sitting")
+        return
     for run in runs:
         violations = len(run["topogate"]["invariants"]["violations"])
         if run.get("kueue"):
@@ -143,11 +179,11 @@ def main() -> None:
     parser.add_argument("directory", type=Path, nargs="?", default=RESULTS)
     parser.add_argument("--last", type=int, default=3, help="the newest N sittings of each")
     args = parser.parse_args()
-    groups = load(args.directory, args.last)
-    if not groups:
+    groups, void = load(args.directory, args.last)
+    if not groups and not void:
         raise SystemExit(f"no sittings in {args.directory}")
-    for key in sorted(groups):
-        summarise(key, groups[key], bound_of(args.directory, key[0]))
+    for key in sorted({*groups, *void}):
+        summarise(key, groups.get(key, []), bound_of(args.directory, key[0]), void.get(key))
 
 
 if __name__ == "__main__":

@@ -184,3 +184,39 @@ def test_shared_hostname_labels_leave_the_placement_unverified_not_violated() ->
     assert c.unplaceable == 1
     assert len(c.violations) == 1  # the quota is still checked: 2 CPU against 1
     assert "cohort c uses 2000m" in c.violations[0]
+
+
+def test_a_quota_violation_names_the_workloads_that_held_quota_there_then() -> None:
+    c = checker(queue("q1", "1", "1"), queue("q2", "1", "1"), queue("other", "4", cohort="d"))
+    c.observe(admitted("w1", "q1", {"a1": 1}), "ns/w1")
+    c.observe(admitted("w2", "q2", {"a2": 1}), "ns/w2")
+    c.observe(admitted("x", "other", {"b1": 1}), "ns/x")  # another cohort: not a holder
+    done = admitted("w1", "q1", {"a1": 1})
+    done["status"]["conditions"].append({"type": "Finished", "status": "True"})
+    c.observe(done, "ns/w1")  # gave its quota back: not a holder either
+    c.observe(admitted("w3", "q1", {"b1": 2}), "ns/w3")  # 3 CPU in a cohort of 2
+    assert len(c.violations) == 1
+    assert "held by 2: ns/w2 (q2 1000m), ns/w3 (q1 2000m)" in c.violations[0]
+    assert c.details == [
+        {
+            "violation": c.violations[0],
+            "resource": "f/cpu",
+            "holders": {
+                "ns/w2": {"queue": "q2", "milli": 1000},
+                "ns/w3": {"queue": "q1", "milli": 2000},
+            },
+        }
+    ]
+    assert c.seen == {"ns/w1", "ns/w2", "ns/w3", "ns/x"} and c.finished == {"ns/w1"}
+
+
+def test_a_violation_message_names_the_first_holders_and_counts_the_rest() -> None:
+    c = checker(queue("q", "2", "0"))
+    for i in range(20):
+        c.observe(admitted(f"w{i:02}", "q", {"b1": 1}, cpu="100m"), f"ns/w{i:02}")
+    c.observe(admitted("late", "q", {"b1": 1}, cpu="100m"), "ns/late")
+    assert len(c.violations) == 2  # the queue's borrowing limit, and its one-queue cohort's
+    assert "borrowingLimit" in c.violations[0]
+    # In key order: ns/late, then ns/w00 to ns/w10 make the first 12.
+    assert c.violations[0].endswith(f"ns/w10 (q 100m) and {21 - inv.SHOWN} more")
+    assert len(c.details[0]["holders"]) == 21

@@ -133,7 +133,9 @@ def test_quota_only_admissions_are_checked_against_borrowing_and_the_cohort() ->
         checker.observe(kueue_admitted(f"large-{i}", queue, "20"), f"{queue}/large-{i}")
     assert checker.checked == 6 and checker.violations == []
     checker.observe(kueue_admitted("small-0", queue, "1"), f"{queue}/small-0")
+    holders = [f"{queue}/large-{i} ({queue} 20000m)" for i in range(6)]
     assert checker.violations == [
         f"{queue}/small-0: {queue} uses 121000m of ('rf', 'cpu'), over nominal 20000m "
-        "+ borrowingLimit 100000m"
+        f"+ borrowingLimit 100000m; held by 7: {', '.join(holders)}, "
+        f"{queue}/small-0 ({queue} 1000m)"
     ]

@@ -8,55 +8,33 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests import cache_steps
+from tests.cache_steps import SNAPSHOT, usage_steps
 from tests.kit import GPU, node, running
-from topogate.cache.nodes import NodeInfo, PodUsage
+from topogate.cache.nodes import NodeInfo
 from topogate.cache.snapshot import CapacityCache, ClusterSnapshot
 from topogate.cache.sources import TopologySource
 
 NAMES = [f"n{i}" for i in range(5)]
 op = st.one_of(
     st.tuples(st.just("node"), st.sampled_from(NAMES), st.integers(1, 16), st.booleans()),
-    st.tuples(st.just("drop-node"), st.sampled_from(NAMES)),
-    st.tuples(
-        st.just("pod"),
-        st.integers(0, 7),
-        st.sampled_from([*NAMES, "ghost"]),
-        st.integers(0, 4),
-        st.sampled_from([GPU, "example.com/fpga"]),
-        st.booleans(),
+    *usage_steps(
+        NAMES,
+        st.tuples(st.integers(0, 4), st.sampled_from([GPU, "example.com/fpga"])).map(
+            lambda amount_of: {amount_of[1]: amount_of[0]}
+        ),
     ),
-    st.tuples(st.just("drop-pod"), st.integers(0, 7)),
-    st.tuples(st.just("hold"), st.integers(0, 3), st.sampled_from(NAMES), st.integers(0, 8)),
-    st.tuples(st.just("release"), st.integers(0, 3)),
-    st.tuples(st.just("gpus"), st.integers(0, 3), st.sampled_from(NAMES), st.integers(0, 7)),
-    st.just(("snapshot",)),
+    SNAPSHOT,
 )
 
 
+def make_node(step: tuple[Any, ...]) -> NodeInfo:
+    _, name, gpus, ready = step
+    return node(name, "b", "r", name, gpu=gpus, cpu=4000, ready=ready)
+
+
 def apply(cache: CapacityCache, step: tuple[Any, ...]) -> None:
-    kind = step[0]
-    if kind == "node":
-        _, name, gpus, ready = step
-        cache.upsert_node(node(name, "b", "r", name, gpu=gpus, cpu=4000, ready=ready))
-    elif kind == "drop-node":
-        cache.remove_node(step[1])
-    elif kind == "pod":
-        _, index, where, amount, resource, holds_gpu = step
-        usage = running(where, f"p{index}", **{resource: amount})
-        gpus = frozenset({index % 4}) if holds_gpu else frozenset()
-        cache.upsert_pod(PodUsage(usage.key, where, usage.requests, gpus), f"p{index}")
-    elif kind == "drop-pod":
-        cache.upsert_pod(None, f"p{step[1]}")
-    elif kind == "hold":
-        _, index, where, amount = step
-        cache.set_workload_usage(f"w{index}", {where: {GPU: amount, "pods": 1}})
-    elif kind == "release":
-        cache.release_workload(f"w{step[1]}")
-    elif kind == "gpus":
-        _, index, where, gpu = step
-        cache.set_workload_gpus(f"w{index}", {"main": {where: ((gpu,),)}})
-    else:
-        cache.snapshot()
+    cache_steps.apply(cache, step, make_node)
 
 
 def same(a: ClusterSnapshot, b: ClusterSnapshot) -> None:

@@ -11,10 +11,12 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests import cache_steps
+from tests.cache_steps import SNAPSHOT, usage_steps
 from tests.kit import GPU, node, running
 from topogate.api.gpus import Matrix
 from topogate.api.podspec import Taint
-from topogate.cache.nodes import NodeInfo, PodUsage
+from topogate.cache.nodes import NodeInfo
 from topogate.cache.snapshot import CapacityCache, ClusterSnapshot
 from topogate.cache.sources import TopologySource
 
@@ -49,60 +51,32 @@ node_op = st.tuples(
 op = st.one_of(
     node_op,
     node_op,
-    st.tuples(st.just("drop-node"), st.sampled_from(NAMES)),
-    st.tuples(
-        st.just("pod"),
-        st.integers(0, 7),
-        st.sampled_from([*NAMES, "ghost"]),
-        st.integers(0, 4),
-        st.booleans(),
-    ),
-    st.tuples(st.just("drop-pod"), st.integers(0, 7)),
-    st.tuples(st.just("hold"), st.integers(0, 3), st.sampled_from(NAMES), st.integers(0, 8)),
-    st.tuples(st.just("release"), st.integers(0, 3)),
-    st.tuples(st.just("gpus"), st.integers(0, 3), st.sampled_from(NAMES), st.integers(0, 7)),
-    st.just(("snapshot",)),
-    st.just(("snapshot",)),
+    *usage_steps(NAMES, st.integers(0, 4).map(lambda amount: {GPU: amount, "cpu": 100})),
+    SNAPSHOT,
+    SNAPSHOT,
 )
 
 
+def make_node(step: tuple[Any, ...]) -> NodeInfo:
+    _, name, rack, health, taints, ready, cordoned, cpu, gpus, gpu_matrix, fpga = step
+    info = node(
+        name,
+        "b",
+        rack,
+        name,
+        cpu=cpu,
+        gpu=gpus,
+        labels={"health": health} if health else {},
+        taints=TAINTS[taints],
+        ready=ready,
+        unschedulable=cordoned,
+        extra={"example.com/fpga": 1} if fpga else None,
+    )
+    return replace(info, gpu_bandwidth=MATRICES[gpu_matrix])
+
+
 def apply(cache: CapacityCache, step: tuple[Any, ...]) -> None:
-    kind = step[0]
-    if kind == "node":
-        _, name, rack, health, taints, ready, cordoned, cpu, gpus, gpu_matrix, fpga = step
-        info = node(
-            name,
-            "b",
-            rack,
-            name,
-            cpu=cpu,
-            gpu=gpus,
-            labels={"health": health} if health else {},
-            taints=TAINTS[taints],
-            ready=ready,
-            unschedulable=cordoned,
-            extra={"example.com/fpga": 1} if fpga else None,
-        )
-        cache.upsert_node(replace(info, gpu_bandwidth=MATRICES[gpu_matrix]))
-    elif kind == "drop-node":
-        cache.remove_node(step[1])
-    elif kind == "pod":
-        _, index, where, amount, holds_gpu = step
-        usage = running(where, f"p{index}", **{GPU: amount, "cpu": 100})
-        gpus = frozenset({index % 4}) if holds_gpu else frozenset()
-        cache.upsert_pod(PodUsage(usage.key, where, usage.requests, gpus), f"p{index}")
-    elif kind == "drop-pod":
-        cache.upsert_pod(None, f"p{step[1]}")
-    elif kind == "hold":
-        _, index, where, amount = step
-        cache.set_workload_usage(f"w{index}", {where: {GPU: amount, "pods": 1}})
-    elif kind == "release":
-        cache.release_workload(f"w{step[1]}")
-    elif kind == "gpus":
-        _, index, where, gpu = step
-        cache.set_workload_gpus(f"w{index}", {"main": {where: ((gpu,),)}})
-    else:
-        cache.snapshot()
+    cache_steps.apply(cache, step, make_node)
 
 
 def column(s: ClusterSnapshot, matrix_name: str, name: str) -> Any:
