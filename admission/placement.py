@@ -266,7 +266,7 @@ class _GroupPlacer:
         pods, self.worker_mask, self.exclusions = self.gpu.counts(mask, pods, self.exclusions)
         self.worker_eligible = self.worker_mask & (not worker_missing)
         pods_with_leader = pods
-        leads = np.zeros_like(pods)
+        leads = _zeros(tree, depth - 1)
         if self.leader is not None:
             leader_vec, leader_missing = self.snapshot.pod_vector(self.leader.requests)
             self.leader_vec = leader_vec
@@ -288,7 +288,8 @@ class _GroupPlacer:
         self.lead: list[IntArray] = [np.empty(0, np.int64)] * depth
         bottom = depth - 1
         self.pod[bottom], self.pod_wl[bottom], self.lead[bottom] = pods, pods_with_leader, leads
-        self._set_slices(bottom, np.zeros_like(pods), np.zeros_like(pods))
+        none = _zeros(tree, bottom)
+        self._set_slices(bottom, none, none)
         for level in range(depth - 2, -1, -1):
             self._roll_up(level)
 
@@ -302,7 +303,7 @@ class _GroupPlacer:
         elif level < self.slice_level:
             self.slc[level], self.slc_wl[level] = summed, summed_wl
         else:
-            self.slc[level] = np.zeros_like(self.pod[level])
+            self.slc[level] = _zeros(self.tree, level)
             self.slc_wl[level] = self.slc[level]
 
     def _roll_up(self, level: int) -> None:
@@ -319,12 +320,14 @@ class _GroupPlacer:
             return np.bincount(parent, weights=values, minlength=size).astype(np.int64)
 
         self.pod[level] = total(contribution)
-        slices = total(self.slc[child])
         if self.leader is None:
             self.pod_wl[level] = self.pod[level]
-            self.lead[level] = np.zeros(size, dtype=np.int64)
-            self._set_slices(level, slices, slices)
+            self.lead[level] = _zeros(self.tree, level)
+            # Summed slices count only above the slice level (below it there are none).
+            summed = total(self.slc[child]) if level < self.slice_level else self.lead[level]
+            self._set_slices(level, summed, summed)
             return
+        slices = total(self.slc[child])
         capable = self.lead[child] > 0
         pod_penalty = np.full(size, _NONE, dtype=np.int64)
         np.minimum.at(pod_penalty, parent, np.where(capable, contribution - contribution_wl, _NONE))
@@ -722,12 +725,16 @@ class _GroupPlacer:
         # numpy indexing and int() calls cost more than the placement itself.
         names = tree.node_names(self.snapshot.node_names, rows)
         node_counts = dict(zip(names, counts.tolist(), strict=True))
-        per_domain = np.bincount(
-            tree.member_domain[out_level][rows],
-            weights=counts,
-            minlength=tree.size(out_level),
-        ).astype(np.int64)
-        domains = np.flatnonzero(per_domain)
+        if out_level == tree.node_level:
+            # Domain i of the node level is the node at position i: the counts are per domain.
+            per_domain, domains = per_node, rows
+        else:
+            per_domain = np.bincount(
+                tree.member_domain[out_level][rows],
+                weights=counts,
+                minlength=tree.size(out_level),
+            ).astype(np.int64)
+            domains = np.flatnonzero(per_domain)
         domains = domains[np.argsort(tree.lexrank[out_level][domains], kind="stable")]
         if tree.hostname_lowest:
             levels: tuple[str, ...] = (tree.level_keys[-1],)
@@ -799,6 +806,21 @@ class _GroupPlacer:
             np.add.at(leaders, chosen.domains, chosen.leaders)
             result.insert(0, (self.leader, leaders))
         return result
+
+
+def _zeros(tree: DomainTree, level: int) -> IntArray:
+    """Read-only zeros, one per domain of ``level``: the counts a placement leaves at zero
+    (no leaders, no slices) are the same for every placement on the tree."""
+    kept = tree.derived.get("zeros")
+    if not isinstance(kept, list):
+        made: list[IntArray] = []
+        for at in range(tree.depth):
+            zeros = np.zeros(tree.size(at), dtype=np.int64)
+            zeros.flags.writeable = False
+            made.append(zeros)
+        kept = tree.derived["zeros"] = made
+    found: IntArray = kept[level]
+    return found
 
 
 def _chosen(domains: list[int], pods: list[int], leaders: list[int]) -> _Chosen:
