@@ -69,6 +69,17 @@ from .request import (
 _NONE = np.iinfo(np.int64).max // 4  # "no leader-capable child" in min-reductions
 
 
+_ELIGIBLE_KEPT = 64  # pod templates' eligibility kept per tree (a cycle sees a few)
+
+
+@dataclass(slots=True)
+class _Eligibility:
+    """Eligibility per pod template, for the snapshot node states and labels in ``guard``."""
+
+    guard: tuple[object, ...]
+    answers: dict[object, tuple[BoolArray, Exclusions]]
+
+
 class _NoFit(Exception):
     """Raised inside one group's computation; becomes the decision's message."""
 
@@ -189,12 +200,50 @@ class _GroupPlacer:
 
     def _eligible(self, podset: PodSetRequest) -> tuple[BoolArray, Exclusions]:
         constraints = podset.constraints
-        merged = NodeConstraints(
-            tolerations=constraints.tolerations + self.flavor_tolerations,
-            node_selector=constraints.node_selector,
-            affinity_terms=constraints.affinity_terms,
+        tolerations = constraints.tolerations + self.flavor_tolerations
+        snapshot = self.snapshot
+        # Eligibility reads only the snapshot's node states and labels, which its usage
+        # copies share: kept per tree while they are the same objects (every placement of
+        # a cycle asks again for the same few pod templates).
+        guard = (
+            snapshot.ready,
+            snapshot.unschedulable,
+            snapshot.taints,
+            snapshot.taint_sets,
+            snapshot.labels,
+            snapshot.node_index,
         )
-        return eligible(self.snapshot, self.tree.nodes, merged)
+        try:
+            key = (
+                tolerations,
+                tuple(sorted(constraints.node_selector.items())),
+                constraints.affinity_terms,
+            )
+            hash(key)
+        except TypeError:  # an unhashable term: judged afresh
+            key = None
+        kept = self.tree.derived.get("eligible")
+        if not (
+            isinstance(kept, _Eligibility)
+            and all(a is b for a, b in zip(kept.guard, guard, strict=True))
+        ):
+            kept = self.tree.derived["eligible"] = _Eligibility(guard, {})
+        found = kept.answers.get(key) if key is not None else None
+        if found is None:
+            merged = NodeConstraints(
+                tolerations=tolerations,
+                node_selector=constraints.node_selector,
+                affinity_terms=constraints.affinity_terms,
+            )
+            mask, exclusions = eligible(snapshot, self.tree.nodes, merged)
+            mask.flags.writeable = False
+            if key is not None:
+                if len(kept.answers) >= _ELIGIBLE_KEPT:
+                    kept.answers.clear()
+                found = kept.answers[key] = (mask, exclusions)
+            else:
+                return mask, exclusions
+        return found  # shared: _not_fit copies the exclusions before adding to them
 
     def fill_in_counts(self) -> None:
         tree = self.tree
@@ -217,7 +266,7 @@ class _GroupPlacer:
         pods, self.worker_mask, self.exclusions = self.gpu.counts(mask, pods, self.exclusions)
         self.worker_eligible = self.worker_mask & (not worker_missing)
         pods_with_leader = pods
-        leads = np.zeros_like(pods)
+        leads = _zeros(tree, depth - 1)
         if self.leader is not None:
             leader_vec, leader_missing = self.snapshot.pod_vector(self.leader.requests)
             self.leader_vec = leader_vec
@@ -239,7 +288,8 @@ class _GroupPlacer:
         self.lead: list[IntArray] = [np.empty(0, np.int64)] * depth
         bottom = depth - 1
         self.pod[bottom], self.pod_wl[bottom], self.lead[bottom] = pods, pods_with_leader, leads
-        self._set_slices(bottom, np.zeros_like(pods), np.zeros_like(pods))
+        none = _zeros(tree, bottom)
+        self._set_slices(bottom, none, none)
         for level in range(depth - 2, -1, -1):
             self._roll_up(level)
 
@@ -253,7 +303,7 @@ class _GroupPlacer:
         elif level < self.slice_level:
             self.slc[level], self.slc_wl[level] = summed, summed_wl
         else:
-            self.slc[level] = np.zeros_like(self.pod[level])
+            self.slc[level] = _zeros(self.tree, level)
             self.slc_wl[level] = self.slc[level]
 
     def _roll_up(self, level: int) -> None:
@@ -270,12 +320,14 @@ class _GroupPlacer:
             return np.bincount(parent, weights=values, minlength=size).astype(np.int64)
 
         self.pod[level] = total(contribution)
-        slices = total(self.slc[child])
         if self.leader is None:
             self.pod_wl[level] = self.pod[level]
-            self.lead[level] = np.zeros(size, dtype=np.int64)
-            self._set_slices(level, slices, slices)
+            self.lead[level] = _zeros(self.tree, level)
+            # Summed slices count only above the slice level (below it there are none).
+            summed = total(self.slc[child]) if level < self.slice_level else self.lead[level]
+            self._set_slices(level, summed, summed)
             return
+        slices = total(self.slc[child])
         capable = self.lead[child] > 0
         pod_penalty = np.full(size, _NONE, dtype=np.int64)
         np.minimum.at(pod_penalty, parent, np.where(capable, contribution - contribution_wl, _NONE))
@@ -312,6 +364,18 @@ class _GroupPlacer:
         self, candidates: IntArray, needed: int, leaders: int, capacity: IntArray, lead: IntArray
     ) -> int:
         """The candidate with the least capacity that still holds ``needed`` (first on ties)."""
+        if len(candidates) <= _SMALL:
+            # A rack's nodes or a block's racks: a Python pass beats six numpy calls.
+            best, least = -1, 0
+            for domain, cap, leads in zip(
+                candidates.tolist(),
+                capacity[candidates].tolist(),
+                lead[candidates].tolist(),
+                strict=True,
+            ):
+                if cap >= needed and leads >= leaders and (best < 0 or cap < least):
+                    best, least = domain, cap
+            return best if best >= 0 else int(candidates[0])
         caps = capacity[candidates]
         ok = (caps >= needed) & (lead[candidates] >= leaders)
         if not ok.any():
@@ -342,6 +406,12 @@ class _GroupPlacer:
     # --- phase 2: level, then descent ----------------------------------------------------
 
     def _not_fit(self, fit: int, total: int, level: int) -> _NoFit:
+        # The eligibility summary is shared by the placements on this tree: added to in a copy.
+        self.exclusions = dataclasses.replace(
+            self.exclusions,
+            taints=dict(self.exclusions.taints),
+            resources=dict(self.exclusions.resources),
+        )
         self._count_resource_exclusions()
         if len(self.workers.slices) >= 2:
             message = self._multi_layer_message(level)
@@ -470,6 +540,17 @@ class _GroupPlacer:
         """Kueue's updateCountsToMinimum: fill ``domains`` in order, tightest last."""
         need = count // unit
         domains = self._leader_first(domains, need, capacity, capacity_wl, lead)
+        if len(domains) <= _SMALL:
+            return self._distribute_small(
+                domains.tolist(),
+                count,
+                need,
+                leaders,
+                unit,
+                capacity[domains].tolist(),
+                capacity_wl[domains].tolist(),
+                lead[domains].tolist(),
+            )
         picked: list[int] = []
         pods: list[int] = []
         led: list[int] = []
@@ -521,6 +602,63 @@ class _GroupPlacer:
             ).astype(np.int64),
             np.concatenate((np.array(led, dtype=np.int64), np.zeros(k + 1, dtype=np.int64))),
         )
+
+    def _distribute_small(
+        self,
+        domains: list[int],
+        count: int,
+        need: int,
+        leaders: int,
+        unit: int,
+        capacity: list[int],
+        capacity_wl: list[int],
+        lead: list[int],
+    ) -> _Chosen:
+        """``_distribute`` over a few domains (a rack's nodes) in plain Python: the same
+        choices, without a dozen numpy calls on arrays of tens of elements. The lists hold
+        each domain's values, in ``domains``'s order."""
+        best_fit = self.best_fit
+        picked: list[int] = []
+        pods: list[int] = []
+        led: list[int] = []
+        remaining, leaders_left, i, n = need, leaders, 0, len(domains)
+        while leaders_left > 0 and i < n:
+            at = i
+            if best_fit and capacity_wl[i] >= remaining and lead[i] >= leaders_left:
+                at = _tightest_at(capacity_wl, lead, i, remaining, leaders_left)
+            if capacity_wl[at] >= remaining and lead[at] >= leaders_left:
+                picked.append(domains[at])
+                pods.append(remaining * unit)
+                led.append(leaders_left)
+                return _chosen(picked, pods, led)
+            take = min(capacity_wl[at], remaining)
+            lead_here = min(lead[at], leaders_left)
+            picked.append(domains[at])
+            pods.append(take * unit)
+            led.append(lead_here)
+            remaining -= take
+            leaders_left -= lead_here
+            i += 1
+        if remaining == 0 and leaders_left == 0:
+            return _chosen(picked, pods, led)
+        # The first k whose running total reaches ``remaining`` (numpy's searchsorted, left).
+        before, k = 0, i
+        while k < n and before + capacity[k] < remaining:
+            before += capacity[k]
+            k += 1
+        if leaders_left > 0 or k >= n:
+            raise _NoFit(
+                f"internal error: {count} pod(s) could not be spread over the chosen domains"
+            )
+        last = k
+        if best_fit:
+            last = _tightest_at(capacity, lead, k, remaining - before, 0)
+        picked += domains[i:k]
+        pods += [c * unit for c in capacity[i:k]]
+        picked.append(domains[last])
+        pods.append((remaining - before) * unit)
+        led += [0] * (k - i + 1)
+        return _chosen(picked, pods, led)
 
     def _fill_slices(self, level: int, domains: IntArray) -> _Chosen:
         """The whole gang, in slices, over ``domains`` (already in fill order) of ``level``."""
@@ -587,12 +725,16 @@ class _GroupPlacer:
         # numpy indexing and int() calls cost more than the placement itself.
         names = tree.node_names(self.snapshot.node_names, rows)
         node_counts = dict(zip(names, counts.tolist(), strict=True))
-        per_domain = np.bincount(
-            tree.member_domain[out_level][rows],
-            weights=counts,
-            minlength=tree.size(out_level),
-        ).astype(np.int64)
-        domains = np.flatnonzero(per_domain)
+        if out_level == tree.node_level:
+            # Domain i of the node level is the node at position i: the counts are per domain.
+            per_domain, domains = per_node, rows
+        else:
+            per_domain = np.bincount(
+                tree.member_domain[out_level][rows],
+                weights=counts,
+                minlength=tree.size(out_level),
+            ).astype(np.int64)
+            domains = np.flatnonzero(per_domain)
         domains = domains[np.argsort(tree.lexrank[out_level][domains], kind="stable")]
         if tree.hostname_lowest:
             levels: tuple[str, ...] = (tree.level_keys[-1],)
@@ -666,6 +808,42 @@ class _GroupPlacer:
         return result
 
 
+def _zeros(tree: DomainTree, level: int) -> IntArray:
+    """Read-only zeros, one per domain of ``level``: the counts a placement leaves at zero
+    (no leaders, no slices) are the same for every placement on the tree."""
+    kept = tree.derived.get("zeros")
+    if not isinstance(kept, list):
+        made: list[IntArray] = []
+        for at in range(tree.depth):
+            zeros = np.zeros(tree.size(at), dtype=np.int64)
+            zeros.flags.writeable = False
+            made.append(zeros)
+        kept = tree.derived["zeros"] = made
+    found: IntArray = kept[level]
+    return found
+
+
+def _chosen(domains: list[int], pods: list[int], leaders: list[int]) -> _Chosen:
+    return _Chosen(
+        np.array(domains, dtype=np.int64),
+        np.array(pods, dtype=np.int64),
+        np.array(leaders, dtype=np.int64),
+    )
+
+
+def _tightest_at(
+    capacity: list[int], lead: list[int], start: int, needed: int, leaders: int
+) -> int:
+    """``_tightest`` over positions ``start`` on of plain lists: the position of the least
+    capacity that holds ``needed`` with ``leaders`` (first on ties; ``start`` when none)."""
+    best, least = start, -1
+    for at in range(start, len(capacity)):
+        cap = capacity[at]
+        if cap >= needed and lead[at] >= leaders and (least < 0 or cap < least):
+            best, least = at, cap
+    return best
+
+
 def _present(codes: npt.NDArray[Any], size: int) -> IntArray:
     """``np.unique(codes)`` for codes in [0, size): a count, not a sort."""
     return np.flatnonzero(np.bincount(codes, minlength=size)).astype(np.int64)
@@ -676,6 +854,7 @@ def _distinct(codes: npt.NDArray[Any], size: int) -> int:
     return int(np.count_nonzero(np.bincount(codes, minlength=size)))
 
 
+_SMALL = 256  # up to this many domains, small-array paths (same answers) are faster
 _SPAN = 2**62  # composite sort keys stay below this (int64)
 
 
@@ -684,8 +863,8 @@ def _lexsort(keys: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.intp]:
     is: integer keys packed into one int64 and sorted once, which is several times faster
     than lexsort's pass per key over 20,000 nodes. Falls back when a key is not integer or
     the packed key would not fit."""
-    if len(keys[0]) < 2:
-        return np.lexsort(keys)
+    if len(keys[0]) <= _SMALL:
+        return np.lexsort(keys)  # one call: packing costs more than it saves on few domains
     composite = np.zeros(len(keys[0]), dtype=np.int64)
     span = 1
     for key in keys:
