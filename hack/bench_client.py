@@ -10,7 +10,8 @@ Plain HTTP on loopback, so TLS (the same for any client) is left out.
 
 Prints the client's CPU per request (or per watch event) for each kind, best of the rounds;
 "at QPS" is the status patch through a client-side rate limit of that QPS (burst 1), whose
-wall time is printed against the limit's.
+wall time is printed against the limit's; "two such clients" runs it through the client and
+a view with its own budget at once, as serve's writes and Events.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 from kubernetes.aio.client.configuration import Configuration
 
-from topogate.kube.client import Kube
+from topogate.kube.client import Kube, own_budget
 from topogate.kube.events import EventRecorder
 from topogate.kube.reflector import Reflector
 from topogate.kube.resources import WORKLOADS
@@ -210,6 +211,16 @@ async def _watch_round(kube: Kube, events: int) -> float:
     return took / events
 
 
+async def _pair_round(kube: Kube, requests: int, concurrency: int) -> float:
+    """Status patches through ``kube`` and as many through a view with its own budget at the
+    same time, as serve's writes and Events go: client CPU per request."""
+    view = own_budget(kube)
+    assert isinstance(view, Kube)
+    began = time.process_time()
+    await asyncio.gather(*(_round(k, "patch", requests, concurrency) for k in (kube, view)))
+    return (time.process_time() - began) / (2 * requests)
+
+
 async def _sleep_round(sleeps: int) -> float:
     """The process's CPU per 20 ms sleep of the event loop (a rate-limited request's wait at
     QPS 50): what one wake-up costs on this machine, besides any Python work."""
@@ -240,6 +251,7 @@ async def _bench(port: int, args: argparse.Namespace) -> dict[str, float]:
             began = time.monotonic()
             keep("throttled", await _round(throttled, "patch", args.requests, args.concurrency))
             keep("throttled wall", time.monotonic() - began)
+            keep("pair", await _pair_round(throttled, args.requests, args.concurrency))
             keep("sleep", await _sleep_round(50))
             keep("watch", await _watch_round(kube, args.watch_events))
     finally:
@@ -274,6 +286,7 @@ def main() -> None:
     for kind, label in (
         ("patch", "Workload status patch"),
         ("throttled", f"the same at QPS {args.qps:g}"),
+        ("pair", "two such clients at once"),
         ("create", "Event (emit+create)"),
     ):
         print(f"{label:24} {best[kind] * 1e6:6.0f} us of client CPU per request")
