@@ -64,17 +64,24 @@ async def test_takers_go_in_arrival_order_at_the_rate() -> None:
     assert took < 9 / 200 + 0.5  # a loaded machine's margin; a lost token would add 5 ms each
 
 
-async def test_a_taker_that_gives_up_gives_its_token_back() -> None:
+async def test_a_taker_that_gives_up_gives_its_token_back_when_last_in_the_queue() -> None:
     clock = Clock()
     bucket = TokenBucket(qps=1, burst=1, clock=clock)
     assert bucket.reserve() == 0.0
-    waiting = asyncio.ensure_future(bucket.take())  # promised the token 1 s from now
+    first = asyncio.ensure_future(bucket.take())  # promised the token 1 s from now
+    second = asyncio.ensure_future(bucket.take())  # and the one 2 s from now
     await asyncio.sleep(0)
-    assert bucket.try_take() == pytest.approx(2.0)
-    waiting.cancel()
+    assert bucket.try_take() == pytest.approx(3.0)
+    # The first gives up under the second: the second keeps its slot, nothing comes back.
+    first.cancel()
     with pytest.raises(asyncio.CancelledError):
-        await waiting
-    assert bucket.try_take() == pytest.approx(1.0)
+        await first
+    assert bucket.try_take() == pytest.approx(3.0)
+    # The last one gives up: its token is free again.
+    second.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await second
+    assert bucket.try_take() == pytest.approx(2.0)
 
 
 def test_bad_limits_are_refused() -> None:

@@ -28,6 +28,7 @@ class TokenBucket:
         self._clock = clock
         self._tokens = float(burst)
         self._stamp = clock()
+        self._last_waiter = 0  # the number of the latest taker that had to wait
 
     def _refill(self) -> None:
         now = self._clock()
@@ -51,12 +52,18 @@ class TokenBucket:
     async def take(self) -> None:
         wait = self.reserve()
         if wait > 0:
+            self._last_waiter += 1
+            mine = self._last_waiter
             try:
                 await asyncio.sleep(wait)  # exactly until its token (one per 1/qps)
             except asyncio.CancelledError:
-                # Its token goes back to the bucket: a taker that gives up spends none.
-                self._refill()
-                self._tokens = min(self.burst, self._tokens + 1)
+                # A taker that gives up gives its token back when no one queued behind it
+                # (as rate's Reservation.Cancel): later takers keep their slots, and a token
+                # given back under them would let two requests leave at once.
+                if self._last_waiter == mine:
+                    self._last_waiter -= 1
+                    self._refill()
+                    self._tokens = min(self.burst, self._tokens + 1)
                 raise
 
 
