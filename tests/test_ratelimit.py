@@ -37,6 +37,53 @@ async def test_waiters_are_spread_at_the_rate() -> None:
     assert time.monotonic() - started >= 0.05 - 0.005  # 5 waits of 10 ms after the first
 
 
+def test_a_reservation_promises_the_next_token_without_waiting_for_the_ones_before() -> None:
+    clock = Clock()
+    bucket = TokenBucket(qps=10, burst=2, clock=clock)
+    assert [bucket.reserve() for _ in range(5)] == pytest.approx([0.0, 0.0, 0.1, 0.2, 0.3])
+    assert bucket.try_take() == pytest.approx(0.4)  # behind the three promised
+    clock.now += 0.35  # three promised tokens came and went: the next is 0.05 s away
+    assert bucket.reserve() == pytest.approx(0.05)
+    clock.now += 10
+    assert [bucket.reserve() for _ in range(3)] == pytest.approx([0.0, 0.0, 0.1])
+
+
+async def test_takers_go_in_arrival_order_at_the_rate() -> None:
+    bucket = TokenBucket(qps=200, burst=1)
+    order: list[int] = []
+
+    async def take(i: int) -> None:
+        await bucket.take()
+        order.append(i)
+
+    started = time.monotonic()
+    await asyncio.gather(*(take(i) for i in range(10)))
+    took = time.monotonic() - started
+    assert order == list(range(10))
+    assert took >= 9 / 200 - 0.002
+    assert took < 9 / 200 + 0.5  # a loaded machine's margin; a lost token would add 5 ms each
+
+
+async def test_a_taker_that_gives_up_gives_its_token_back_when_last_in_the_queue() -> None:
+    clock = Clock()
+    bucket = TokenBucket(qps=1, burst=1, clock=clock)
+    assert bucket.reserve() == 0.0
+    first = asyncio.ensure_future(bucket.take())  # promised the token 1 s from now
+    second = asyncio.ensure_future(bucket.take())  # and the one 2 s from now
+    await asyncio.sleep(0)
+    assert bucket.try_take() == pytest.approx(3.0)
+    # The first gives up under the second: the second keeps its slot, nothing comes back.
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert bucket.try_take() == pytest.approx(3.0)
+    # The last one gives up: its token is free again.
+    second.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await second
+    assert bucket.try_take() == pytest.approx(2.0)
+
+
 def test_bad_limits_are_refused() -> None:
     with pytest.raises(ValueError):
         TokenBucket(qps=0, burst=1)

@@ -259,19 +259,39 @@ class Kube:
         ) as response:
             if response.status >= 300:
                 raise _error(response.status, await response.read())
+            content = response.content
+            # Lines split here, from whatever the socket brought: a burst of events is one
+            # read and one split (readline() is an await and a buffer walk per event). A line
+            # past MAX_EVENT_BYTES is a ValueError, which the reflector retries (readline's
+            # LineTooLong, past 4 MiB here, is neither a ValueError nor a ClientError).
+            partial: list[bytes] = []  # the start of a line whose end has not come yet
+            held = 0
             while True:
-                line = await response.content.readline()
-                if not line:
+                chunk = await content.readany()
+                if not chunk:
+                    if partial:  # the stream ended inside a line: a truncated event
+                        yield _event(b"".join(partial))
                     return
-                event = _loads(line)
-                if event.get("type") == "ERROR":
-                    status = event.get("object") or {}
-                    raise KubeError(
-                        int(status.get("code") or 500),
-                        str(status.get("reason") or "Error"),
-                        str(status.get("message") or ""),
-                    )
-                yield event
+                if b"\n" not in chunk:
+                    partial.append(chunk)
+                    held += len(chunk)
+                    if held > MAX_EVENT_BYTES:
+                        raise ValueError(
+                            f"watch of {resource.plural}: an event longer than "
+                            f"{MAX_EVENT_BYTES} bytes"
+                        )
+                    continue
+                if partial:
+                    partial.append(chunk)
+                    chunk = b"".join(partial)
+                    partial, held = [], 0
+                lines = chunk.split(b"\n")
+                rest = lines.pop()
+                if rest:
+                    partial, held = [rest], len(rest)
+                for line in lines:
+                    if line:
+                        yield _event(line)
 
 
 def own_budget(kube: KubeApi) -> KubeApi:
@@ -321,6 +341,23 @@ def context_namespace(kubeconfig: str) -> str | None:
 def _total(seconds: float) -> aiohttp.ClientTimeout:
     """A request's timeout, one object per value (it is immutable; every write asks for one)."""
     return aiohttp.ClientTimeout(total=seconds)
+
+
+# Far above any object etcd stores (1.5 MiB by default), to bound a stream gone wrong.
+MAX_EVENT_BYTES = 64 * 1024 * 1024
+
+
+def _event(line: bytes) -> Obj:
+    """One watch event; an ERROR event (a Status) raised as KubeError."""
+    event: Obj = _loads(line)
+    if event.get("type") == "ERROR":
+        status = event.get("object") or {}
+        raise KubeError(
+            int(status.get("code") or 500),
+            str(status.get("reason") or "Error"),
+            str(status.get("message") or ""),
+        )
+    return event
 
 
 def _loads(raw: bytes) -> Any:

@@ -33,6 +33,12 @@ def courtesy() -> Iterator[None]:
 
 
 class TokenBucket:
+    """Each taker reserves the next token at once (the count may go below zero: tokens
+    promised to earlier takers) and sleeps until its own; as golang.org/x/time/rate's
+    Reserve, which client-go's limiter waits on. No lock: a lock's handover cost every
+    throttled request a further wake-up of the event loop, and reservations in call order
+    already serve takers in arrival order (each one 1/qps after the one before)."""
+
     def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
         if qps <= 0 or burst < 1:
             raise ValueError("qps must be positive and burst at least 1")
@@ -40,8 +46,8 @@ class TokenBucket:
         self._clock = clock
         self._tokens = float(burst)
         self._stamp = clock()
-        self._lock = asyncio.Lock()  # waiters are served in arrival order
-        self._urgent = 0  # requests that are not courtesy, waiting for their token
+        self._last_waiter = 0  # the number of the latest taker that had to wait
+        self._urgent = 0  # takers that are not courtesy, sleeping until their token
         self._clear = asyncio.Event()  # set while none is
         self._clear.set()
 
@@ -58,29 +64,41 @@ class TokenBucket:
             return 0.0
         return (1 - self._tokens) / self.qps
 
-    async def take(self) -> None:
-        if _COURTESY.get():
-            if self._urgent:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._clear.wait(), COURTESY_PATIENCE)
-            await self._take()
-            return
-        self._urgent += 1
-        self._clear.clear()
-        try:
-            await self._take()
-        finally:
-            self._urgent -= 1
-            if not self._urgent:
-                self._clear.set()
+    def reserve(self) -> float:
+        """Take the next token, now or promised: the seconds to wait for it (0.0: now)."""
+        self._refill()
+        self._tokens -= 1
+        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
 
-    async def _take(self) -> None:
-        async with self._lock:
-            wait = self.try_take()
-            if wait > 0:
-                await asyncio.sleep(wait)  # exactly until the next token (one per 1/qps)
+    async def take(self) -> None:
+        polite = _COURTESY.get()
+        if polite and self._urgent:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._clear.wait(), COURTESY_PATIENCE)
+        wait = self.reserve()
+        if wait <= 0:
+            return
+        self._last_waiter += 1
+        mine = self._last_waiter
+        if not polite:
+            self._urgent += 1
+            self._clear.clear()
+        try:
+            await asyncio.sleep(wait)  # exactly until its token (one per 1/qps)
+        except asyncio.CancelledError:
+            # A taker that gives up gives its token back when no one queued behind it
+            # (as rate's Reservation.Cancel): later takers keep their slots, and a token
+            # given back under them would let two requests leave at once.
+            if self._last_waiter == mine:
+                self._last_waiter -= 1
                 self._refill()
-                self._tokens -= 1
+                self._tokens = min(self.burst, self._tokens + 1)
+            raise
+        finally:
+            if not polite:
+                self._urgent -= 1
+                if not self._urgent:
+                    self._clear.set()
 
 
 # The check a write must pass at the moment it leaves, after the bucket's wait: a check made
