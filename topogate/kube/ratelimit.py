@@ -61,8 +61,11 @@ class TokenBucket:
     async def take(self) -> None:
         if _COURTESY.get():
             if self._urgent:
+                # asyncio.timeout, not wait_for: 3.11's wait_for drops a cancellation that
+                # comes as the wait ends, and the request would then be sent anyway.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._clear.wait(), COURTESY_PATIENCE)
+                    async with asyncio.timeout(COURTESY_PATIENCE):
+                        await self._clear.wait()
             await self._take()
             return
         self._urgent += 1
