@@ -369,3 +369,40 @@ async def test_a_handler_bug_is_logged_with_its_trace_once_per_interval(
             True,
         )
     ]
+
+
+def test_on_uvloop_each_tls_connection_is_guarded(tmp_path: Path) -> None:
+    """serve and the webhook server run on uvloop by default, whose TLS transports cannot be
+    weakly referenced and are no ``asyncio.Transport``: a weak set of them made every
+    connection's guard fail after its handshake (no first-request deadline, no cap), with a
+    task traceback per connection, and closing one to make room did nothing."""
+    uvloop = pytest.importorskip("uvloop")
+    certificate = ServingCertificate.prepare(tmp_path, ["localhost"], ["127.0.0.1"])
+
+    async def main() -> tuple[int, float]:
+        assert "uvloop" in type(asyncio.get_running_loop()).__module__
+        async with running("127.0.0.1", 0, certificate, limits=LIMITS) as served:
+            context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", served.site.port, ssl=context, server_hostname="127.0.0.1"
+            )
+            for _ in range(200):  # the handshake's end reaches the server's side
+                if served.site.guard.connections:
+                    break
+                await asyncio.sleep(0.01)
+            guarded = len(served.site.guard.connections)
+            victim = served.site.guard.victim()  # as a newcomer at the cap would have it
+            assert victim is not None
+            started = time.monotonic()
+            victim.close()
+            with contextlib.suppress(ConnectionError, ssl.SSLError, TimeoutError):
+                while await asyncio.wait_for(reader.read(4096), 5.0):
+                    pass
+            waited = time.monotonic() - started
+            await _close(writer)
+            return guarded, waited
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        guarded, waited = runner.run(main())
+    assert guarded == 1
+    assert waited < 0.5  # closed at once, not at its first-request deadline (1 s)
