@@ -534,7 +534,7 @@ class GuardedSite(web.BaseSite):
         loop = asyncio.get_running_loop()
         assert self._runner.server is not None
         try:
-            transport, protocol = await loop.connect_accepted_socket(
+            transport, _ = await loop.connect_accepted_socket(
                 self._runner.server,
                 sock,
                 ssl=self._ssl_context,
@@ -556,7 +556,9 @@ class GuardedSite(web.BaseSite):
         # open at shutdown are aborted by :meth:`abort_connections`.
         self._transports = {t for t in self._transports if not t.is_closing()}
         self._transports.add(transport)
-        self.guard.watch(protocol, connection, deadline)
+        # The transport's protocol is aiohttp's handler, which the middleware looks up: uvloop
+        # returns its own TLS protocol from connect_accepted_socket, asyncio the handler.
+        self.guard.watch(transport.get_protocol(), connection, deadline)
         if not connection.authenticated and self._anonymous() > self.anonymous_cap:
             # Room kept for authenticated clients: an unauthenticated one takes the place of
             # the unauthenticated connection idle the longest, or is closed.
