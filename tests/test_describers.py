@@ -177,3 +177,61 @@ async def test_pending_messages_reach_their_workloads_under_a_steady_stream_of_a
     assert rounds * 0.1 <= took < 3.0
     assert admitted >= 20 * took  # the admissions were not held up meanwhile
     await events.drain()
+
+
+async def test_an_admission_does_not_wait_out_the_courtesy_of_its_own_pending_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Workload admitted while its pending message still yields at the client's budget is
+    written at once: the admission waits only for a message whose request has left, and the
+    message, at its turn, sees the admission and is not sent."""
+    monkeypatch.setattr(ratelimit, "COURTESY_PATIENCE", 1.0)
+    h = Harness()
+    queue = h.kube.stored(CLUSTER_QUEUES, "cq")
+    assert queue is not None
+    none = copy.deepcopy(queue)
+    none["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]["nominalQuota"] = 0
+    h.kube.seed(CLUSTER_QUEUES, none)
+    h.kube.seed(WORKLOADS, workload("x"))  # no quota: a message
+    h.deliver()
+    budget = TokenBucket(qps=200, burst=1)
+    patch = h.kube.patch
+
+    async def budgeted(*args: Any, **kwargs: Any) -> Any:
+        await budget.take()
+        return await patch(*args, **kwargs)
+
+    h.kube.patch = budgeted  # type: ignore[method-assign]
+    stop = asyncio.Event()
+
+    async def admissions() -> None:  # the others' admissions, one always waiting
+        while not stop.is_set():
+            await budget.take()
+
+    streams = [asyncio.create_task(admissions()) for _ in range(2)]
+    events = EventRecorder(h.kube, "test")
+    admitter = Admitter(h.kube, h.state, h.metrics, events, pending_qps=1000)
+    try:
+        admitter.decide()
+        await asyncio.sleep(0.05)  # its message waits for its turn
+        h.kube.seed(CLUSTER_QUEUES, queue)  # the quota comes back
+        h.deliver()
+        started = time.monotonic()
+        admitter.decide()
+        admitted = None
+        while time.monotonic() - started < 5.0:
+            stored = h.kube.stored(WORKLOADS, "x", "ml")
+            if stored is not None and (stored.get("status") or {}).get("admission"):
+                admitted = time.monotonic() - started
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.wait_for(admitter.settle(), 5.0)
+    finally:
+        stop.set()
+        await asyncio.gather(*streams)
+    assert admitted is not None and admitted < 0.5, admitted  # not after the message's 1 s
+    stored = h.kube.stored(WORKLOADS, "x", "ml")
+    assert stored is not None
+    reserved = condition(stored, "QuotaReserved")
+    assert reserved is not None and reserved["status"] == "True"
+    await events.drain()

@@ -96,8 +96,16 @@ _BEFORE_SEND: ContextVar[Callable[[], None] | None] = ContextVar("before_send", 
 
 @contextlib.contextmanager
 def checked_before_send(check: Callable[[], None]) -> Iterator[None]:
-    """Run ``check`` (it raises to refuse) right before each request sent inside this block."""
-    token = _BEFORE_SEND.set(check)
+    """Run ``check`` (it raises to refuse) right before each request sent inside this block,
+    after the checks of the blocks around it (a fence inside a caller's own check)."""
+    outer = _BEFORE_SEND.get()
+
+    def both() -> None:
+        if outer is not None:
+            outer()
+        check()
+
+    token = _BEFORE_SEND.set(check if outer is None else both)
     try:
         yield
     finally:
