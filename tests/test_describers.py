@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 from typing import Any
+
+import pytest
 
 from tests.test_shells import Harness, workload
 from topogate.api.objects import condition
 from topogate.controllers.admitter import Admitter
 from topogate.controllers.pending import PENDING_WRITE_CONCURRENCY
+from topogate.kube import ratelimit
 from topogate.kube.events import EventRecorder
+from topogate.kube.ratelimit import TokenBucket
 from topogate.kube.resources import CLUSTER_QUEUES, WORKLOADS
 
 
@@ -118,4 +123,115 @@ async def test_a_message_back_to_what_the_workload_says_cancels_the_queued_one()
     assert len(h.kube.calls_of("patch", "workloads/status")) == 1
     last = condition(h.kube.stored(WORKLOADS, "big", "ml") or {}, "QuotaReserved")
     assert last is not None and last["message"] == first["message"]
+    await events.drain()
+
+
+async def test_pending_messages_reach_their_workloads_under_a_steady_stream_of_admissions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At the client's budget the messages yield to admissions (ratelimit.courtesy), but only
+    for their patience: with admissions always waiting for a token, every message is still
+    written, each after its patience, and the admissions kept going meanwhile."""
+    monkeypatch.setattr(ratelimit, "COURTESY_PATIENCE", 0.1)
+    h = Harness()
+    names = ("a", "b", "c", "d")
+    for name in names:
+        h.kube.seed(WORKLOADS, workload(name, count=4, gpus=8))  # never fits: a message each
+    h.deliver()
+    budget = TokenBucket(qps=200, burst=1)  # the client's, shared by both kinds of write
+    patch = h.kube.patch
+
+    async def budgeted(*args: Any, **kwargs: Any) -> Any:
+        await budget.take()
+        return await patch(*args, **kwargs)
+
+    h.kube.patch = budgeted  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    admitted = 0
+
+    async def admissions() -> None:
+        nonlocal admitted
+        while not stop.is_set():  # one always waiting for a token
+            await budget.take()
+            admitted += 1
+
+    streams = [asyncio.create_task(admissions()) for _ in range(2)]
+    await asyncio.sleep(0.02)
+    events = EventRecorder(h.kube, "test")
+    admitter = Admitter(h.kube, h.state, h.metrics, events, pending_qps=1000)
+    started = time.monotonic()
+    admitter.decide()
+    try:
+        await asyncio.wait_for(admitter.settle(), 5.0)
+    finally:
+        stop.set()
+        await asyncio.gather(*streams)
+    took = time.monotonic() - started
+    for name in names:
+        stored = h.kube.stored(WORKLOADS, name, "ml")
+        assert stored is not None
+        pending = condition(stored, "QuotaReserved")
+        assert pending is not None and pending["reason"] == "Pending", name
+    # Two describers, each message after its patience: they did yield, and not for ever.
+    rounds = len(names) / PENDING_WRITE_CONCURRENCY
+    assert rounds * 0.1 <= took < 3.0
+    assert admitted >= 20 * took  # the admissions were not held up meanwhile
+    await events.drain()
+
+
+async def test_an_admission_does_not_wait_out_the_courtesy_of_its_own_pending_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Workload admitted while its pending message still yields at the client's budget is
+    written at once: the admission waits only for a message whose request has left, and the
+    message, at its turn, sees the admission and is not sent."""
+    monkeypatch.setattr(ratelimit, "COURTESY_PATIENCE", 1.0)
+    h = Harness()
+    queue = h.kube.stored(CLUSTER_QUEUES, "cq")
+    assert queue is not None
+    none = copy.deepcopy(queue)
+    none["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]["nominalQuota"] = 0
+    h.kube.seed(CLUSTER_QUEUES, none)
+    h.kube.seed(WORKLOADS, workload("x"))  # no quota: a message
+    h.deliver()
+    budget = TokenBucket(qps=200, burst=1)
+    patch = h.kube.patch
+
+    async def budgeted(*args: Any, **kwargs: Any) -> Any:
+        await budget.take()
+        return await patch(*args, **kwargs)
+
+    h.kube.patch = budgeted  # type: ignore[method-assign]
+    stop = asyncio.Event()
+
+    async def admissions() -> None:  # the others' admissions, one always waiting
+        while not stop.is_set():
+            await budget.take()
+
+    streams = [asyncio.create_task(admissions()) for _ in range(2)]
+    events = EventRecorder(h.kube, "test")
+    admitter = Admitter(h.kube, h.state, h.metrics, events, pending_qps=1000)
+    try:
+        admitter.decide()
+        await asyncio.sleep(0.05)  # its message waits for its turn
+        h.kube.seed(CLUSTER_QUEUES, queue)  # the quota comes back
+        h.deliver()
+        started = time.monotonic()
+        admitter.decide()
+        admitted = None
+        while time.monotonic() - started < 5.0:
+            stored = h.kube.stored(WORKLOADS, "x", "ml")
+            if stored is not None and (stored.get("status") or {}).get("admission"):
+                admitted = time.monotonic() - started
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.wait_for(admitter.settle(), 5.0)
+    finally:
+        stop.set()
+        await asyncio.gather(*streams)
+    assert admitted is not None and admitted < 0.5, admitted  # not after the message's 1 s
+    stored = h.kube.stored(WORKLOADS, "x", "ml")
+    assert stored is not None
+    reserved = condition(stored, "QuotaReserved")
+    assert reserved is not None and reserved["status"] == "True"
     await events.drain()

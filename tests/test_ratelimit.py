@@ -207,3 +207,31 @@ async def test_with_nobody_waiting_a_courtesy_request_goes_at_once() -> None:
     with courtesy():
         await bucket.take()
     assert time.monotonic() - started < 0.05
+
+
+async def test_a_courtesy_request_cancelled_as_its_wait_ends_stays_cancelled() -> None:
+    """Cancelled (serve's shutdown, a describer stopped) in the step its wait for the others
+    ends, a courtesy request must not go on to take a token and send: Python 3.11's
+    ``wait_for`` returned the inner result then and dropped the cancellation."""
+    from topogate.kube.ratelimit import courtesy
+
+    bucket = TokenBucket(qps=1, burst=1)
+    await bucket.take()  # the bucket is empty
+    urgent = asyncio.create_task(bucket.take())  # an admission waits for its token
+    await asyncio.sleep(0)
+    sent: list[str] = []
+
+    async def polite() -> None:
+        with courtesy():
+            await bucket.take()
+        sent.append("pending")
+
+    task = asyncio.create_task(polite())
+    await asyncio.sleep(0)  # it lets the admission go first
+    bucket._clear.set()  # the others are through ...
+    await asyncio.sleep(0)
+    task.cancel()  # ... and it is cancelled in the same step
+    await asyncio.gather(task, return_exceptions=True)
+    urgent.cancel()
+    await asyncio.gather(urgent, return_exceptions=True)
+    assert task.cancelled() and not sent

@@ -55,21 +55,22 @@ def test_fair_sharing_preemption_strategies(capsys: pytest.CaptureFixture[str]) 
 def test_serve_runs_with_its_own_collector_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
     """A full collection walks every watched object: serve collects its young generation less
     often than Python's default (700) once it runs."""
-    import asyncio
     import gc
     from typing import Any
 
+    from topogate.kube import eventloop
     from topogate.runtime import serve
 
     seen: list[tuple[int, int, int]] = []
 
-    def fake_run(main: Any) -> int:
+    def fake_run(main: Any, choice: str = "auto") -> int:
         main.close()  # the controller is not started here
         seen.append(gc.get_threshold())
         return 0
 
     before = gc.get_threshold()
-    monkeypatch.setattr(asyncio, "run", fake_run)
+    # serve runs its loop through eventloop.run (uvloop or asyncio's), not asyncio.run.
+    monkeypatch.setattr(eventloop, "run", fake_run)
     try:
         assert serve.run(argparse.Namespace(log_level="info")) == 0
     finally:

@@ -22,6 +22,7 @@ from topogate.controllers.admitter import Admitter
 from topogate.controllers.jobsync import JobSync
 from topogate.kube.errors import KubeError
 from topogate.kube.events import EventRecorder
+from topogate.kube.ratelimit import check_before_send
 from topogate.kube.resources import (
     CLUSTER_QUEUES,
     JOBS,
@@ -597,6 +598,7 @@ class GatedKube(FakeKube):
 
     async def patch(self, *args: Any, **kwargs: Any) -> Obj:
         self.asked += 1
+        check_before_send()  # the request leaves now, as the real client's; the answer is late
         await self.gate.wait()
         return await super().patch(*args, **kwargs)
 

@@ -369,3 +369,82 @@ async def test_a_handler_bug_is_logged_with_its_trace_once_per_interval(
             True,
         )
     ]
+
+
+def test_on_uvloop_each_tls_connection_is_guarded(tmp_path: Path) -> None:
+    """serve and the webhook server run on uvloop by default, whose TLS transports cannot be
+    weakly referenced and are no ``asyncio.Transport``: a weak set of them made every
+    connection's guard fail after its handshake (no first-request deadline, no cap), with a
+    task traceback per connection, and closing one to make room did nothing."""
+    uvloop = pytest.importorskip("uvloop")
+    certificate = ServingCertificate.prepare(tmp_path, ["localhost"], ["127.0.0.1"])
+
+    async def main() -> tuple[int, float]:
+        assert "uvloop" in type(asyncio.get_running_loop()).__module__
+        async with running("127.0.0.1", 0, certificate, limits=LIMITS) as served:
+            context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", served.site.port, ssl=context, server_hostname="127.0.0.1"
+            )
+            for _ in range(200):  # the handshake's end reaches the server's side
+                if served.site.guard.connections:
+                    break
+                await asyncio.sleep(0.01)
+            guarded = len(served.site.guard.connections)
+            victim = served.site.guard.victim()  # as a newcomer at the cap would have it
+            assert victim is not None
+            started = time.monotonic()
+            victim.close()
+            with contextlib.suppress(ConnectionError, ssl.SSLError, TimeoutError):
+                while await asyncio.wait_for(reader.read(4096), 5.0):
+                    pass
+            waited = time.monotonic() - started
+            await _close(writer)
+            return guarded, waited
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        guarded, waited = runner.run(main())
+    assert guarded == 1
+    assert waited < 0.5  # closed at once, not at its first-request deadline (1 s)
+
+
+def test_on_uvloop_a_keep_alive_connection_outlives_its_first_request_deadline(
+    tmp_path: Path,
+) -> None:
+    """uvloop's ``connect_accepted_socket`` returns its TLS protocol, not aiohttp's handler:
+    the guard keyed connections by it, the middleware never found them, and every connection
+    was aborted at its first-request deadline (5 s by default), reviews in flight included."""
+    uvloop = pytest.importorskip("uvloop")
+    certificate = ServingCertificate.prepare(tmp_path, ["localhost"], ["127.0.0.1"])
+    limits = Limits(header_timeout=0.5, idle_timeout=5.0, max_connections=4, log_interval=60)
+
+    async def review(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
+        writer.write(_head(len(REVIEW)) + REVIEW)
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length")
+        )
+        await asyncio.wait_for(reader.readexactly(length), 5.0)
+        return head
+
+    async def main() -> tuple[bytes, bytes]:
+        async with running("127.0.0.1", 0, certificate, limits=limits) as served:
+            context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", served.site.port, ssl=context, server_hostname="127.0.0.1"
+            )
+            first = await review(reader, writer)
+            await asyncio.sleep(1.0)  # past the first-request deadline, within the idle one
+            try:
+                second = await review(reader, writer)
+            except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError) as error:
+                second = repr(error).encode()
+            await _close(writer)
+            return first, second
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        first, second = runner.run(main())
+    assert first.startswith(b"HTTP/1.1 200") and second.startswith(b"HTTP/1.1 200"), second

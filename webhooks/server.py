@@ -23,7 +23,6 @@ import math
 import socket
 import ssl
 import time
-import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -317,6 +316,14 @@ class HttpLog(logging.LoggerAdapter):  # type: ignore[type-arg]
             self.throttled.emit(str(msg), level, text, exc_info=error)
 
 
+def _abort(transport: asyncio.BaseTransport) -> None:
+    """Drop the connection at once. By name: uvloop's transports have ``abort`` but are no
+    ``asyncio.Transport`` (an isinstance check made closing one do nothing there)."""
+    abort = getattr(transport, "abort", None)
+    if callable(abort):
+        abort()
+
+
 @dataclass(slots=True, eq=False)
 class _Connection:
     """What the cap needs to know of one connection to choose which to close."""
@@ -336,8 +343,8 @@ class _Connection:
         self.closed = True
         if self.deadline is not None:
             self.deadline.cancel()
-        if isinstance(self.transport, asyncio.Transport):
-            self.transport.abort()  # not close(): a TLS goodbye would wait for this peer
+        if self.transport is not None:
+            _abort(self.transport)  # not close(): a TLS goodbye would wait for this peer
         elif self.sock is not None:
             # The handshake then fails on EOF and cleans up after itself; cancelling it
             # instead can land just after it succeeded and strand a half-closed transport.
@@ -443,7 +450,9 @@ class GuardedSite(web.BaseSite):
         self.port: int = self.listener.getsockname()[1]
         self._throttled = Throttled(limits.log_interval)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._transports: weakref.WeakSet[asyncio.BaseTransport] = weakref.WeakSet()
+        # A plain set, pruned as connections come: uvloop's TLS transports cannot be weakly
+        # referenced (a WeakSet failed every connection after its handshake there).
+        self._transports: set[asyncio.BaseTransport] = set()
 
     @property
     def name(self) -> str:
@@ -477,8 +486,7 @@ class GuardedSite(web.BaseSite):
         """Drop what is left after the runner's graceful shutdown: a TLS close waits for the
         peer's answer, which must not keep sockets open past the server's life."""
         for transport in list(self._transports):
-            if isinstance(transport, asyncio.Transport):
-                transport.abort()
+            _abort(transport)
         for _ in range(3):  # connection_lost, then the socket's close, run from the loop
             await asyncio.sleep(0)
 
@@ -526,7 +534,7 @@ class GuardedSite(web.BaseSite):
         loop = asyncio.get_running_loop()
         assert self._runner.server is not None
         try:
-            transport, protocol = await loop.connect_accepted_socket(
+            transport, _ = await loop.connect_accepted_socket(
                 self._runner.server,
                 sock,
                 ssl=self._ssl_context,
@@ -544,8 +552,13 @@ class GuardedSite(web.BaseSite):
             transport.abort()
             return
         connection.authenticated = bool(transport.get_extra_info("peercert"))
+        # Those closing are let go (a TLS close is bounded by its shutdown timeout); those
+        # open at shutdown are aborted by :meth:`abort_connections`.
+        self._transports = {t for t in self._transports if not t.is_closing()}
         self._transports.add(transport)
-        self.guard.watch(protocol, connection, deadline)
+        # The transport's protocol is aiohttp's handler, which the middleware looks up: uvloop
+        # returns its own TLS protocol from connect_accepted_socket, asyncio the handler.
+        self.guard.watch(transport.get_protocol(), connection, deadline)
         if not connection.authenticated and self._anonymous() > self.anonymous_cap:
             # Room kept for authenticated clients: an unauthenticated one takes the place of
             # the unauthenticated connection idle the longest, or is closed.

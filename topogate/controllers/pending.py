@@ -18,7 +18,7 @@ from topogate.api.objects import condition
 from topogate.kube.errors import API_ERRORS
 from topogate.kube.events import EventRecorder
 from topogate.kube.protocol import KubeApi
-from topogate.kube.ratelimit import TokenBucket, courtesy
+from topogate.kube.ratelimit import TokenBucket, checked_before_send, courtesy
 from topogate.kube.resources import WORKLOADS, Obj
 from topogate.state import ControllerState
 
@@ -51,7 +51,10 @@ class PendingMessages:
         # never waits behind them.
         self._to_describe: dict[str, Obj] = {}  # key -> the version the cycle saw
         self._describers: set[asyncio.Task[None]] = set()
-        self._sending: dict[str, asyncio.Task[None]] = {}  # those whose request is out
+        self._sending: dict[str, asyncio.Task[None]] = {}  # those being written
+        # Of those, the ones whose request has left (past the client's budget): an admission
+        # waits for these alone, not for one still yielding its turn (up to a second).
+        self._out: set[str] = set()
 
     @property
     def describers(self) -> frozenset[asyncio.Task[None]]:
@@ -63,8 +66,9 @@ class PendingMessages:
         return len(self._to_describe)
 
     def sending(self, key: str) -> asyncio.Task[None] | None:
-        """The write of the Workload's message whose request is out, if any."""
-        return self._sending.get(key)
+        """The write of the Workload's message whose request is out, if any (one still
+        waiting for its turn sees the admission when the turn comes, and is not sent)."""
+        return self._sending.get(key) if key in self._out else None
 
     def has_work(self, key: str) -> bool:
         """A message for the Workload is queued or being sent."""
@@ -140,18 +144,34 @@ class PendingMessages:
         ]
         reserved = new_condition("QuotaReserved", "False", PENDING, message)
         status = {"conditions": [*others, reserved]}
+
+        def leaving() -> None:
+            if key in self._out:
+                return  # checked once, as it left
+            if self.state.ledger.reserved(key) is not None:
+                raise _Admitted  # while it waited for its turn: the admission is written
+            self._out.add(key)
+
         try:
             # Admissions and evictions go first at the client's budget (a second at most).
-            with courtesy():
+            with courtesy(), checked_before_send(leaving):
                 written = await write_status(self.kube, workload, status)
             self.copies.returned(key, written)
+        except _Admitted:
+            return
         except API_ERRORS as error:
             log.debug("pending status of %s not written: %s", key, error)
             if self._said.get(key) == message:
                 del self._said[key]  # the next wording writes it again
                 self.state.signals.admit()  # and comes without waiting for another change
             return
+        finally:
+            self._out.discard(key)
         self.events.emit(workload, PENDING, message, warning=True)
+
+
+class _Admitted(Exception):
+    """The Workload was admitted while its message waited for its turn: not sent."""
 
 
 def _says(workload: Obj, message: str) -> bool:

@@ -73,8 +73,11 @@ class TokenBucket:
     async def take(self) -> None:
         polite = _COURTESY.get()
         if polite and self._urgent:
+            # asyncio.timeout, not wait_for: 3.11's wait_for drops a cancellation that comes
+            # as the wait ends, and the request would then be sent anyway.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._clear.wait(), COURTESY_PATIENCE)
+                async with asyncio.timeout(COURTESY_PATIENCE):
+                    await self._clear.wait()
         wait = self.reserve()
         if wait <= 0:
             return
@@ -111,8 +114,16 @@ _BEFORE_SEND: ContextVar[Callable[[], None] | None] = ContextVar("before_send", 
 
 @contextlib.contextmanager
 def checked_before_send(check: Callable[[], None]) -> Iterator[None]:
-    """Run ``check`` (it raises to refuse) right before each request sent inside this block."""
-    token = _BEFORE_SEND.set(check)
+    """Run ``check`` (it raises to refuse) right before each request sent inside this block,
+    after the checks of the blocks around it (a fence inside a caller's own check)."""
+    outer = _BEFORE_SEND.get()
+
+    def both() -> None:
+        if outer is not None:
+            outer()
+        check()
+
+    token = _BEFORE_SEND.set(check if outer is None else both)
     try:
         yield
     finally:
