@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from topogate.api.objects import condition
 from topogate.kube.errors import API_ERRORS
@@ -51,6 +51,8 @@ class PendingMessages:
         self._to_describe: dict[str, Obj] = {}  # key -> the version the cycle saw
         self._describers: set[asyncio.Task[None]] = set()
         self._sending: dict[str, asyncio.Task[None]] = {}  # those whose request is out
+        # Called with a Workload's key whenever :meth:`has_work` may have turned false for it.
+        self.on_idle: Callable[[str], None] = _nothing
 
     @property
     def describers(self) -> frozenset[asyncio.Task[None]]:
@@ -99,6 +101,7 @@ class PendingMessages:
             while self._to_describe:
                 key = next(iter(self._to_describe))
                 seen = self._to_describe.pop(key)
+                self.on_idle(key)
                 if self._said.get(key) is None or self.state.ledger.reserved(key) is not None:
                     continue  # admitted or gone meanwhile: no token spent on it
                 # The other describer may be writing this Workload's older message: write
@@ -116,6 +119,7 @@ class PendingMessages:
                 finally:
                     if self._sending.get(key) is task:
                         del self._sending[key]
+                        self.on_idle(key)
         finally:
             # Out of the count in the same step as the queue was seen empty: the done
             # callback runs a loop iteration later, and a cycle in between would queue a
@@ -148,6 +152,10 @@ class PendingMessages:
                 self.state.signals.admit()  # and comes without waiting for another change
             return
         self.events.emit(workload, PENDING, message, warning=True)
+
+
+def _nothing(key: str) -> None:
+    pass
 
 
 def _says(workload: Obj, message: str) -> bool:
