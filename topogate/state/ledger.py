@@ -68,6 +68,21 @@ class Ledger:
         written = self._written.get(key)
         return written if written is not None else admission_of(self._workloads.get(key))
 
+    def is_written(self, key: str) -> bool:
+        """As ``admission_of(key) is not None``, without its copy (every watch event)."""
+        return key in self._written or is_admitted(self._workloads.get(key))
+
+    def reserved_in_place(self, key: str) -> Obj | None:
+        """As :meth:`reserved`, not a copy: for reading only (every watch event)."""
+        written = self._written.get(key)
+        if written is not None:
+            return written
+        stored = self._workloads.get(key)
+        if is_admitted(stored):
+            assert stored is not None
+            return stored["status"]["admission"]  # type: ignore[no-any-return]
+        return self._assumed.get(key)
+
     def reserved(self, key: str) -> Obj | None:
         """The admission that holds quota and capacity: written, or decided and being written
         (the admitter's view, so a write in flight is never admitted twice)."""

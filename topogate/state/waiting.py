@@ -46,6 +46,10 @@ class WorkloadIndex:
         # the admission equal, and parsing its quantities again was a visible share of serve's
         # CPU per admission. Compared by value (watch objects are replaced, never mutated).
         self._parsed: dict[str, Obj] = {}
+        # Whether each stored version is finished, by the version's identity (a watch event
+        # replaces the object): the ledger's changes classify a Workload again and again,
+        # and reading its conditions each time was most of a classification.
+        self._finished: dict[str, tuple[Obj, bool]] = {}
 
     def waiting(self) -> frozenset[str]:
         """Unfinished workloads with no admission written or being written."""
@@ -73,6 +77,14 @@ class WorkloadIndex:
                     into[resource] = into.get(resource, 0) + amount
         return total
 
+    def _is_finished(self, key: str, stored: Obj) -> bool:
+        known = self._finished.get(key)
+        if known is not None and known[0] is stored:
+            return known[1]
+        finished = is_finished(stored)
+        self._finished[key] = (stored, finished)
+        return finished
+
     def changes(self) -> set[str]:
         """A feed for one reader: the set fills with the key of every workload that changed or
         started or stopped waiting (the reader empties it as it takes them)."""
@@ -84,14 +96,17 @@ class WorkloadIndex:
         """Put a workload in the waiting or running set (or neither) after any change to it
         or to its admission, and tell the feeds."""
         stored = self._workloads.get(key)
-        live = stored is not None and not is_finished(stored)
-        running = live and self._ledger.admission_of(key) is not None
+        if stored is None:
+            self._finished.pop(key, None)
+        live = stored is not None and not self._is_finished(key, stored)
+        running = live and self._ledger.is_written(key)
         waiting = live and not running and not self._ledger.is_assumed(key)
-        reserved = self._ledger.reserved(key) if live else None
+        reserved = self._ledger.reserved_in_place(key) if live else None
         if reserved is None or self._parsed.get(key) != reserved:
             self._quota.pop(key, None)
             self._parsed.pop(key, None)
         if reserved is not None and key not in self._parsed:
+            reserved = dict(reserved)  # kept: a copy, as the ledger hands out
             try:
                 self._quota[key] = usage_of([checked_admission(reserved)])
                 self._parsed[key] = reserved
