@@ -42,6 +42,7 @@ class Ledger:
         self, store: Store, capacity: CapacityCache, nodes_in_domain: NodesInDomain
     ) -> None:
         self._workloads = store.objects(WORKLOADS)
+        self._store = store
         self._capacity = capacity
         self._nodes_in_domain = nodes_in_domain
         self._held: set[str] = set()  # workloads whose usage the capacity cache holds
@@ -181,7 +182,7 @@ class Ledger:
 
     def workload_changed(self, key: str, new: Obj | None) -> None:
         """The watch brought a Workload's new version (None: deleted)."""
-        if new is None or is_finished(new):
+        if new is None or self._store.workload_finished(key, new):
             self._assumed.pop(key, None)
             self._written.pop(key, None)
             if key in self._held:

@@ -21,7 +21,7 @@ from topogate.admission.lanes import QueueLanes
 from topogate.admission.podsets import Translation, Translations, translate
 from topogate.admission.quota import Usage, checked_admission, usage_of
 from topogate.api.errors import InputError
-from topogate.api.objects import is_finished, meta, only_waiting_words_changed
+from topogate.api.objects import meta, only_waiting_words_changed
 from topogate.kube.resources import WORKLOADS, Obj
 
 from .catalogs import Catalogs
@@ -34,6 +34,7 @@ log = logging.getLogger("topogate.state")
 class WorkloadIndex:
     def __init__(self, store: Store, ledger: Ledger) -> None:
         self._workloads = store.objects(WORKLOADS)
+        self._store = store
         self._ledger = ledger
         self._waiting: set[str] = set()
         self._running: set[str] = set()
@@ -46,10 +47,6 @@ class WorkloadIndex:
         # the admission equal, and parsing its quantities again was a visible share of serve's
         # CPU per admission. Compared by value (watch objects are replaced, never mutated).
         self._parsed: dict[str, Obj] = {}
-        # Whether each stored version is finished, by the version's identity (a watch event
-        # replaces the object): the ledger's changes classify a Workload again and again,
-        # and reading its conditions each time was most of a classification.
-        self._finished: dict[str, tuple[Obj, bool]] = {}
 
     def waiting(self) -> frozenset[str]:
         """Unfinished workloads with no admission written or being written."""
@@ -77,14 +74,6 @@ class WorkloadIndex:
                     into[resource] = into.get(resource, 0) + amount
         return total
 
-    def _is_finished(self, key: str, stored: Obj) -> bool:
-        known = self._finished.get(key)
-        if known is not None and known[0] is stored:
-            return known[1]
-        finished = is_finished(stored)
-        self._finished[key] = (stored, finished)
-        return finished
-
     def changes(self) -> set[str]:
         """A feed for one reader: the set fills with the key of every workload that changed or
         started or stopped waiting (the reader empties it as it takes them)."""
@@ -96,9 +85,7 @@ class WorkloadIndex:
         """Put a workload in the waiting or running set (or neither) after any change to it
         or to its admission, and tell the feeds."""
         stored = self._workloads.get(key)
-        if stored is None:
-            self._finished.pop(key, None)
-        live = stored is not None and not self._is_finished(key, stored)
+        live = stored is not None and not self._store.workload_finished(key, stored)
         running = live and self._ledger.is_written(key)
         waiting = live and not running and not self._ledger.is_assumed(key)
         reserved = self._ledger.reserved_in_place(key) if live else None
