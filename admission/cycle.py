@@ -83,11 +83,14 @@ class CycleResult:
     @property
     def pending(self) -> dict[str, str]:
         """key -> why it waits."""
+        messages = self.messages
         for workloads, words in self.deferred:
-            # Empty words: not refused for quota (a held lane's rest), so nothing to tell.
-            self.messages.update((w.key, words[w.shape]) for w in workloads if words[w.shape])
+            for w in workloads:  # a plain loop: thousands a second, a generator's cost each
+                said = words[w.shape]
+                if said:  # empty: not refused for quota (a held lane's rest), nothing to tell
+                    messages[w.key] = said
         self.deferred.clear()
-        return self.messages
+        return messages
 
 
 # Plans a preemption for a workload that does not fit (:func:`.preemption.plan_preemption`); the
@@ -122,23 +125,35 @@ def _quota_by_flavor(
             yield flavor, _quota_problem(book, queue, flavor, demand)
 
 
-def _quota_refusal(
-    memo: dict[tuple[str, Shape], str], queue: QueueSpec, book: QuotaBook, shape: Shape
-) -> str:
+@dataclass(slots=True)
+class _Refusals:
+    """Quota refusals by (queue, demand shape): thousands of pending workloads come in a few
+    shapes. ``words`` are kept until the caller clears them (when the quota in use changed);
+    ``fits`` (no refusal) are kept with the quota state (:attr:`QuotaBook.changes`) they were
+    found in and trusted only in that very state, so they never need clearing."""
+
+    words: dict[tuple[str, Shape], str] = field(default_factory=dict)
+    fits: dict[tuple[str, Shape], int] = field(default_factory=dict)
+
+
+def _quota_refusal(memo: _Refusals, queue: QueueSpec, book: QuotaBook, shape: Shape) -> str:
     """Why no flavor of the queue has the quota for a demand of this shape (the words
     :func:`_try` would use), or "" when one has: then the placement decides. Memoised by
-    (queue, shape) while the quota in use is unchanged (the caller clears the memo)."""
+    (queue, shape) while the quota in use is unchanged (the caller clears ``memo.words``)."""
     key = (queue.name, shape)
-    found = memo.get(key)
+    found = memo.words.get(key)
     if found is not None:
         return found
+    if memo.fits.get(key) == book.changes:
+        return ""
     reasons: list[str] = []
     for _, problem in _quota_by_flavor(queue, book, dict(shape)):
         if not problem:
+            memo.fits[key] = book.changes
             return ""
         reasons.append(problem)
-    memo[key] = "; ".join(reasons) or f"ClusterQueue {queue.name} has no flavors"
-    return memo[key]
+    memo.words[key] = "; ".join(reasons) or f"ClusterQueue {queue.name} has no flavors"
+    return memo.words[key]
 
 
 def _fits_on(
@@ -613,7 +628,7 @@ def admission_cycle(
             break
         name, workload = popped
         if book.changes != refused_at:
-            walk.refusals.clear()
+            walk.refusals.words.clear()
             refused_at = book.changes
         queue = queues[name]
         quota, outcome, planned = _try_head(walk, workload, queue)
@@ -632,7 +647,10 @@ def admission_cycle(
         book.add(name, outcome.flavor, outcome.usage)
         if outcome.decision is not None:
             walk.held.append((outcome.request or workload.request, outcome.decision))
-    _word_quota_refusals(result, for_quota, lanes, book)
+    # The walk's refusals hold for the quota left now unless it changed since they were
+    # cleared (the fits check their own quota state).
+    worded = walk.refusals if book.changes == refused_at else _Refusals(fits=walk.refusals.fits)
+    _word_quota_refusals(result, for_quota, lanes, book, worded)
     return result
 
 
@@ -649,7 +667,7 @@ class _Walk:
     searched: set[str] = field(default_factory=set)  # queues that looked for victims
     # Quota refusals by (queue, demand) while the quota in use is unchanged: thousands of
     # pending workloads come in a few shapes, and each refusal was worked out and worded anew.
-    refusals: dict[tuple[str, Shape], str] = field(default_factory=dict)
+    refusals: _Refusals = field(default_factory=_Refusals)
 
 
 def _try_head(
@@ -709,7 +727,7 @@ def _past_refusal(
     workload: PendingWorkload,
     queue: QueueSpec,
     book: QuotaBook,
-    refusals: dict[tuple[str, Shape], str],
+    refusals: _Refusals,
     hopeful: dict[str, int],
     parking: Parking | None,
 ) -> Sequence[PendingWorkload]:
@@ -736,10 +754,11 @@ def _word_quota_refusals(
     for_quota: Iterable[tuple[QueueSpec, Sequence[PendingWorkload]]],
     lanes: QueueLanes,
     book: QuotaBook,
+    refusals: _Refusals,
 ) -> None:
     """The words for those refused for quota alone, against the quota left now, per shape
-    (each workload is told when :attr:`CycleResult.pending` is read)."""
-    refusals: dict[tuple[str, Shape], str] = {}
+    (each workload is told when :attr:`CycleResult.pending` is read); ``refusals`` hold for
+    the quota left now."""
     words: dict[str, dict[Shape, str]] = {}
     for queue, refused in for_quota:
         if queue.name not in words:
@@ -752,7 +771,7 @@ def _hopeless(
     lanes: QueueLanes,
     queue: QueueSpec,
     book: QuotaBook,
-    refusals: dict[tuple[str, Shape], str],
+    refusals: _Refusals,
     hopeful: dict[str, int],
 ) -> bool:
     """Whether every workload left in the queue's lane is refused for quota now, and so for
@@ -780,7 +799,7 @@ def _try_partial(
     book: QuotaBook,
     placer: Placer,
     held: Held,
-    refusals: dict[tuple[str, Shape], str],
+    refusals: _Refusals,
 ) -> Admitted | None:
     """The largest counts down to the PodSets' minCount that fit quota and topology
     (:func:`largest_fit`, Kueue's search), admitted with those counts; None when none do."""

@@ -27,6 +27,8 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+from prometheus_client import Counter, Histogram
+
 from topogate import clock
 from topogate.admission.assignments import node_usage
 from topogate.admission.cycle import Admitted, CycleResult, Parking, admission_cycle
@@ -101,9 +103,11 @@ class Admitter:
         self._writes = asyncio.Semaphore(write_concurrency)
         self.copies = NewestCopies(state.store.objects(WORKLOADS))
         self.messages = PendingMessages(kube, state, events, self.copies, pending_qps)
+        self.messages.on_idle = self._settled
         # status.fairSharing of ClusterQueues and Cohorts, at the pending messages' rate.
         self.shares = ShareStatus(kube, state, pending_qps)
-        self._left: set[str] = set()  # stopped waiting; what is kept for them goes soon
+        # Stopped waiting; what is kept for them goes once their writes are done.
+        self._left = Leaving()
         # Preemption searches that found nothing, kept across cycles (re-run only when their
         # cohort tree changed).
         self._no_plan = NoPlanMemo()
@@ -111,6 +115,10 @@ class Admitter:
         # cohort tree gives quota back).
         self._parking = Parking()
         self._gauged: dict[tuple[str, str], int] = {}  # the gauges' values last set
+        # The metrics' children by label, looked up once: labels() validates and locks on
+        # every call, several times per admission.
+        self._attempts: dict[str, Counter] = {}
+        self._waits: dict[str, Histogram] = {}
         self.cycles = 0
         self.skipped = 0  # cycles not run: nothing they read had changed
         # What the last cycle read (the capacity snapshot, and the versions of the catalog,
@@ -208,6 +216,7 @@ class Admitter:
         def done(finished: asyncio.Task[None]) -> None:
             if self._chains.get(key) is finished:
                 del self._chains[key]
+                self._settled(key)
             if not finished.cancelled() and finished.exception() is not None:
                 log.error("writing %s failed", key, exc_info=finished.exception())
 
@@ -306,12 +315,19 @@ class Admitter:
             admitted[one.cluster_queue] = admitted.get(one.cluster_queue, 0) + 1
         # Counted every cycle, worded or not: what was tried and left waiting.
         waiting = len(queue.lanes) - len(result.admitted) + len(queue.problems)
-        self.metrics.admission_attempts.labels("pending").inc(waiting)
+        self._attempt("pending").inc(waiting)
         if describe:
             self.messages.update({**queue.problems, **result.pending})
         for key, plan in result.preemptions:
             self._preempt(key, plan)
         return admitted
+
+    def _attempt(self, result: str) -> Counter:
+        """The attempts counter's child for ``result``."""
+        child = self._attempts.get(result)
+        if child is None:
+            child = self._attempts[result] = self.metrics.admission_attempts.labels(result)
+        return child
 
     def _queue_of(self, key: str) -> str | None:
         """The ClusterQueue whose quota the workload holds (None: it holds none)."""
@@ -367,12 +383,17 @@ class Admitter:
             {name: share.rounded for name, share in cohorts.items()},
         )
 
+    def _settled(self, key: str) -> None:
+        """A write of the Workload's (an admission's, an eviction's, a pending message's)
+        ended: the next cycle looks whether what is kept for it can go."""
+        self._left.settled(key)
+
+    def _busy(self, key: str) -> bool:
+        return key in self._chains or self.messages.has_work(key)
+
     def _forget(self) -> None:
         """Drop what is kept per Workload once it waits no more and has no write left."""
-        for key in list(self._left):
-            if key in self._chains or self.messages.has_work(key):
-                continue
-            self._left.discard(key)
+        for key in self._left.done(self._busy):
             if not self.state.pending.holds(key):
                 self.copies.drop(key)
                 self._no_plan.forget_one(key)
@@ -502,16 +523,18 @@ class Admitter:
             # be reached): give the capacity back; the next cycle decides again.
             log.info("admitting %s failed: %s", key, error)
             self.state.ledger.forget(key)
-            self.metrics.admission_attempts.labels("conflict").inc()
+            self._attempt("conflict").inc()
             self.state.signals.admit()
             return
         self.state.ledger.confirm(key)
-        self.metrics.admission_attempts.labels("admitted").inc()
+        self._attempt("admitted").inc()
         created = parse_time(m.get("creationTimestamp"))
         if created is not None:
-            self.metrics.admission_wait_seconds.labels(admitted.cluster_queue).observe(
-                max(time.time() - created, 0.0)
-            )
+            wait = self._waits.get(admitted.cluster_queue)
+            if wait is None:
+                wait = self.metrics.admission_wait_seconds.labels(admitted.cluster_queue)
+                self._waits[admitted.cluster_queue] = wait
+            wait.observe(max(time.time() - created, 0.0))
         described = _describe(admission, admitted.decision)  # once, for both
         log.info("admitted %s: %s", key, described)
         self.events.emit(workload, "Admitted", f"{message}; {described}")
@@ -541,11 +564,44 @@ class Admitter:
             self.state.signals.admit()
             return
         log.info("evicted %s for %s (%s)", victim.key, preemptor_key, victim.reason)
-        self.metrics.admission_attempts.labels("preempted").inc()
+        self._attempt("preempted").inc()
         self.events.emit(obj, "Preempted", f"preempted to make room for {preemptor_key}")
         owner = owner_job(obj)
         if owner is not None:
             self.state.signals.job(*owner)
+
+
+class Leaving:
+    """The Workloads that stopped waiting and still have writes out, kept incrementally: a
+    cycle looks only at those that left since the last one or whose write ended since (a
+    scan of all of them per cycle was a visible share of serve's CPU while thousands of
+    writes waited for a throttled client). Every write's end must call :meth:`settled`."""
+
+    def __init__(self) -> None:
+        self._busy: set[str] = set()  # seen with a write out, not ended since
+        self._look: set[str] = set()  # left, or a write of theirs ended: look again
+
+    def add(self, key: str) -> None:
+        """The Workload stopped waiting."""
+        self._busy.discard(key)
+        self._look.add(key)
+
+    def settled(self, key: str) -> None:
+        """A write of the Workload ended (others may still be out)."""
+        if key in self._busy:
+            self._busy.discard(key)
+            self._look.add(key)
+
+    def done(self, busy: Callable[[str], bool]) -> list[str]:
+        """Those that left and have no write out now (``busy`` says), taken out."""
+        done = []
+        for key in self._look:
+            if busy(key):
+                self._busy.add(key)
+            else:
+                done.append(key)
+        self._look.clear()
+        return done
 
 
 def _kept_on_admission(workload: Obj) -> list[Obj]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from topogate.api.objects import condition
 from topogate.kube.errors import API_ERRORS
@@ -55,6 +55,8 @@ class PendingMessages:
         # Of those, the ones whose request has left (past the client's budget): an admission
         # waits for these alone, not for one still yielding its turn (up to a second).
         self._out: set[str] = set()
+        # Called with a Workload's key whenever :meth:`has_work` may have turned false for it.
+        self.on_idle: Callable[[str], None] = _nothing
 
     @property
     def describers(self) -> frozenset[asyncio.Task[None]]:
@@ -104,6 +106,7 @@ class PendingMessages:
             while self._to_describe:
                 key = next(iter(self._to_describe))
                 seen = self._to_describe.pop(key)
+                self.on_idle(key)
                 if self._said.get(key) is None or self.state.ledger.reserved(key) is not None:
                     continue  # admitted or gone meanwhile: no token spent on it
                 # The other describer may be writing this Workload's older message: write
@@ -121,6 +124,7 @@ class PendingMessages:
                 finally:
                     if self._sending.get(key) is task:
                         del self._sending[key]
+                        self.on_idle(key)
         finally:
             # Out of the count in the same step as the queue was seen empty: the done
             # callback runs a loop iteration later, and a cycle in between would queue a
@@ -172,6 +176,10 @@ class PendingMessages:
 
 class _Admitted(Exception):
     """The Workload was admitted while its message waited for its turn: not sent."""
+
+
+def _nothing(key: str) -> None:
+    pass
 
 
 def _says(workload: Obj, message: str) -> bool:

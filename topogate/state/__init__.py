@@ -29,7 +29,6 @@ from topogate.api.errors import InputError
 from topogate.api.kinds import GATED_KINDS, JOB_KINDS, POD_GROUP, Referring
 from topogate.api.objects import (
     is_admitted,
-    is_finished,
     key_of,
     labels_changed,
     labels_of,
@@ -190,7 +189,7 @@ class ControllerState:
             self.signals.job(*owner)
         self.ledger.workload_changed(key, new)
         words_only = only_waiting_words_changed(old, new)  # a pending message decides nothing
-        if new is not None and not is_finished(new) and is_admitted(new):
+        if new is not None and not self.store.workload_finished(key, new) and is_admitted(new):
             self.signals.ungate_workload(key)
         elif not words_only:
             self.signals.admit()

@@ -42,6 +42,7 @@ class Ledger:
         self, store: Store, capacity: CapacityCache, nodes_in_domain: NodesInDomain
     ) -> None:
         self._workloads = store.objects(WORKLOADS)
+        self._store = store
         self._capacity = capacity
         self._nodes_in_domain = nodes_in_domain
         self._held: set[str] = set()  # workloads whose usage the capacity cache holds
@@ -67,6 +68,21 @@ class Ledger:
         never on an admission still being written."""
         written = self._written.get(key)
         return written if written is not None else admission_of(self._workloads.get(key))
+
+    def is_written(self, key: str) -> bool:
+        """As ``admission_of(key) is not None``, without its copy (every watch event)."""
+        return key in self._written or is_admitted(self._workloads.get(key))
+
+    def reserved_in_place(self, key: str) -> Obj | None:
+        """As :meth:`reserved`, not a copy: for reading only (every watch event)."""
+        written = self._written.get(key)
+        if written is not None:
+            return written
+        stored = self._workloads.get(key)
+        if is_admitted(stored):
+            assert stored is not None
+            return stored["status"]["admission"]  # type: ignore[no-any-return]
+        return self._assumed.get(key)
 
     def reserved(self, key: str) -> Obj | None:
         """The admission that holds quota and capacity: written, or decided and being written
@@ -166,7 +182,7 @@ class Ledger:
 
     def workload_changed(self, key: str, new: Obj | None) -> None:
         """The watch brought a Workload's new version (None: deleted)."""
-        if new is None or is_finished(new):
+        if new is None or self._store.workload_finished(key, new):
             self._assumed.pop(key, None)
             self._written.pop(key, None)
             if key in self._held:

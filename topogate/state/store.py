@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from topogate.api.kinds import COMPOSED_KINDS, Gated, job_kind, podgroup
-from topogate.api.objects import key_of, workload_of_pod
+from topogate.api.objects import is_finished, key_of, workload_of_pod
 from topogate.kube.resources import (
     CLUSTER_QUEUES,
     COHORTS,
@@ -52,14 +52,29 @@ class Store:
         # Watched only with native gangs on (its version is discovered then).
         self._objects[NATIVE_PODGROUPS_KEY] = {}
         self._pods_by_workload: dict[str, set[str]] = {}  # marked pods only
+        # Whether each Workload's stored version is finished, by the version's identity (a
+        # watch event replaces the object): one event asks three owners, and the ledger's
+        # assume and confirm ask again, and reading the conditions each time showed.
+        self._finished: dict[str, tuple[Obj, bool]] = {}
 
     def apply(self, resource: Resource, old: Obj | None, new: Obj | None) -> None:
         """Keep the object as a watch event left it (``new`` None: deleted)."""
         objects = self._objects[resource.key]
         if new is None and old is not None:
             objects.pop(key_of(old), None)
+            if resource.key == WORKLOADS.key:
+                self._finished.pop(key_of(old), None)
         elif new is not None:
             objects[key_of(new)] = new
+
+    def workload_finished(self, key: str, workload: Obj) -> bool:
+        """``is_finished(workload)`` for the Workload stored at ``key`` (or about to be)."""
+        known = self._finished.get(key)
+        if known is not None and known[0] is workload:
+            return known[1]
+        finished = is_finished(workload)
+        self._finished[key] = (workload, finished)
+        return finished
 
     def index_pod(self, old: Obj | None, new: Obj | None) -> str | None:
         """Index a marked pod under its Workload and return the Workload's key; None for a

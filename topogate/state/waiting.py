@@ -21,7 +21,7 @@ from topogate.admission.lanes import QueueLanes
 from topogate.admission.podsets import Translation, Translations, translate
 from topogate.admission.quota import Usage, checked_admission, usage_of
 from topogate.api.errors import InputError
-from topogate.api.objects import is_finished, meta, only_waiting_words_changed
+from topogate.api.objects import meta, only_waiting_words_changed
 from topogate.kube.resources import WORKLOADS, Obj
 
 from .catalogs import Catalogs
@@ -34,6 +34,7 @@ log = logging.getLogger("topogate.state")
 class WorkloadIndex:
     def __init__(self, store: Store, ledger: Ledger) -> None:
         self._workloads = store.objects(WORKLOADS)
+        self._store = store
         self._ledger = ledger
         self._waiting: set[str] = set()
         self._running: set[str] = set()
@@ -84,14 +85,15 @@ class WorkloadIndex:
         """Put a workload in the waiting or running set (or neither) after any change to it
         or to its admission, and tell the feeds."""
         stored = self._workloads.get(key)
-        live = stored is not None and not is_finished(stored)
-        running = live and self._ledger.admission_of(key) is not None
+        live = stored is not None and not self._store.workload_finished(key, stored)
+        running = live and self._ledger.is_written(key)
         waiting = live and not running and not self._ledger.is_assumed(key)
-        reserved = self._ledger.reserved(key) if live else None
+        reserved = self._ledger.reserved_in_place(key) if live else None
         if reserved is None or self._parsed.get(key) != reserved:
             self._quota.pop(key, None)
             self._parsed.pop(key, None)
         if reserved is not None and key not in self._parsed:
+            reserved = dict(reserved)  # kept: a copy, as the ledger hands out
             try:
                 self._quota[key] = usage_of([checked_admission(reserved)])
                 self._parsed[key] = reserved
