@@ -59,7 +59,10 @@ from .writes import NewestCopies, new_condition, write_gpu_assignment, write_sta
 
 log = logging.getLogger("topogate.admitter")
 
-COALESCE_MIN, COALESCE_MAX = 0.005, 0.05  # seconds between a change and the cycle it wakes
+# Seconds between a change and the cycle it wakes: at least 20 ms, so finishes that come
+# tens a second are decided a few at a time (a cycle each cost more CPU than the rest of
+# their admission), at most 50 ms, so a costly cycle leaves the loop time for watches.
+COALESCE_MIN, COALESCE_MAX = 0.02, 0.05
 # Admissions decided ahead of their writes, at most: once the client budget is the limit, a
 # cycle that assumed every fit at once would have them written in the order decided (those
 # that came first, not the higher priorities that came since); Kueue's scheduler waits on the
@@ -164,8 +167,8 @@ class Admitter:
             else:
                 await event.wait()
             # Coalesce a burst of changes into one cycle, waiting as long as the last cycle
-            # took (within bounds): a cheap cycle answers a finished workload at once, a
-            # costly one leaves the event loop half its time for watches and writes.
+            # took (within bounds): a cheap cycle answers a finished workload within 20 ms,
+            # a costly one leaves the event loop half its time for watches and writes.
             await asyncio.sleep(min(max(took, COALESCE_MIN), COALESCE_MAX))
             event.clear()
             started = time.perf_counter()
