@@ -138,24 +138,8 @@ async def test_pending_messages_reach_their_workloads_under_a_steady_stream_of_a
     for name in names:
         h.kube.seed(WORKLOADS, workload(name, count=4, gpus=8))  # never fits: a message each
     h.deliver()
-    budget = TokenBucket(qps=200, burst=1)  # the client's, shared by both kinds of write
-    patch = h.kube.patch
-
-    async def budgeted(*args: Any, **kwargs: Any) -> Any:
-        await budget.take()
-        return await patch(*args, **kwargs)
-
-    h.kube.patch = budgeted  # type: ignore[method-assign]
     stop = asyncio.Event()
-    admitted = 0
-
-    async def admissions() -> None:
-        nonlocal admitted
-        while not stop.is_set():  # one always waiting for a token
-            await budget.take()
-            admitted += 1
-
-    streams = [asyncio.create_task(admissions()) for _ in range(2)]
+    admitted = _busy_budget(h, stop)
     await asyncio.sleep(0.02)
     events = EventRecorder(h.kube, "test")
     admitter = Admitter(h.kube, h.state, h.metrics, events, pending_qps=1000)
@@ -165,7 +149,7 @@ async def test_pending_messages_reach_their_workloads_under_a_steady_stream_of_a
         await asyncio.wait_for(admitter.settle(), 5.0)
     finally:
         stop.set()
-        await asyncio.gather(*streams)
+        await asyncio.gather(*admitted.streams)
     took = time.monotonic() - started
     for name in names:
         stored = h.kube.stored(WORKLOADS, name, "ml")
@@ -175,7 +159,7 @@ async def test_pending_messages_reach_their_workloads_under_a_steady_stream_of_a
     # Two describers, each message after its patience: they did yield, and not for ever.
     rounds = len(names) / PENDING_WRITE_CONCURRENCY
     assert rounds * 0.1 <= took < 3.0
-    assert admitted >= 20 * took  # the admissions were not held up meanwhile
+    assert admitted.count >= 20 * took  # the admissions were not held up meanwhile
     await events.drain()
 
 
@@ -194,21 +178,8 @@ async def test_an_admission_does_not_wait_out_the_courtesy_of_its_own_pending_me
     h.kube.seed(CLUSTER_QUEUES, none)
     h.kube.seed(WORKLOADS, workload("x"))  # no quota: a message
     h.deliver()
-    budget = TokenBucket(qps=200, burst=1)
-    patch = h.kube.patch
-
-    async def budgeted(*args: Any, **kwargs: Any) -> Any:
-        await budget.take()
-        return await patch(*args, **kwargs)
-
-    h.kube.patch = budgeted  # type: ignore[method-assign]
     stop = asyncio.Event()
-
-    async def admissions() -> None:  # the others' admissions, one always waiting
-        while not stop.is_set():
-            await budget.take()
-
-    streams = [asyncio.create_task(admissions()) for _ in range(2)]
+    others = _busy_budget(h, stop)  # the others' admissions, one always waiting
     events = EventRecorder(h.kube, "test")
     admitter = Admitter(h.kube, h.state, h.metrics, events, pending_qps=1000)
     try:
@@ -228,10 +199,37 @@ async def test_an_admission_does_not_wait_out_the_courtesy_of_its_own_pending_me
         await asyncio.wait_for(admitter.settle(), 5.0)
     finally:
         stop.set()
-        await asyncio.gather(*streams)
+        await asyncio.gather(*others.streams)
     assert admitted is not None and admitted < 0.5, admitted  # not after the message's 1 s
     stored = h.kube.stored(WORKLOADS, "x", "ml")
     assert stored is not None
     reserved = condition(stored, "QuotaReserved")
     assert reserved is not None and reserved["status"] == "True"
     await events.drain()
+
+
+class _Admissions:
+    """Others' admissions taking the client's tokens, one always waiting, until stopped."""
+
+    def __init__(self, budget: TokenBucket, stop: asyncio.Event) -> None:
+        self.budget, self.stop, self.count = budget, stop, 0
+        self.streams = [asyncio.create_task(self._take()) for _ in range(2)]
+
+    async def _take(self) -> None:
+        while not self.stop.is_set():
+            await self.budget.take()
+            self.count += 1
+
+
+def _busy_budget(h: Harness, stop: asyncio.Event) -> _Admissions:
+    """Put the harness's Workload writes behind a client budget (QPS 200, burst 1) that others'
+    admissions keep busy, as at a small ``--kube-api-qps``."""
+    budget = TokenBucket(qps=200, burst=1)
+    patch = h.kube.patch
+
+    async def budgeted(*args: Any, **kwargs: Any) -> Any:
+        await budget.take()
+        return await patch(*args, **kwargs)
+
+    h.kube.patch = budgeted  # type: ignore[method-assign]
+    return _Admissions(budget, stop)
