@@ -134,13 +134,17 @@ class Ungater:
         return left
 
     def plan(self, key: str) -> list[tuple[Obj, Ungate]]:
+        members = self.state.store.pods_of(key)
+        if not any(_gated(p) for p in members):
+            # Only gated pods are released: every admission signals a round, and one whose
+            # Workload has none (no pods yet, or all released) must cost next to nothing.
+            return []
         admission = self.state.ledger.admission_of(key)
         workload = self.state.store.objects(WORKLOADS).get(key)
         if admission is None or (workload is not None and is_finished(workload)):
             return []
         if workload is not None and is_evicted(workload):
             return []  # its pods are going: none is released
-        members = self.state.store.pods_of(key)
         requests = _topology_requests(workload)
         gpus = self._gpus(key, workload)
         visible = visible_gpus(gpus)
