@@ -109,6 +109,9 @@ class Admitter:
         self.messages.on_idle = self._settled
         # status.fairSharing of ClusterQueues and Cohorts, at the pending messages' rate.
         self.shares = ShareStatus(kube, state, pending_qps)
+        # The shares last computed, with what they read (the catalog, the ledger's and the
+        # Workloads' change counts).
+        self._shares: tuple[Catalog, tuple[int, int], dict[str, int], dict[str, int]] | None = None
         # Stopped waiting; what is kept for them goes once their writes are done.
         self._left = Leaving()
         # Preemption searches that found nothing, kept across cycles (re-run only when their
@@ -377,14 +380,20 @@ class Admitter:
         if not self.fair_sharing:
             self.shares.clear()
             return
-        tree = CohortTree(catalog.queues, catalog.cohorts)
-        queues, cohorts = tree_shares(
-            QuotaBook(catalog.queues, self.state.workloads.quota_in_use(), tree)
-        )
-        self.shares.update(
-            {name: share.rounded for name, share in queues.items()},
-            {name: share.rounded for name, share in cohorts.items()},
-        )
+        # The shares read the catalog and the quota in use: computed again only when either
+        # changed (a held admission or a Workload's admission), compared every time.
+        read = (self.state.ledger.changes, self.state.workload_changes)
+        if self._shares is None or self._shares[0] is not catalog or self._shares[1] != read:
+            tree = CohortTree(catalog.queues, catalog.cohorts)
+            queues, cohorts = tree_shares(
+                QuotaBook(catalog.queues, self.state.workloads.quota_in_use(), tree)
+            )
+            rounded = (
+                {name: share.rounded for name, share in queues.items()},
+                {name: share.rounded for name, share in cohorts.items()},
+            )
+            self._shares = (catalog, read, *rounded)
+        self.shares.update(self._shares[2], self._shares[3])
 
     def _settled(self, key: str) -> None:
         """A write of the Workload's (an admission's, an eviction's, a pending message's)

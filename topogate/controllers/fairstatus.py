@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
+from topogate.api.objects import key_of
 from topogate.kube.errors import API_ERRORS, KubeError
 from topogate.kube.protocol import KubeApi
 from topogate.kube.ratelimit import TokenBucket, courtesy
@@ -55,6 +56,13 @@ class ShareStatus:
         self._writer: asyncio.Task[None] | None = None
         self.failures = 0  # writes the API server did not take
         self._failing: set[Target] = set()  # logged once until a write succeeds
+        # The objects :meth:`clear` has to look at again: those that came, changed or went
+        # since it last looked, and those whose write failed (None: all of them). With fair
+        # sharing off it runs once a second, and 1,000 ClusterQueues are no reason to walk
+        # them all each time.
+        self._unchecked: set[Target] | None = None
+        for resource in (CLUSTER_QUEUES, COHORTS):
+            state.subscribe(resource, self._checker(resource))
 
     @property
     def writer(self) -> asyncio.Task[None] | None:
@@ -75,16 +83,34 @@ class ShareStatus:
                     break
         self._queue(wanted)
 
+    def _checker(self, resource: Resource) -> Callable[[Obj | None, Obj | None], None]:
+        def changed(old: Obj | None, new: Obj | None) -> None:
+            if self._unchecked is not None:
+                self._unchecked.add((resource, key_of(new if new is not None else old or {})))
+
+        return changed
+
     def clear(self) -> None:
-        """Fair sharing off: remove the share from topogate's objects that carry one."""
-        self._queue(
-            {
-                (resource, name): None
+        """Fair sharing off: remove the share from topogate's objects that carry one (those
+        that changed since the last call: the others were seen to before)."""
+        if self._unchecked is None:
+            targets: set[Target] = {
+                (resource, name)
                 for resource in (CLUSTER_QUEUES, COHORTS)
-                for name, obj in self.state.store.objects(resource).items()
-                if written_share(obj) is not None or (resource, name) in self._said
+                for name in self.state.store.objects(resource)
             }
-        )
+        else:
+            targets = self._unchecked
+        self._unchecked = set()
+        wanted: dict[Target, int | None] = {}
+        for target in targets:
+            obj = self._target(*target)
+            if obj is None:
+                self._said.pop(target, None)  # gone: a namesake starts afresh
+            elif written_share(obj) is not None or target in self._said:
+                wanted[target] = None
+        if wanted or self._queued:
+            self._queue(wanted)
 
     def _queue(self, wanted: Mapping[Target, int | None]) -> None:
         for target in [t for t in self._said if self._target(*t) is None]:
@@ -136,6 +162,8 @@ class ShareStatus:
                 return
             if self._said.get(target) == share:
                 del self._said[target]
+                if self._unchecked is not None:
+                    self._unchecked.add(target)  # for clear() to queue it again
                 self.state.signals.admit()  # whose shares queue it again
             return
         self._failing.discard(target)
