@@ -68,6 +68,7 @@ class QueueLanes:
         self._shapes: dict[str, Counter[tuple[tuple[str, int], ...]]] = {}
         self._shrinkable: Counter[str] = Counter()
         self._topologies: Counter[str] = Counter()
+        self._feeds: list[set[str]] = []  # lane names changed, one set per reader
         for workload in workloads:
             self.put(workload)
 
@@ -79,6 +80,8 @@ class QueueLanes:
             lane = self._lanes[workload.cluster_queue] = SortedKeyList(key=queue_order)
         lane.add(workload)
         self._entries[workload.key] = workload
+        for feed in self._feeds:
+            feed.add(workload.cluster_queue)
         self._shapes.setdefault(workload.cluster_queue, Counter())[workload.shape] += 1
         if can_shrink(workload.request):
             self._shrinkable[workload.cluster_queue] += 1
@@ -92,6 +95,8 @@ class QueueLanes:
         name = entry.cluster_queue
         lane = self._lanes[name]
         lane.remove(entry)
+        for feed in self._feeds:
+            feed.add(name)
         if not lane:
             del self._lanes[name]
         shapes = self._shapes[name]
@@ -108,6 +113,13 @@ class QueueLanes:
             self._topologies[entry.request.topology] -= 1
             if not self._topologies[entry.request.topology]:
                 del self._topologies[entry.request.topology]
+
+    def changes(self) -> set[str]:
+        """A feed for one reader: the set fills with the name of every lane a workload
+        joined or left (the reader empties it as it takes them)."""
+        feed = set(self._lanes)
+        self._feeds.append(feed)
+        return feed
 
     def shapes(self, name: str) -> Iterable[tuple[tuple[str, int], ...]]:
         """The shapes (total requests per resource) in the queue's lane."""

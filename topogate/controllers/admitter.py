@@ -121,6 +121,15 @@ class Admitter:
         # cohort tree gives quota back).
         self._parking = Parking()
         self._gauged: dict[tuple[str, str], int] = {}  # the gauges' values last set
+        # What the gauges were last counted from: the catalog's queues, the lanes and held
+        # admissions changed since (feeds), the admissions a cycle subtracted from its
+        # lanes, and each held admission's ClusterQueue with the count per queue.
+        self._gauge_queues: Mapping[str, QueueSpec] | None = None
+        self._lane_changes = state.pending.lanes.changes()
+        self._held_changes = state.ledger.held_changes()
+        self._gauge_admitted: dict[str, int] = {}
+        self._held_in: dict[str, str] = {}
+        self._held_per_queue: dict[str, int] = {}
         # The metrics' children by label, looked up once: labels() validates and locks on
         # every call, several times per admission.
         self._attempts: dict[str, Counter] = {}
@@ -412,23 +421,64 @@ class Admitter:
                 self._parking.forget(key)
 
     def _gauges(self, queues: Mapping[str, QueueSpec], admitted: Mapping[str, int]) -> None:
-        counts = dict.fromkeys(queues, 0)
+        """Set the per-queue gauges: workloads waiting (less those this cycle admitted) and
+        admissions held, per ClusterQueue. Only the queues whose lanes or held admissions
+        changed since the last call are counted again (all of them after the catalog
+        changed): at 1,000 queues and thousands held, walking them all once a second cost
+        more than the rest of an idle second."""
         lanes = self.state.pending.lanes
-        for name in lanes.names():
-            counts[name] = len(lanes.lane(name)) - admitted.get(name, 0)
-        for name, count in counts.items():
-            if self._gauged.get(("pending", name)) != count:  # labels() costs; most are equal
-                self._gauged[("pending", name)] = count
-                self.metrics.pending_workloads.labels(name).set(count)
-        held = dict.fromkeys(queues, 0)
-        for key in self.state.ledger.held():
-            admission = self.state.ledger.reserved(key) or {}
-            cq = str(admission.get("clusterQueue") or "")
-            held[cq] = held.get(cq, 0) + 1
-        for name, count in held.items():
-            if self._gauged.get(("admitted", name)) != count:
-                self._gauged[("admitted", name)] = count
-                self.metrics.admitted_workloads.labels(name).set(count)
+        full = queues is not self._gauge_queues
+        waiting = set(self._lane_changes) | admitted.keys() | self._gauge_admitted.keys()
+        self._lane_changes.clear()
+        self._gauge_admitted = dict(admitted)
+        held = self._count_held()
+        if full:  # queues came or went
+            gone = {name for _, name in self._gauged} - queues.keys()
+            waiting |= queues.keys() | gone
+            held |= queues.keys() | gone
+            self._gauge_queues = queues
+        for name in waiting:
+            lane = lanes.lane(name)
+            if lane:
+                self._gauge("pending", name, len(lane) - admitted.get(name, 0))
+            else:
+                self._gauge("pending", name, 0 if name in queues else None)
+        for name in held:
+            count = self._held_per_queue.get(name, 0)
+            self._gauge("admitted", name, count if count or name in queues else None)
+
+    def _count_held(self) -> set[str]:
+        """Bring the admissions held per ClusterQueue up to date with the ledger's changes;
+        returns the queues whose count may have changed."""
+        ledger = self.state.ledger
+        touched: set[str] = set()
+        per_queue = self._held_per_queue
+        for key in self._held_changes:
+            was = self._held_in.pop(key, None)
+            if was is not None:
+                per_queue[was] -= 1
+                touched.add(was)
+            if ledger.holds(key):
+                admission = ledger.reserved(key) or {}
+                name = self._held_in[key] = str(admission.get("clusterQueue") or "")
+                per_queue[name] = per_queue.get(name, 0) + 1
+                touched.add(name)
+        self._held_changes.clear()
+        return touched
+
+    def _gauge(self, kind: str, name: str, count: int | None) -> None:
+        """Set one gauge (None: the queue is gone and nothing counts in it: no series)."""
+        if self._gauged.get((kind, name)) == count:  # labels() costs; most are equal
+            return
+        gauge = (
+            self.metrics.pending_workloads if kind == "pending" else self.metrics.admitted_workloads
+        )
+        if count is None:
+            del self._gauged[(kind, name)]
+            gauge.remove(name)
+        else:
+            self._gauged[(kind, name)] = count
+            gauge.labels(name).set(count)
 
     # --- writing outcomes ----------------------------------------------------------------
 

@@ -54,11 +54,24 @@ class Ledger:
         self._written: dict[str, Obj] = {}
         self._listeners: list[Callable[[str], None]] = []
         self.changes = 0  # bumped by every change of what is held, assumed or written
+        self._feeds: list[set[str]] = []  # keys whose hold or admission changed, per reader
 
     def on_change(self, listener: Callable[[str], None]) -> None:
         """Call ``listener(key)`` after a Workload's admission was assumed, confirmed,
         forgotten or reassigned (the watch's own changes are the watch handler's to tell)."""
         self._listeners.append(listener)
+
+    def held_changes(self) -> set[str]:
+        """A feed for one reader: the set fills with the key of every workload whose hold or
+        admission (:meth:`reserved`) may have changed (the reader empties it as it takes
+        them); it starts with those held now."""
+        feed = set(self._held)
+        self._feeds.append(feed)
+        return feed
+
+    def _tell(self, key: str) -> None:
+        for feed in self._feeds:
+            feed.add(key)
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -96,6 +109,10 @@ class Ledger:
 
     def held(self) -> frozenset[str]:
         return frozenset(self._held)
+
+    def holds(self, key: str) -> bool:
+        """The workload's usage is held (``key in held()``, without the copy)."""
+        return key in self._held
 
     def nodes(self) -> list[NodeInfo]:
         return self._capacity.nodes()
@@ -182,6 +199,8 @@ class Ledger:
 
     def workload_changed(self, key: str, new: Obj | None) -> None:
         """The watch brought a Workload's new version (None: deleted)."""
+        if key in self._held:
+            self._tell(key)  # its stored admission is what :meth:`reserved` reads
         if new is None or self._store.workload_finished(key, new):
             self._assumed.pop(key, None)
             self._written.pop(key, None)
@@ -216,11 +235,13 @@ class Ledger:
         self._capacity.set_workload_usage(key, per_node)
         self._capacity.set_workload_gpus(key, gpus)
         self._held.add(key)
+        self._tell(key)
         self.changes += 1
 
     def _release(self, key: str) -> None:
         self._held.discard(key)
         self._capacity.release_workload(key)
+        self._tell(key)
         self.changes += 1
 
     def _rehold(self, key: str, workload: Obj) -> None:
@@ -233,5 +254,6 @@ class Ledger:
 
     def _changed(self, key: str) -> None:
         self.changes += 1
+        self._tell(key)
         for listener in self._listeners:
             listener(key)
