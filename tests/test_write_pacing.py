@@ -16,7 +16,7 @@ from topogate.controllers.admitter import Admitter
 from topogate.kube.events import EventRecorder
 from topogate.kube.resources import WORKLOADS
 
-from .test_parking import _GatedWrites
+from .test_parking import _GatedWrites, _let_through
 from .test_shells import Harness, workload
 
 
@@ -106,3 +106,57 @@ async def test_an_idle_spell_is_not_taken_for_the_write_pace(
         await admitter._admit(None, None, None, None)  # type: ignore[arg-type]
     admitter._cycle_took = 0.1
     assert admitter._write_gap == pytest.approx(0.02)
+
+
+async def test_the_loop_sleeps_through_changes_while_its_cycle_is_put_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While the admissions decided wait for their writes (the next cycle is put off until
+    they catch up), Workloads created meanwhile do not wake a decide each: they would only
+    sync the queue to find the cycle put off again. The write that catches up wakes the loop,
+    and the cycle admits them."""
+    monkeypatch.setattr(admitter_module, "DESCRIBE_EVERY", 60.0)
+    h = Harness()
+    first = [f"w{i}" for i in range(admitter_module.WRITES_KEPT + 2)]
+    for name in first:
+        h.kube.seed(WORKLOADS, workload(name, count=1, gpus=1))
+    h.deliver()
+    gated = _GatedWrites(h.kube)  # the API server takes no status write for now
+    admitter = Admitter(gated, h.state, h.metrics, EventRecorder(h.kube, "test"))
+    decided: list[bool] = []
+    real = admitter.decide
+
+    def counted(describe: bool = True) -> bool:
+        decided.append(describe)
+        return real(describe)
+
+    monkeypatch.setattr(admitter, "decide", counted)
+    h.state.signals.admit()
+    loop = asyncio.create_task(admitter.run())
+    try:
+        await asyncio.sleep(0.1)  # the first cycle (worded) admits them; their writes wait
+        assert decided == [True] and all(h.state.ledger.reserved(f"ml/{n}") for n in first)
+        h.kube.seed(WORKLOADS, workload("late-0", count=1, gpus=1))
+        h.deliver()
+        await asyncio.sleep(0.1)  # one decide finds the cycle put off
+        assert decided == [True, False] and admitter._behind
+        for i in range(1, 11):  # each wakes the loop, none runs a decide
+            h.kube.seed(WORKLOADS, workload(f"late-{i}", count=1, gpus=1))
+            h.deliver()
+            await asyncio.sleep(0.02)
+        assert decided == [True, False]
+        assert admitter.put_off_wakes >= 10
+        await _let_through(gated, len(first))  # written: the pace lets the next cycle run
+        for _ in range(100):
+            if all(h.state.ledger.reserved(f"ml/late-{i}") for i in range(11)):
+                break
+            await asyncio.sleep(0.02)
+        assert all(h.state.ledger.reserved(f"ml/late-{i}") for i in range(11))
+        assert len(decided) == 3
+    finally:
+        loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop
+        for _ in range(40):
+            gated.gate.release()
+        await admitter.settle()

@@ -136,6 +136,7 @@ class Admitter:
         self._waits: dict[str, Histogram] = {}
         self.cycles = 0
         self.skipped = 0  # cycles not run: nothing they read had changed
+        self.put_off_wakes = 0  # the loop's wakes not followed by a cycle: writes were behind
         # What the last cycle read (the capacity snapshot, and the versions of the catalog,
         # the pending queue, the Workloads and the ledger) and what it decided.
         self._last: tuple[object, tuple[int, ...], CycleResult] | None = None
@@ -178,6 +179,14 @@ class Admitter:
                     await asyncio.wait_for(event.wait(), timeout=max(due - time.perf_counter(), 0))
             else:
                 await event.wait()
+            if self._waits_for_writes(described):
+                # Put off until more admissions are written (their write wakes the loop),
+                # and nothing is due sooner: a wake per Workload created or finished meanwhile
+                # would only sync the queue to find the cycle put off again.
+                event.clear()
+                owed = True
+                self.put_off_wakes += 1
+                continue
             # Coalesce a burst of changes into one cycle, waiting as long as the last cycle
             # took (within bounds): a cheap cycle answers a finished workload within 20 ms,
             # a costly one leaves the event loop half its time for watches and writes.
@@ -192,6 +201,18 @@ class Admitter:
             owed = not describe
             if describe:
                 described = started
+
+    def _waits_for_writes(self, described: float) -> bool:
+        """The loop's next cycle would be put off (:meth:`_put_off`) without words due:
+        writes the client is busy with must catch up first, and the one that does so wakes
+        the loop (:meth:`_admit`). An idle warm-up that is due is not put off."""
+        now = time.perf_counter()
+        return (
+            self._behind
+            and not self._writes_caught_up()
+            and now < described + DESCRIBE_EVERY
+            and not (self.warm_owed and now >= self._warm_next)
+        )
 
     async def cycle(self) -> None:
         """One cycle (and those it makes due: lanes held behind a workload just parked, or
