@@ -185,6 +185,9 @@ class Admitter:
                 # would only sync the queue to find the cycle put off again.
                 event.clear()
                 owed = True
+                # As after the put-off decide it saves: the cycle the catching-up write
+                # wakes gathers changes for the shortest wait, not the last cycle's.
+                took = 0.0
                 self.put_off_wakes += 1
                 continue
             # Coalesce a burst of changes into one cycle, waiting as long as the last cycle
