@@ -763,3 +763,35 @@ async def test_serve_loop_writes_a_pending_message_again_after_a_broken_transpor
         loop.cancel()
         await asyncio.gather(loop, return_exceptions=True)
         await events.drain()
+
+
+async def test_an_ungater_round_for_a_workload_without_gated_pods_reads_no_admission(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every admission signals a round: one whose Workload has no pod yet (or none gated
+    any more) returns before its admission is read (decoded, flavors looked up); the pod
+    that comes later is released."""
+    from topogate.ungater.controller import Ungater
+
+    h = Harness()
+    pod = await admitted_with_a_gated_pod(h)
+    ungater = Ungater(h.kube, h.state, h.metrics)
+    read: list[str] = []
+    real = h.state.ledger.admission_of
+
+    def reading(key: str) -> Obj | None:
+        read.append(key)
+        return real(key)
+
+    monkeypatch.setattr(h.state.ledger, "admission_of", reading)
+    assert await ungater.round(["ml/w"]) == set() and read == []  # no pod yet
+    released = {**pod, "spec": {**pod["spec"], "schedulingGates": []}}
+    h.kube.seed(PODS, released)
+    h.deliver()
+    assert await ungater.round(["ml/w"]) == set() and read == []  # none gated
+    h.kube.seed(PODS, pod)
+    h.deliver()
+    await ungater.round(["ml/w"])
+    assert read == ["ml/w"]
+    stored = h.kube.stored(PODS, "w-0", "ml")
+    assert stored is not None and stored["spec"]["schedulingGates"] == []
