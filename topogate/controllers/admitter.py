@@ -332,8 +332,8 @@ class Admitter:
         self._last = (snapshot, read, result)
         admitted = self._apply(result, describe)
         if describe:  # with what this cycle admitted held
-            # The gauges go with the words, at most once a second in serve's loop: they walk
-            # every queue and every held admission (a third of a cycle at 1,000 queues).
+            # The gauges go with the words, at most once a second in serve's loop (a scrape
+            # shows them as of then; they count only the queues that changed).
             self._gauges(catalog.queues, admitted)
             self._report_shares(catalog)
         if result.held:  # Kueue's next cycle takes the next heads at once
