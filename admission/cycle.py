@@ -600,6 +600,7 @@ def admission_cycle(
     fair_sharing: bool = False,
     parking: Parking | None = None,
     limit: int | None = None,
+    tree: CohortTree | None = None,
 ) -> CycleResult:
     """Admit what fits; ``usage`` gains the admissions, ``pending`` (or lanes) is unchanged.
 
@@ -617,10 +618,12 @@ def admission_cycle(
     A workload refused for quota alone is told the quota the cycle leaves (not what was left
     when its turn came), so a lane found hopeless can be passed whole (:func:`_hopeless`) and
     the cycle costs what it admits and tries, not what waits. ``parking``: Kueue's
-    inadmissible workloads (:class:`Parking`); ``limit``: the most admissions it makes.
+    inadmissible workloads (:class:`Parking`); ``limit``: the most admissions it makes;
+    ``tree``: the cohort tree of these ``queues`` and ``cohorts``, which depends on their quotas
+    only (a caller running cycle after cycle on one catalog keeps it; built when not given).
     """
     result = CycleResult()
-    book = QuotaBook(queues, usage, CohortTree(queues, cohorts))
+    book = QuotaBook(queues, usage, tree if tree is not None else CohortTree(queues, cohorts))
     if parking is not None:
         parking.begin(queues, book.tree)
     lanes = pending if isinstance(pending, QueueLanes) else QueueLanes(pending)

@@ -8,6 +8,7 @@ the heads that came up, not every lane's."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -17,7 +18,9 @@ from hypothesis import strategies as st
 from topogate.admission import cycle as q
 from topogate.admission.cycle import admission_cycle
 from topogate.admission.lanes import PendingWorkload, QueueLanes
-from topogate.admission.quota import FlavorQuota, QueueSpec, QuotaBook, Usage
+from topogate.admission.quota import CohortTree, FlavorQuota, QueueSpec, QuotaBook, Usage
+from topogate.controllers import admitter as admitter_module
+from topogate.kube.resources import WORKLOADS
 
 from .test_cycle_heads_exact import (
     COHORT,
@@ -36,6 +39,7 @@ from .test_cycle_heads_exact import (
     _specs,
     _workloads,
 )
+from .test_shells import Harness, workload
 
 USAGE = st.dictionaries(
     st.tuples(st.sampled_from(QUEUES), st.sampled_from(FLAVORS)),
@@ -209,3 +213,34 @@ def test_lanes_by_name_pair_each_lane_in_name_order() -> None:
         (n, list(lanes.lane(n))) for n in ["p1", "p2"]
     ]
     assert lanes.names() == ["p1", "p2"]
+
+
+async def test_the_admitter_builds_the_cohort_tree_once_per_catalog(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cohort tree depends on the catalog's quotas only: cycle after cycle on one catalog
+    reads the tree built for it (the cycle builds none), and another catalog gets its own."""
+    built: list[CohortTree] = []
+
+    class Counted(CohortTree):
+        def __init__(self, *a: Any) -> None:
+            super().__init__(*a)
+            built.append(self)
+
+    monkeypatch.setattr(admitter_module, "CohortTree", Counted)
+    monkeypatch.setattr(q, "CohortTree", Counted)
+    h = Harness()
+    admitter, events = h.admitter()
+    for name in ("first", "second"):
+        h.kube.seed(WORKLOADS, workload(name, count=1, gpus=1))
+        h.deliver()
+        assert admitter.decide()
+        await admitter.settle()
+    assert admitter.cycles == 2
+    assert len(built) == 1
+    catalog = h.state.catalogs.catalog()
+    assert admitter._cohort_tree(catalog) is built[0]
+    other = dataclasses.replace(catalog, queues=dict(catalog.queues))
+    assert admitter._cohort_tree(other) is not built[0]
+    assert len(built) == 2
+    await events.drain()
