@@ -263,8 +263,13 @@ class _Heads:
         # The heads that compete by rank (all of them, or with fair sharing those of queues
         # without a cohort), by their floor or their rank when pushed: never above it now.
         self._ranked: list[tuple[Rank, str]] = []
-        self._borrows: dict[tuple[str, tuple[tuple[str, int], ...]], int] = {}
-        self._booked = -1  # the quota state `_borrows` holds for
+        # Per (lane, shape): (its tree's changes then, its borrowing level then).
+        self._borrows: dict[tuple[str, Shape], tuple[int, int]] = {}
+        # Per cohort tree (:func:`_tree_of`), how often the quota in use changed in it: a
+        # level depends on its own tree's usage only, so an admission elsewhere keeps it.
+        self._tree_changes: dict[str, int] = {}
+        self._stamped = 0  # how much of the book's log `_tree_changes` counts
+        self._tree_names: dict[str, str] = {}  # queue -> its tree
         self._read = 0  # how much of the book's log has been followed
         self._removals = book.removals
         self._popped: str | None = None  # the lane to move on before the next pop
@@ -333,15 +338,32 @@ class _Heads:
         return self.lanes.lane(name)[self._taken[name] :]
 
     def _rank(self, name: str) -> Rank:
-        if self.book.changes != self._booked:
-            self._borrows.clear()
-            self._booked = self.book.changes
         head = self.heads[name]
-        borrows = self._borrows.get((name, head.shape))
-        if borrows is None:
-            borrows = self.book.borrows(self.queues[name], head.demand())
-            self._borrows[(name, head.shape)] = borrows
-        return (borrows, -head.priority, head.created, name, head.key)
+        stamp = self._tree_stamp(name)
+        found = self._borrows.get((name, head.shape))
+        if found is None or found[0] != stamp:
+            found = (stamp, self.book.borrows(self.queues[name], head.demand()))
+            self._borrows[(name, head.shape)] = found
+        return (found[1], -head.priority, head.created, name, head.key)
+
+    def _tree_stamp(self, name: str) -> int:
+        """How often the quota in use changed in the queue's cohort tree this cycle."""
+        log = self.book.log
+        if self._stamped != len(log):
+            changes = self._tree_changes
+            for queue in log[self._stamped :]:
+                tree = self._tree_name(queue)
+                changes[tree] = changes.get(tree, 0) + 1
+            self._stamped = len(log)
+        return self._tree_changes.get(self._tree_name(name), 0)
+
+    def _tree_name(self, queue: str) -> str:
+        found = self._tree_names.get(queue)
+        if found is None:
+            spec = self.queues.get(queue)
+            found = _tree_of(spec, self.book.tree) if spec is not None else f"queue {queue}"
+            self._tree_names[queue] = found
+        return found
 
     def _floor(self, name: str) -> Rank:
         """The least the head's rank can be, whatever the quota in use: borrowing level 0."""
