@@ -224,10 +224,13 @@ class _Heads:
     touched, not the number of queues:
 
     - A head's rank (:meth:`_rank`) only grows while the quota in use only grows (more usage
-      can only make a workload borrow from higher up), so the heads sit in a heap keyed by
-      their rank when pushed, and the top is ranked again when it comes up: one whose rank
-      has not changed is the least of all. Usage taken away (a hook giving quota back)
-      breaks this, and every head is ranked again.
+      can only make a workload borrow from higher up), so the heads sit in a heap keyed by a
+      rank never above theirs now, and the top is ranked again when it comes up: one whose
+      rank has not changed is the least of all. A head is pushed with its floor
+      (:meth:`_floor`, borrowing level 0), not its rank, which walks the cohort tree: most
+      lanes' heads never come up in a cycle that stops at its limit, and ranking all of them
+      was most of its cost at 1,000 queues. Usage taken away (a hook giving quota back) can
+      lower a rank below one worked out before: every head goes back to its floor.
     - Fair sharing plays Kueue's tournament on a tree kept between pops: each cohort holds
       its children (queues' heads, and child cohorts with their winners) sorted by their key
       at that cohort (:meth:`_fair_key`). A head's key depends only on the usage along its
@@ -257,12 +260,16 @@ class _Heads:
             str, tuple[str, int, Mapping[str, Share], frozenset[FlavorResource]]
         ] = {}
         self.heads: dict[str, PendingWorkload] = {}
-        self._walks: dict[str, Iterator[PendingWorkload]] = {}
         # The heads that compete by rank (all of them, or with fair sharing those of queues
-        # without a cohort), by their rank when pushed: never above their rank now.
+        # without a cohort), by their floor or their rank when pushed: never above it now.
         self._ranked: list[tuple[Rank, str]] = []
-        self._borrows: dict[tuple[str, tuple[tuple[str, int], ...]], int] = {}
-        self._booked = -1  # the quota state `_borrows` holds for
+        # Per (lane, shape): (its tree's changes then, its borrowing level then).
+        self._borrows: dict[tuple[str, Shape], tuple[int, int]] = {}
+        # Per cohort tree (:func:`_tree_of`), how often the quota in use changed in it: a
+        # level depends on its own tree's usage only, so an admission elsewhere keeps it.
+        self._tree_changes: dict[str, int] = {}
+        self._stamped = 0  # how much of the book's log `_tree_changes` counts
+        self._tree_names: dict[str, str] = {}  # queue -> its tree
         self._read = 0  # how much of the book's log has been followed
         self._removals = book.removals
         self._popped: str | None = None  # the lane to move on before the next pop
@@ -279,21 +286,24 @@ class _Heads:
         self._volatile: set[str] = set()
 
     def fill(self) -> None:
-        for name in self.lanes.names():
-            lane = self.lanes.lane(name)
-            if name not in self.queues:
+        queues, inactive_of, fair = self.queues, self.book.tree.inactive, self.fair
+        heads, taken, ranked = self.heads, self._taken, self._ranked
+        for name, lane in self.lanes.by_name():
+            if name not in queues:
                 missing = _same_words(f"ClusterQueue {name} does not exist")
                 self.result.deferred.append((list(lane), missing))
                 continue
-            inactive = self.book.tree.inactive.get(name)
+            inactive = inactive_of.get(name)
             if inactive is not None:  # its cohort is in a cycle: nothing is admitted from it
                 self.result.deferred.append((list(lane), _same_words(inactive)))
                 continue
-            walk = iter(lane)
-            self._walks[name] = walk
-            self._taken[name] = 1
-            self.heads[name] = next(walk)
-            self._headed(name)
+            head = heads[name] = lane[0]
+            taken[name] = 1
+            if fair is None or not queues[name].cohort:  # its floor (:meth:`_floor`)
+                ranked.append(((0, -head.priority, head.created, name, head.key), name))
+            else:
+                self._headed(name)
+        heapq.heapify(ranked)  # one O(n) build, not n pushes
         self._read = len(self.book.log)
 
     def _headed(self, name: str) -> None:
@@ -301,7 +311,7 @@ class _Heads:
         cohort = self.queues[name].cohort
         if self.fair is None or not cohort:
             if name in self.heads:
-                heapq.heappush(self._ranked, (self._rank(name), name))
+                heapq.heappush(self._ranked, (self._floor(name), name))
             return
         self._roots.add(self.book.tree.root(cohort))
         self._mark(("q", name))
@@ -320,7 +330,7 @@ class _Heads:
         """Take the queue just popped off the walk: the rest of its lane, for the caller."""
         assert self._popped == name
         self._popped = None
-        del self.heads[name], self._walks[name]
+        del self.heads[name]
         self._headed(name)
         return self._rest(name)
 
@@ -328,29 +338,51 @@ class _Heads:
         return self.lanes.lane(name)[self._taken[name] :]
 
     def _rank(self, name: str) -> Rank:
-        if self.book.changes != self._booked:
-            self._borrows.clear()
-            self._booked = self.book.changes
         head = self.heads[name]
-        borrows = self._borrows.get((name, head.shape))
-        if borrows is None:
-            borrows = self.book.borrows(self.queues[name], head.demand())
-            self._borrows[(name, head.shape)] = borrows
-        return (borrows, -head.priority, head.created, name, head.key)
+        stamp = self._tree_stamp(name)
+        found = self._borrows.get((name, head.shape))
+        if found is None or found[0] != stamp:
+            found = (stamp, self.book.borrows(self.queues[name], head.demand()))
+            self._borrows[(name, head.shape)] = found
+        return (found[1], -head.priority, head.created, name, head.key)
+
+    def _tree_stamp(self, name: str) -> int:
+        """How often the quota in use changed in the queue's cohort tree this cycle."""
+        log = self.book.log
+        if self._stamped != len(log):
+            changes = self._tree_changes
+            for queue in log[self._stamped :]:
+                tree = self._tree_name(queue)
+                changes[tree] = changes.get(tree, 0) + 1
+            self._stamped = len(log)
+        return self._tree_changes.get(self._tree_name(name), 0)
+
+    def _tree_name(self, queue: str) -> str:
+        found = self._tree_names.get(queue)
+        if found is None:
+            spec = self.queues.get(queue)
+            found = _tree_of(spec, self.book.tree) if spec is not None else f"queue {queue}"
+            self._tree_names[queue] = found
+        return found
+
+    def _floor(self, name: str) -> Rank:
+        """The least the head's rank can be, whatever the quota in use: borrowing level 0."""
+        head = self.heads[name]
+        return (0, -head.priority, head.created, name, head.key)
 
     def _advance(self, name: str) -> None:
         """Move the lane past the head just popped."""
         why = self._blocked.get(name)
         if why is None:
-            following = next(self._walks[name], None)
-            if following is not None:
-                self._taken[name] += 1
-                self.heads[name] = following
+            lane, taken = self.lanes.lane(name), self._taken[name]
+            if taken < len(lane):
+                self._taken[name] = taken + 1
+                self.heads[name] = lane[taken]
                 self._headed(name)
                 return
         else:
             self.result.deferred.append((self._rest(name), _same_words(why)))
-        del self.heads[name], self._walks[name]
+        del self.heads[name]
         self._headed(name)
 
     def pop(self) -> tuple[str, PendingWorkload] | None:
@@ -379,10 +411,10 @@ class _Heads:
     def _follow_book(self) -> None:
         """Mark what the quota changes since the last pop touched."""
         log = self.book.log
-        if self.book.removals != self._removals:  # usage went down: rank everything again
+        if self.book.removals != self._removals:  # usage went down: back to the floors
             self._removals = self.book.removals
             self._ranked = [
-                (self._rank(name), name)
+                (self._floor(name), name)
                 for name in self.heads
                 if self.fair is None or not self.queues[name].cohort
             ]
@@ -590,6 +622,7 @@ def admission_cycle(
     fair_sharing: bool = False,
     parking: Parking | None = None,
     limit: int | None = None,
+    tree: CohortTree | None = None,
 ) -> CycleResult:
     """Admit what fits; ``usage`` gains the admissions, ``pending`` (or lanes) is unchanged.
 
@@ -607,10 +640,12 @@ def admission_cycle(
     A workload refused for quota alone is told the quota the cycle leaves (not what was left
     when its turn came), so a lane found hopeless can be passed whole (:func:`_hopeless`) and
     the cycle costs what it admits and tries, not what waits. ``parking``: Kueue's
-    inadmissible workloads (:class:`Parking`); ``limit``: the most admissions it makes.
+    inadmissible workloads (:class:`Parking`); ``limit``: the most admissions it makes;
+    ``tree``: the cohort tree of these ``queues`` and ``cohorts``, which depends on their quotas
+    only (a caller running cycle after cycle on one catalog keeps it; built when not given).
     """
     result = CycleResult()
-    book = QuotaBook(queues, usage, CohortTree(queues, cohorts))
+    book = QuotaBook(queues, usage, tree if tree is not None else CohortTree(queues, cohorts))
     if parking is not None:
         parking.begin(queues, book.tree)
     lanes = pending if isinstance(pending, QueueLanes) else QueueLanes(pending)

@@ -140,6 +140,11 @@ class QueueLanes:
         """The ClusterQueues with pending workloads, in name order."""
         return sorted(self._lanes)
 
+    def by_name(self) -> list[tuple[str, Sequence[PendingWorkload]]]:
+        """Each ClusterQueue with pending workloads and its lane, in name order (one sort
+        of the pairs: a cycle reads every lane)."""
+        return sorted(self._lanes.items())
+
     def lane(self, name: str) -> Sequence[PendingWorkload]:
         """The queue's pending workloads, head first."""
         return self._lanes.get(name) or ()

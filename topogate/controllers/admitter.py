@@ -157,6 +157,9 @@ class Admitter:
         # The catalog the trees were last built for (by :meth:`warm` or a cycle), when the
         # next idle warm-up may run, and whether one is owed (nodes changed meanwhile).
         self._warm_catalog: Catalog | None = None
+        # The cohort tree of the catalog's queues and cohorts (static: their quotas only),
+        # built once per catalog instead of in every cycle (a walk of 1,000 queues).
+        self._tree: tuple[object, object, CohortTree] | None = None
         self._warm_next = 0.0
         self.warm_owed = False
         self.warmups = 0
@@ -323,6 +326,7 @@ class Admitter:
             fair_sharing=self.fair_sharing,
             parking=self._parking,
             limit=AHEAD - self._ahead,
+            tree=self._cohort_tree(catalog),
         )
         self._paced(result, paced)
         for outcome, count in placer.exact_outcomes.items():
@@ -406,6 +410,16 @@ class Admitter:
             self.warm()
         else:
             self.warm_owed = True  # the loop wakes for it when it is due
+
+    def _cohort_tree(self, catalog: Catalog) -> CohortTree:
+        kept = self._tree
+        if kept is None or kept[0] is not catalog.queues or kept[1] is not catalog.cohorts:
+            kept = self._tree = (
+                catalog.queues,
+                catalog.cohorts,
+                CohortTree(catalog.queues, catalog.cohorts),
+            )
+        return kept[2]
 
     def _report_shares(self, catalog: Catalog) -> None:
         """Bring status.fairSharing up to date: the shares over the quota held now with fair
