@@ -1,12 +1,12 @@
 """serve's Event path against a real local API server: N Events emitted at a rate (or at
 once) through the recorder as serve builds it (its own client budget, fenced on the Lease),
 sent, and counted back with a list. Prints the client's process CPU per Event, the wall time,
-the Events stored and dropped, for each number of senders asked; ``--cprofile`` adds the top
-functions.
+the Events stored and dropped, for each number of senders asked; ``--cprofile OUT`` adds the
+top functions by CPU time and writes the profile to OUT.
 
     TOPOGATE_CONTROLPLANE_BIN=... .venv/bin/python hack/bench_events.py \\
         [--events 2000] [--rate 2000] [--senders 1,16] [--qps 300] [--burst 500]
-        [--rounds 2] [--cprofile]
+        [--rounds 2] [--cprofile OUT]
 
 The API server runs on the same machine: its CPU is not counted, but it competes for the
 cores, so the wall times depend on the load (print `uptime` with the figures).
@@ -66,7 +66,7 @@ async def _round(
             text = io.StringIO()
             stats = pstats.Stats(profile, stream=text)
             stats.sort_stats("tottime").print_stats(30)
-            stats.dump_stats("/tmp/bench_events.prof")
+            stats.dump_stats(args.cprofile)
             stats.sort_stats("cumulative").print_stats("topogate", 20)
             print(text.getvalue())
         cpu, wall = time.process_time() - cpu, time.monotonic() - wall
@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument("--qps", type=float, default=300.0)
     parser.add_argument("--burst", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--cprofile", action="store_true")
+    parser.add_argument("--cprofile", metavar="OUT", help="profile (CPU time) into OUT too")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         plane = ControlPlane.start(Path(directory), scheduler=False)
