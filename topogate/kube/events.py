@@ -46,7 +46,7 @@ class EventRecorder:
         self.kube = kube
         self.instance = instance
         self.capacity = capacity
-        self.dropped = 0  # events not sent because the queue was full
+        self.dropped = 0  # events never sent: the queue was full, or an exit left them queued
         self._on_drop = on_drop  # e.g. a metric's inc
         self._queue: asyncio.Queue[tuple[Obj, str]] = asyncio.Queue(capacity)
         self.senders = senders  # events in flight at most
