@@ -689,7 +689,11 @@ def proc_peak_rss_mb(pid: int) -> float:
 def scrape(port: int) -> dict[str, float]:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     out = {}
-    for name in ("topogate_admission_cycle_seconds_count", "topogate_admission_cycle_seconds_sum"):
+    for name in (
+        "topogate_admission_cycle_seconds_count",
+        "topogate_admission_cycle_seconds_sum",
+        "topogate_events_dropped_total",  # Events the recorder's queue could not hold
+    ):
         match = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.M)
         out[name] = float(match.group(1)) if match else 0.0
     return out
@@ -934,6 +938,7 @@ def topogate_side(
                 "stale_timers": run.stale_timers,
             },
             "cycles": cycles,
+            "events_dropped": after["topogate_events_dropped_total"],
             "cycle_mean_ms": 1000 * cycle_sum / cycles if cycles else 0.0,
             "per_window": per_window,
             "zero_windows": zero,
