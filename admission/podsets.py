@@ -507,7 +507,7 @@ class Translations:
     creation time are its own; the requests follow from its PodSets, the queue and the catalog
     alone. Keyed by the PodSets' ``repr`` (JSON data: equal text, equal data). Only
     translations that succeeded are kept (:meth:`keep`), so every refusal is worded for its
-    own Workload; another catalog empties it."""
+    own Workload; another catalog empties it (:meth:`rebase`: what it changed)."""
 
     LIMIT = 2048  # (queue, PodSets) kept at most; past it, all are dropped and it refills
     # The PodSets' text kept at most, in characters (a translation is of its size): a count
@@ -560,6 +560,25 @@ class Translations:
         """The kept PodSets' text, in characters."""
         return self._bytes
 
+    def rebase(self, catalog: Catalog, change: CatalogChange) -> None:
+        """Go on with ``catalog``, ``change`` from the one translated against: keep what was
+        made on the ClusterQueues it leaves as they were. Those a changed LocalQueue names,
+        before or after, are dropped as well: a queue's change translates its Workloads
+        afresh, as a Workload's first time would."""
+        queues = set(change.cluster_queues)
+        for before in (self._catalog, catalog):
+            if before is not None:
+                local = before.local_queues
+                queues.update(str(local.get(k)) for k in change.local_queues if local.get(k))
+        if change.everything or self._catalog is None:
+            self._made = {}
+            self._bytes = 0
+        elif queues:
+            for shape in [s for s in self._made if s[0] in queues]:
+                self._bytes -= len(shape[1])
+                del self._made[shape]
+        self._catalog = catalog
+
     def _against(self, catalog: Catalog) -> dict[tuple[str, str], _Made]:
         if catalog is not self._catalog:
             self._catalog = catalog
@@ -596,49 +615,181 @@ def build_catalog(
     """The catalog from watched objects, and one warning per object that does not parse (it
     is left out: the webhook refuses such objects; one that predates it must not stop the rest)
     and per KAI Topology whose name a Topology with other levels holds (it is left out too)."""
-    warnings: list[str] = []
+    return CatalogBuilder().build(
+        cluster_queues, local_queues, flavors, topologies, forest, kai_topologies, cohorts
+    )
 
-    def parsed(model: type[_M], objs: Sequence[Mapping[str, Any]], tag: str = "") -> dict[str, _M]:
-        out: dict[str, _M] = {}
-        for obj in objs:
-            name = meta(obj).get("name")
-            try:
-                item = parse_model(model, obj, f"{model.__name__} {name}{tag}")
-            except InputError as error:  # it names the object
-                warnings.append(f"ignoring {error.describe()}")
-                continue
-            except ValueError as error:
-                warnings.append(f"ignoring {model.__name__} {name}: {error}")
-                continue
-            out[item.metadata.name] = item
-        return out
 
-    queues: dict[str, QueueSpec] = {}
-    for name, model in parsed(ClusterQueue, cluster_queues).items():
-        try:  # a quota the cache cannot count (1e400, 10P of cpu) leaves the queue out
-            queues[name] = QueueSpec.from_model(model)
-        except ValueError as error:
-            warnings.append(f"ignoring ClusterQueue {name}: {error}")
-    tree: dict[str, CohortSpec] = {}
-    for name, cohort in parsed(Cohort, cohorts).items():
-        try:  # as for queues: a quota the cache cannot count leaves the Cohort out
-            tree[name] = CohortSpec.from_model(cohort)
-        except ValueError as error:
-            warnings.append(f"ignoring Cohort {name}: {error}")
-    local: dict[str, str | None] = {}
-    for obj in local_queues:
-        m = meta(obj)
-        spec = as_mapping(obj.get("spec"))
-        target = spec.get("clusterQueue")
-        local[f"{m.get('namespace') or 'default'}/{m.get('name')}"] = (
-            str(target) if target else None
+# A parsed object: the object, its model (None: it does not parse) and the warning then.
+_Parsed = tuple[Mapping[str, Any], Any, str]
+# A model made into a spec: the model, the spec (None: it cannot be counted), the warning.
+_Spec = tuple[Any, Any, str]
+
+
+class CatalogBuilder:
+    """:func:`build_catalog` that parses each object once while it stays the same object:
+    `serve` builds a catalog after every queue object's change, and parsing all of them again
+    each time cost seconds while a thousand ClusterQueues were created. Each build keeps only
+    what its objects used, so the memo holds what the last build read. Watched objects are
+    replaced on a change, never mutated; an equal object that is not the same one (a relist)
+    is taken as it is too (parsing is a function of the object alone)."""
+
+    def __init__(self) -> None:
+        self._parsed: dict[tuple[str, str], _Parsed] = {}
+        self._specs: dict[tuple[str, str], _Spec] = {}
+        self._topologies: dict[str, Topology] | None = None
+        self._forest: HyperNodeForest | None = None
+        self._sources: dict[str, TopologySource] = {}
+
+    def build(
+        self,
+        cluster_queues: Sequence[Mapping[str, Any]],
+        local_queues: Sequence[Mapping[str, Any]],
+        flavors: Sequence[Mapping[str, Any]],
+        topologies: Sequence[Mapping[str, Any]],
+        forest: HyperNodeForest | None,
+        kai_topologies: Sequence[Mapping[str, Any]] = (),
+        cohorts: Sequence[Mapping[str, Any]] = (),
+    ) -> tuple[Catalog, list[str]]:
+        """What :func:`build_catalog` returns, from the parts parsed before where they hold."""
+        warnings: list[str] = []
+        parsed: dict[tuple[str, str], _Parsed] = {}
+        specs: dict[tuple[str, str], _Spec] = {}
+
+        def models(
+            model: type[_M], objs: Sequence[Mapping[str, Any]], tag: str = ""
+        ) -> dict[str, _M]:
+            out: dict[str, _M] = {}
+            for obj in objs:
+                name = meta(obj).get("name")
+                slot = (f"{model.__name__}{tag}", str(name))
+                kept = parsed.get(slot) or self._parsed.get(slot)
+                if kept is None or not (kept[0] is obj or kept[0] == obj):
+                    kept = _parse_one(model, obj, name, tag)
+                parsed[slot] = kept
+                if kept[1] is None:
+                    warnings.append(kept[2])
+                    continue
+                out[kept[1].metadata.name] = kept[1]
+            return out
+
+        def made(kind: str, items: Mapping[str, _M], make: Callable[[_M], Any]) -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            for name, item in items.items():
+                slot = (kind, name)
+                kept = specs.get(slot) or self._specs.get(slot)
+                if kept is None or kept[0] is not item:
+                    try:  # a quota the cache cannot count (1e400, 10P of cpu) leaves it out
+                        kept = (item, make(item), "")
+                    except ValueError as error:
+                        kept = (item, None, f"ignoring {kind} {name}: {error}")
+                specs[slot] = kept
+                if kept[1] is None:
+                    warnings.append(kept[2])
+                else:
+                    out[name] = kept[1]
+            return out
+
+        queues = made("ClusterQueue", models(ClusterQueue, cluster_queues), QueueSpec.from_model)
+        tree = made("Cohort", models(Cohort, cohorts), CohortSpec.from_model)
+        local: dict[str, str | None] = {}
+        for obj in local_queues:
+            m = meta(obj)
+            spec = as_mapping(obj.get("spec"))
+            target = spec.get("clusterQueue")
+            local[f"{m.get('namespace') or 'default'}/{m.get('name')}"] = (
+                str(target) if target else None
+            )
+        kai = models(Topology, kai_topologies, f" ({c.KAI_API_VERSION})")
+        merged, clashes = merge_kai_topologies(models(Topology, topologies), kai)
+        warnings.extend(f"ignoring {clash.describe()}" for clash in clashes.values())
+        sources = self._sources_of(merged, forest)
+        catalog = Catalog(queues, local, models(ResourceFlavor, flavors), sources, tree)
+        self._parsed, self._specs = parsed, specs
+        return catalog, warnings
+
+    def _sources_of(
+        self, merged: dict[str, Topology], forest: HyperNodeForest | None
+    ) -> dict[str, TopologySource]:
+        """The sources of the last build while its topologies and forest are the same ones
+        (their domain trees, kept per node-label filter, stay with them)."""
+        last = self._topologies
+        same = (
+            last is not None
+            and forest is self._forest
+            and list(last) == list(merged)
+            and all(last[name] is topology for name, topology in merged.items())
         )
-    kai = parsed(Topology, kai_topologies, f" ({c.KAI_API_VERSION})")
-    merged, clashes = merge_kai_topologies(parsed(Topology, topologies), kai)
-    warnings.extend(f"ignoring {clash.describe()}" for clash in clashes.values())
-    sources = topology_sources(merged, forest)
-    catalog = Catalog(queues, local, parsed(ResourceFlavor, flavors), sources, tree)
-    return catalog, warnings
+        if not same:
+            self._sources = topology_sources(merged, forest)
+            self._topologies, self._forest = merged, forest
+        return self._sources
+
+
+def _parse_one(model: type[_M], obj: Mapping[str, Any], name: object, tag: str) -> _Parsed:
+    try:
+        return obj, parse_model(model, obj, f"{model.__name__} {name}{tag}"), ""
+    except InputError as error:  # it names the object
+        return obj, None, f"ignoring {error.describe()}"
+    except ValueError as error:
+        return obj, None, f"ignoring {model.__name__} {name}: {error}"
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogChange:
+    """What changed between two catalogs for :func:`translate`: a Workload's translation reads
+    its LocalQueue's entry, its ClusterQueue's presence and flavor topology
+    (:meth:`Catalog.flavor_topology`) and the topologies; nothing else of the catalog."""
+
+    everything: bool  # the topologies changed (or there was no catalog before)
+    local_queues: frozenset[str] = frozenset()  # "namespace/name": added, gone or retargeted
+    cluster_queues: frozenset[str] = frozenset()  # added, gone, or another flavor topology
+
+    def touches(self, local_queue: str | None, cluster_queue: str | None) -> bool:
+        """A translation made on this LocalQueue (key; None: the Workload names none) and
+        ClusterQueue (the one it names; None: none) may differ now."""
+        if self.everything:
+            return True
+        if local_queue is None:
+            return False
+        return local_queue in self.local_queues or cluster_queue in self.cluster_queues
+
+
+def catalog_change(old: Catalog | None, new: Catalog) -> CatalogChange:
+    """What changed from ``old`` to ``new`` (:class:`CatalogChange`); exact, as it compares
+    what translation reads."""
+    if old is None or (old.sources is not new.sources and old.sources != new.sources):
+        return CatalogChange(True)
+    if old is new:
+        return CatalogChange(False)
+    missing = object()
+    local = {k for k, v in new.local_queues.items() if old.local_queues.get(k, missing) != v}
+    local.update(k for k in old.local_queues if k not in new.local_queues)
+
+    def topology(catalog: Catalog, flavor: str) -> str | None:
+        model = catalog.flavors.get(flavor)
+        return (model.spec.topology_name or None) if model is not None else None
+
+    flavors = {f for f in (*old.flavors, *new.flavors) if topology(old, f) != topology(new, f)}
+    queues: set[str] = set()
+    for name in {*old.queues, *new.queues}:
+        before, after = old.queues.get(name), new.queues.get(name)
+        if before is after and not (flavors and before is not None):
+            continue  # the same spec over the same flavor topologies
+        if (before is None) != (after is None) or (
+            old.flavor_topology(name) != new.flavor_topology(name)
+        ):
+            queues.add(name)
+    return CatalogChange(False, frozenset(local), frozenset(queues))
+
+
+def local_queue_key(workload: Mapping[str, Any]) -> str | None:
+    """The LocalQueue a Workload names, as :meth:`Catalog.cluster_queue` looks it up
+    ("namespace/name"); None when it names none."""
+    local = as_mapping(workload.get("spec")).get("queueName")
+    if not local:
+        return None
+    return f"{meta(workload).get('namespace') or 'default'}/{local}"
 
 
 def build_placer(
