@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from operator import is_
 from typing import Any, TypeVar
 
 from topogate.api import constants as c
@@ -622,21 +623,30 @@ def build_catalog(
 
 # A parsed object: the object, its model (None: it does not parse) and the warning then.
 _Parsed = tuple[Mapping[str, Any], Any, str]
-# A model made into a spec: the model, the spec (None: it cannot be counted), the warning.
-_Spec = tuple[Any, Any, str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """One kind's objects as a build took them: what was made of them, the warnings, and
+    per object (by id: each is kept, so its id stays its own) its parse and what it made."""
+
+    objects: Sequence[Mapping[str, Any]]
+    made: dict[str, Any]
+    warnings: list[str]
+    parsed: dict[int, _Parsed] = field(default_factory=dict)
+    specs: dict[int, _Parsed] = field(default_factory=dict)  # per model: (model, spec, warning)
 
 
 class CatalogBuilder:
     """:func:`build_catalog` that parses each object once while it stays the same object:
     `serve` builds a catalog after every queue object's change, and parsing all of them again
-    each time cost seconds while a thousand ClusterQueues were created. Each build keeps only
-    what its objects used, so the memo holds what the last build read. Watched objects are
-    replaced on a change, never mutated; an equal object that is not the same one (a relist)
-    is taken as it is too (parsing is a function of the object alone)."""
+    each time cost seconds while a thousand ClusterQueues were created. A kind whose objects
+    are all the same ones as last time is taken whole from the last build; otherwise only
+    the objects that are not the same as one of the last build's are parsed (watched objects
+    are replaced on a change, never mutated). What is kept is what the last build read."""
 
     def __init__(self) -> None:
-        self._parsed: dict[tuple[str, str], _Parsed] = {}
-        self._specs: dict[tuple[str, str], _Spec] = {}
+        self._parts: dict[str, _Part] = {}
         self._topologies: dict[str, Topology] | None = None
         self._forest: HyperNodeForest | None = None
         self._sources: dict[str, TopologySource] = {}
@@ -652,61 +662,71 @@ class CatalogBuilder:
         cohorts: Sequence[Mapping[str, Any]] = (),
     ) -> tuple[Catalog, list[str]]:
         """What :func:`build_catalog` returns, from the parts parsed before where they hold."""
-        warnings: list[str] = []
-        parsed: dict[tuple[str, str], _Parsed] = {}
-        specs: dict[tuple[str, str], _Spec] = {}
-
-        def models(
-            model: type[_M], objs: Sequence[Mapping[str, Any]], tag: str = ""
-        ) -> dict[str, _M]:
-            out: dict[str, _M] = {}
-            for obj in objs:
-                name = meta(obj).get("name")
-                slot = (f"{model.__name__}{tag}", str(name))
-                kept = parsed.get(slot) or self._parsed.get(slot)
-                if kept is None or not (kept[0] is obj or kept[0] == obj):
-                    kept = _parse_one(model, obj, name, tag)
-                parsed[slot] = kept
-                if kept[1] is None:
-                    warnings.append(kept[2])
-                    continue
-                out[kept[1].metadata.name] = kept[1]
-            return out
-
-        def made(kind: str, items: Mapping[str, _M], make: Callable[[_M], Any]) -> dict[str, Any]:
-            out: dict[str, Any] = {}
-            for name, item in items.items():
-                slot = (kind, name)
-                kept = specs.get(slot) or self._specs.get(slot)
-                if kept is None or kept[0] is not item:
-                    try:  # a quota the cache cannot count (1e400, 10P of cpu) leaves it out
-                        kept = (item, make(item), "")
-                    except ValueError as error:
-                        kept = (item, None, f"ignoring {kind} {name}: {error}")
-                specs[slot] = kept
-                if kept[1] is None:
-                    warnings.append(kept[2])
-                else:
-                    out[name] = kept[1]
-            return out
-
-        queues = made("ClusterQueue", models(ClusterQueue, cluster_queues), QueueSpec.from_model)
-        tree = made("Cohort", models(Cohort, cohorts), CohortSpec.from_model)
-        local: dict[str, str | None] = {}
-        for obj in local_queues:
-            m = meta(obj)
-            spec = as_mapping(obj.get("spec"))
-            target = spec.get("clusterQueue")
-            local[f"{m.get('namespace') or 'default'}/{m.get('name')}"] = (
-                str(target) if target else None
-            )
-        kai = models(Topology, kai_topologies, f" ({c.KAI_API_VERSION})")
-        merged, clashes = merge_kai_topologies(models(Topology, topologies), kai)
+        kai_tag = f" ({c.KAI_API_VERSION})"
+        queues = self._part("ClusterQueue", ClusterQueue, cluster_queues, QueueSpec.from_model)
+        tree = self._part("Cohort", Cohort, cohorts, CohortSpec.from_model)
+        local = self._part("LocalQueue", None, local_queues)
+        kai = self._part("KAI", Topology, kai_topologies, tag=kai_tag)
+        own = self._part("Topology", Topology, topologies)
+        flavor = self._part("ResourceFlavor", ResourceFlavor, flavors)
+        warnings = [*queues.warnings, *tree.warnings, *kai.warnings, *own.warnings]
+        merged, clashes = merge_kai_topologies(own.made, kai.made)
         warnings.extend(f"ignoring {clash.describe()}" for clash in clashes.values())
+        warnings.extend(flavor.warnings)
         sources = self._sources_of(merged, forest)
-        catalog = Catalog(queues, local, models(ResourceFlavor, flavors), sources, tree)
-        self._parsed, self._specs = parsed, specs
+        catalog = Catalog(queues.made, local.made, flavor.made, sources, tree.made)
         return catalog, warnings
+
+    def _part(
+        self,
+        label: str,
+        model: type[_M] | None,
+        objs: Sequence[Mapping[str, Any]],
+        make: Callable[[Any], Any] | None = None,
+        tag: str = "",
+    ) -> _Part:
+        """The kind's part: the last one if its objects are the same, else made again from
+        the last one's parses (``model`` None: LocalQueues, read without a model)."""
+        last = self._parts.get(label)
+        if (
+            last is not None
+            and len(last.objects) == len(objs)
+            and all(map(is_, last.objects, objs))
+        ):
+            return last
+        if model is None:
+            part = _Part(objs, _local_queues(objs), [])
+        else:
+            part = _Part(objs, {}, [])
+            old = last.parsed if last is not None else {}
+            models: dict[str, Any] = {}
+            for obj in objs:
+                kept = old.get(id(obj))
+                if kept is None or kept[0] is not obj:
+                    kept = _parse_one(model, obj, meta(obj).get("name"), tag)
+                part.parsed[id(obj)] = kept
+                if kept[1] is None:
+                    part.warnings.append(kept[2])
+                else:
+                    models[kept[1].metadata.name] = kept[1]
+            if make is None:
+                part.made.update(models)
+            else:
+                specs = last.specs if last is not None else {}
+                for name, item in models.items():
+                    spec = specs.get(id(item))
+                    if spec is None or spec[0] is not item:
+                        try:  # a quota the cache cannot count (1e400, 10P of cpu): left out
+                            spec = (item, make(item), "")
+                        except ValueError as error:
+                            spec = (item, None, f"ignoring {label} {name}: {error}")
+                    part.specs[id(item)] = spec
+                    if spec[1] is None:
+                        part.warnings.append(spec[2])
+                    else:
+                        part.made[name] = spec[1]
+        self._parts[label] = part
+        return part
 
     def _sources_of(
         self, merged: dict[str, Topology], forest: HyperNodeForest | None
@@ -724,6 +744,16 @@ class CatalogBuilder:
             self._sources = topology_sources(merged, forest)
             self._topologies, self._forest = merged, forest
         return self._sources
+
+
+def _local_queues(objs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """ "namespace/name" -> the ClusterQueue each LocalQueue names (None: none)."""
+    out: dict[str, Any] = {}
+    for obj in objs:
+        m = meta(obj)
+        target = as_mapping(obj.get("spec")).get("clusterQueue")
+        out[f"{m.get('namespace') or 'default'}/{m.get('name')}"] = str(target) if target else None
+    return out
 
 
 def _parse_one(model: type[_M], obj: Mapping[str, Any], name: object, tag: str) -> _Parsed:
@@ -745,15 +775,6 @@ class CatalogChange:
     local_queues: frozenset[str] = frozenset()  # "namespace/name": added, gone or retargeted
     cluster_queues: frozenset[str] = frozenset()  # added, gone, or another flavor topology
 
-    def touches(self, local_queue: str | None, cluster_queue: str | None) -> bool:
-        """A translation made on this LocalQueue (key; None: the Workload names none) and
-        ClusterQueue (the one it names; None: none) may differ now."""
-        if self.everything:
-            return True
-        if local_queue is None:
-            return False
-        return local_queue in self.local_queues or cluster_queue in self.cluster_queues
-
 
 def catalog_change(old: Catalog | None, new: Catalog) -> CatalogChange:
     """What changed from ``old`` to ``new`` (:class:`CatalogChange`); exact, as it compares
@@ -763,8 +784,12 @@ def catalog_change(old: Catalog | None, new: Catalog) -> CatalogChange:
     if old is new:
         return CatalogChange(False)
     missing = object()
-    local = {k for k, v in new.local_queues.items() if old.local_queues.get(k, missing) != v}
-    local.update(k for k in old.local_queues if k not in new.local_queues)
+    local: set[str] = set()
+    if old.local_queues is not new.local_queues:  # a builder hands on a kind it did not change
+        local = {k for k, v in new.local_queues.items() if old.local_queues.get(k, missing) != v}
+        local.update(k for k in old.local_queues if k not in new.local_queues)
+    if old.queues is new.queues and old.flavors is new.flavors:
+        return CatalogChange(False, frozenset(local))
 
     def topology(catalog: Catalog, flavor: str) -> str | None:
         model = catalog.flavors.get(flavor)

@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from topogate.admission.podsets import CatalogBuilder, build_catalog, translate
+from topogate.admission import podsets
+from topogate.admission.podsets import CatalogBuilder, CatalogChange, build_catalog, translate
+from topogate.api import validation
 from topogate.kube.resources import (
     CLUSTER_QUEUES,
     LOCAL_QUEUES,
@@ -314,3 +316,33 @@ def test_a_queue_added_translates_only_its_own_workloads(monkeypatch: pytest.Mon
     world.apply(("rf", "f0", "t1", False, False))  # every queue's flavor topology
     pending.sync()
     assert sorted(seen) == sorted(["ml/w4", *(f"ml/w{i}" for i in range(5))])
+
+
+def test_a_build_after_one_queue_changed_parses_that_queue_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    world = World()
+    for i in range(20):
+        world.apply(("cq", f"cq{i}", ["f0"], 4, False, False))
+        world.apply(("lq", ("ml", f"q{i}"), f"cq{i}", "a", False))
+    world.apply(("rf", "f0", "t0", False, False))
+    world.apply(("tp", "t0", LEVELS["t0"], False))
+    first = world.state.catalogs.catalog()
+    parsed: list[str] = []
+    real = validation.parse_model
+
+    def counting(model: Any, data: Any, where: str) -> Any:
+        parsed.append(where)
+        return real(model, data, where)
+
+    monkeypatch.setattr(podsets, "parse_model", counting)
+    world.apply(("cq", "cq3", ["f0"], 8, False, False))
+    world.apply(("cq", "cq20", ["f0"], 8, False, False))
+    world.apply(("lq", ("ml", "q20"), "cq20", "a", False))
+    catalog = world.state.catalogs.catalog()
+    assert sorted(parsed) == ["ClusterQueue cq20", "ClusterQueue cq3"]
+    assert catalog.flavors is first.flavors  # a kind with no change is taken whole
+    assert catalog.sources is first.sources
+    assert world.state.catalogs.change_since(first) == CatalogChange(
+        False, frozenset({"ml/q20"}), frozenset({"cq20", "cq3"})
+    )

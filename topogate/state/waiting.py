@@ -123,6 +123,7 @@ class Candidate:
     translation: Translation
     source: Obj  # the version translated: a later one that only says why it waits reuses it
     local_queue: str | None  # the LocalQueue it names ("namespace/name"), if any
+    cluster_queue: str | None  # the ClusterQueue that LocalQueue named then, if any
 
 
 class PendingQueue:
@@ -132,9 +133,10 @@ class PendingQueue:
         self._catalogs = catalogs
         self._changes = workloads.changes()
         self._candidates: dict[str, Candidate] = {}
-        # The candidates per LocalQueue they name: a catalog change translates again only
-        # the Workloads of the queues it touched.
-        self._by_queue: dict[str | None, set[str]] = {}
+        # The candidates per LocalQueue and per ClusterQueue they name: a catalog change
+        # translates again only the Workloads of the queues it touched.
+        self._by_local: dict[str, set[str]] = {}
+        self._by_cluster: dict[str, set[str]] = {}
         # PodSets translated before: the Workloads of one template are translated once.
         self._translations = Translations()
         self._lanes = QueueLanes()
@@ -184,8 +186,10 @@ class PendingQueue:
                         translation = translate(workload, key, catalog)
                         self._translations.keep(workload, catalog, translation)
                     self._forget(key)
-                    cached = Candidate(version, translation, workload, local_queue_key(workload))
-                    self._by_queue.setdefault(cached.local_queue, set()).add(key)
+                    local = local_queue_key(workload)
+                    cluster = catalog.local_queues.get(local) if local else None
+                    cached = Candidate(version, translation, workload, local, cluster)
+                    self._index_candidate(key, cached)
                 self._candidates[key] = cached
             self._place(key, cached.translation)
         return left
@@ -195,19 +199,43 @@ class PendingQueue:
         change = self._catalogs.change_since(self._catalog)
         self._catalog = catalog
         self._translations.rebase(catalog, change)
-        for local, keys in list(self._by_queue.items()):
-            if change.touches(local, catalog.local_queues.get(local) if local else None):
-                for key in list(keys):
-                    self._forget(key)
-                    self._changes.add(key)
+        if change.everything:
+            touched = set(self._candidates)
+        else:
+            # A candidate's LocalQueue names the same ClusterQueue as when it was translated
+            # unless the LocalQueue changed since, and then it was dropped.
+            touched = set()
+            for index, queues in (
+                (self._by_local, change.local_queues),
+                (self._by_cluster, change.cluster_queues),
+            ):
+                for queue in queues:
+                    touched |= index.get(queue) or set()
+        for key in touched:
+            self._forget(key)
+        self._changes |= touched
+
+    def _index_candidate(self, key: str, cached: Candidate) -> None:
+        for index, queue in (
+            (self._by_local, cached.local_queue),
+            (self._by_cluster, cached.cluster_queue),
+        ):
+            if queue is not None:
+                index.setdefault(queue, set()).add(key)
 
     def _forget(self, key: str) -> None:
         cached = self._candidates.pop(key, None)
-        if cached is not None:
-            keys = self._by_queue[cached.local_queue]
-            keys.discard(key)
-            if not keys:
-                del self._by_queue[cached.local_queue]
+        if cached is None:
+            return
+        for index, queue in (
+            (self._by_local, cached.local_queue),
+            (self._by_cluster, cached.cluster_queue),
+        ):
+            keys = index.get(queue) if queue is not None else None
+            if keys is not None and queue is not None:
+                keys.discard(key)
+                if not keys:
+                    del index[queue]
 
     def _drop(self, key: str) -> None:
         if self._lanes.get(key) is not None or key in self._problems:
