@@ -625,16 +625,23 @@ def build_catalog(
 _Parsed = tuple[Mapping[str, Any], Any, str]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Part:
-    """One kind's objects as a build took them: what was made of them, the warnings, and
-    per object (by id: each is kept, so its id stays its own) its parse and what it made."""
+    """One kind's objects as a build took them: the models parsed (by name), what was made of
+    them, the warnings of each step, and per object (by id: each is kept, so its id stays its
+    own) its parse and per model what it made."""
 
     objects: Sequence[Mapping[str, Any]]
-    made: dict[str, Any]
-    warnings: list[str]
+    models: dict[str, Any] = field(default_factory=dict)
+    made: dict[str, Any] = field(default_factory=dict)
+    parse_warnings: list[str] = field(default_factory=list)
+    spec_warnings: list[str] = field(default_factory=list)
     parsed: dict[int, _Parsed] = field(default_factory=dict)
-    specs: dict[int, _Parsed] = field(default_factory=dict)  # per model: (model, spec, warning)
+    specs: dict[int, _Parsed] = field(default_factory=dict)  # (model, spec, warning)
+
+    @property
+    def warnings(self) -> list[str]:
+        return [*self.parse_warnings, *self.spec_warnings]
 
 
 class CatalogBuilder:
@@ -685,47 +692,80 @@ class CatalogBuilder:
         make: Callable[[Any], Any] | None = None,
         tag: str = "",
     ) -> _Part:
-        """The kind's part: the last one if its objects are the same, else made again from
-        the last one's parses (``model`` None: LocalQueues, read without a model)."""
+        """The kind's part: the last one if its objects are the same; the last one patched
+        if they are its objects and more after them (a watch appends what it adds); else made
+        again from the last one's parses (``model`` None: LocalQueues, read without one)."""
         last = self._parts.get(label)
-        if (
-            last is not None
-            and len(last.objects) == len(objs)
-            and all(map(is_, last.objects, objs))
-        ):
-            return last
-        if model is None:
-            part = _Part(objs, _local_queues(objs), [])
+        kept = len(last.objects) if last is not None else 0
+        if last is not None and kept <= len(objs) and all(map(is_, last.objects, objs)):
+            if kept == len(objs):
+                return last
+            part = self._walk(model, objs, make, tag, last, objs[kept:], label)
         else:
-            part = _Part(objs, {}, [])
-            old = last.parsed if last is not None else {}
-            models: dict[str, Any] = {}
-            for obj in objs:
-                kept = old.get(id(obj))
-                if kept is None or kept[0] is not obj:
-                    kept = _parse_one(model, obj, meta(obj).get("name"), tag)
-                part.parsed[id(obj)] = kept
-                if kept[1] is None:
-                    part.warnings.append(kept[2])
-                else:
-                    models[kept[1].metadata.name] = kept[1]
-            if make is None:
-                part.made.update(models)
-            else:
-                specs = last.specs if last is not None else {}
-                for name, item in models.items():
-                    spec = specs.get(id(item))
-                    if spec is None or spec[0] is not item:
-                        try:  # a quota the cache cannot count (1e400, 10P of cpu): left out
-                            spec = (item, make(item), "")
-                        except ValueError as error:
-                            spec = (item, None, f"ignoring {label} {name}: {error}")
-                    part.specs[id(item)] = spec
-                    if spec[1] is None:
-                        part.warnings.append(spec[2])
-                    else:
-                        part.made[name] = spec[1]
+            part = None
+        if part is None:
+            part = self._walk(model, objs, make, tag, None, objs, label)
+            assert part is not None
         self._parts[label] = part
+        return part
+
+    def _walk(
+        self,
+        model: type[_M] | None,
+        objs: Sequence[Mapping[str, Any]],
+        make: Callable[[Any], Any] | None,
+        tag: str,
+        base: _Part | None,
+        new: Sequence[Mapping[str, Any]],
+        label: str,
+    ) -> _Part | None:
+        """``base`` (None: nothing) with the ``new`` objects after it, as a build from scratch
+        makes it; None when one of them has a name ``base`` holds (the name keeps its place
+        there, and its warnings would not: walked whole instead)."""
+        last = self._parts.get(label)
+        if model is None:
+            made = dict(base.made) if base is not None else {}
+            made.update(_local_queues(new))
+            return _Part(objs, made=made)
+        part = _Part(objs)
+        if base is not None:
+            part.models, part.made = dict(base.models), dict(base.made)
+            part.parse_warnings = list(base.parse_warnings)
+            part.spec_warnings = list(base.spec_warnings)
+            part.parsed, part.specs = dict(base.parsed), dict(base.specs)
+        old = last.parsed if last is not None else {}
+        added: list[tuple[str, Any]] = []
+        for obj in new:
+            parsed = old.get(id(obj))
+            if parsed is None or parsed[0] is not obj:
+                parsed = _parse_one(model, obj, meta(obj).get("name"), tag)
+            part.parsed[id(obj)] = parsed
+            if parsed[1] is None:
+                part.parse_warnings.append(parsed[2])
+                continue
+            name = parsed[1].metadata.name
+            if base is not None and name in base.models:
+                return None
+            if name not in part.models:
+                added.append((name, parsed[1]))
+            part.models[name] = parsed[1]
+        if make is None:
+            part.made.update(part.models if base is None else {n: part.models[n] for n, _ in added})
+            return part
+        specs = last.specs if last is not None else {}
+        for name, item in part.models.items() if base is None else added:
+            item = part.models[name]  # the last object of a name is the one kept
+            spec = specs.get(id(item))
+            if spec is None or spec[0] is not item:
+                try:  # a quota the cache cannot count (1e400, 10P of cpu): left out
+                    spec = (item, make(item), "")
+                except ValueError as error:
+                    spec = (item, None, f"ignoring {label} {name}: {error}")
+            part.specs[id(item)] = spec
+            if spec[1] is None:
+                part.spec_warnings.append(spec[2])
+            else:
+                part.made[name] = spec[1]
         return part
 
     def _sources_of(

@@ -346,3 +346,18 @@ def test_a_build_after_one_queue_changed_parses_that_queue_alone(
     assert world.state.catalogs.change_since(first) == CatalogChange(
         False, frozenset({"ml/q20"}), frozenset({"cq20", "cq3"})
     )
+
+
+def test_an_object_added_under_a_name_already_built_is_built_as_from_scratch() -> None:
+    """Only a list given to the builder can hold two objects of a name (a watch keys them by
+    name); the later one wins, in the earlier one's place, as in a build from scratch."""
+    builder = CatalogBuilder()
+    first = cluster_queue("a", ["f0"], 4, False)
+    other = cluster_queue("b", ["f0"], 4, False)
+    again = cluster_queue("a", ["f1"], 8, False)
+    broken = {"metadata": {"name": "a"}, "spec": {"resourceGroups": "nope"}}
+    for objects in ([first, other], [first, other, again], [first, other, again, broken]):
+        built = builder.build(objects, [], [], [], None)
+        assert built == build_catalog(objects, [], [], [], None)
+        assert list(built[0].queues) == ["a", "b"]
+    assert built[0].queues["a"].flavors[0].flavor == "f1"
