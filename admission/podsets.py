@@ -648,9 +648,10 @@ class CatalogBuilder:
     """:func:`build_catalog` that parses each object once while it stays the same object:
     `serve` builds a catalog after every queue object's change, and parsing all of them again
     each time cost seconds while a thousand ClusterQueues were created. A kind whose objects
-    are all the same ones as last time is taken whole from the last build; otherwise only
-    the objects that are not the same as one of the last build's are parsed (watched objects
-    are replaced on a change, never mutated). What is kept is what the last build read."""
+    are all the same ones as last time is taken whole from the last build, or patched when
+    objects were only appended; otherwise only the objects that are not the same as one of
+    the last build's are parsed (watched objects are replaced on a change, never mutated).
+    What is kept is what the last build read."""
 
     def __init__(self) -> None:
         self._parts: dict[str, _Part] = {}
@@ -787,7 +788,7 @@ class CatalogBuilder:
 
 
 def _local_queues(objs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """ "namespace/name" -> the ClusterQueue each LocalQueue names (None: none)."""
+    """Each LocalQueue's "namespace/name" -> the ClusterQueue it names (None: none)."""
     out: dict[str, Any] = {}
     for obj in objs:
         m = meta(obj)
