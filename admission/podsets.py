@@ -500,17 +500,20 @@ _Made = tuple[tuple[PodSetRequest, ...], str | None]
 
 class Translations:
     """The PodSets already translated against one catalog, for the next Workload with the same
-    PodSets on the same ClusterQueue (the Workloads of one job template): reading a template's
-    annotations, quantities and node constraints cost ten times validating the Workload.
+    PodSets on a ClusterQueue with the same flavor topology (the Workloads of one job template,
+    on any of a thousand queues): reading a template's annotations, quantities and node
+    constraints cost ten times validating the Workload.
 
     :meth:`find` gives what :func:`translate` (no ``origin``) would: the Workload is still
-    validated as a whole (its metadata and status are its own) and its key, priority and
-    creation time are its own; the requests follow from its PodSets, the queue and the catalog
-    alone. Keyed by the PodSets' ``repr`` (JSON data: equal text, equal data). Only
+    validated as a whole (its metadata and status are its own) and its key, queue, priority and
+    creation time are its own; the requests follow from its PodSets, the queue's flavor
+    topology (:meth:`Catalog.flavor_topology`: all :func:`translate` reads of the queue once it
+    exists) and the catalog's topologies alone. Keyed by that topology and the PodSets'
+    ``repr`` (JSON data: equal text, equal data). Only
     translations that succeeded are kept (:meth:`keep`), so every refusal is worded for its
     own Workload; another catalog empties it (:meth:`rebase`: what it changed)."""
 
-    LIMIT = 2048  # (queue, PodSets) kept at most; past it, all are dropped and it refills
+    LIMIT = 2048  # (topology, PodSets) kept at most; past it, all are dropped and it refills
     # The PodSets' text kept at most, in characters (a translation is of its size): a count
     # alone would let 2,048 templates near etcd's 1.5 MB limit hold gigabytes.
     BYTES = 64 << 20
@@ -519,7 +522,7 @@ class Translations:
 
     def __init__(self) -> None:
         self._catalog: Catalog | None = None
-        self._made: dict[tuple[str, str], _Made] = {}
+        self._made: dict[tuple[str | None, str], _Made] = {}
         self._bytes = 0  # the kept PodSets' text, in characters
         self.hits = 0
 
@@ -529,7 +532,7 @@ class Translations:
     def find(self, workload: Mapping[str, Any], key: str, catalog: Catalog) -> Translation | None:
         """The Workload's translation from PodSets translated before, or None (translate it)."""
         shape = self._shape(workload, catalog)
-        made = self._against(catalog).get(shape) if shape is not None else None
+        made = self._against(catalog).get(shape[1:]) if shape is not None else None
         if made is None or shape is None:
             return None
         try:  # as workload_from_object does first, naming the object the same way
@@ -545,16 +548,16 @@ class Translations:
         shape = self._shape(workload, catalog) if pending is not None else None
         if pending is None or shape is None or shape[0] != pending.cluster_queue:
             return
-        size = len(shape[1])
+        size = len(shape[2])
         if size > self.LARGEST:
             return
         kept = self._against(catalog)
         if len(kept) >= self.LIMIT or self._bytes + size > self.BYTES:
             kept.clear()
             self._bytes = 0
-        if shape not in kept:
+        if shape[1:] not in kept:
             self._bytes += size
-        kept[shape] = (pending.request.podsets, pending.request.topology)
+        kept[shape[1:]] = (pending.request.podsets, pending.request.topology)
 
     @property
     def kept_bytes(self) -> int:
@@ -562,25 +565,26 @@ class Translations:
         return self._bytes
 
     def rebase(self, catalog: Catalog, change: CatalogChange) -> None:
-        """Go on with ``catalog``, ``change`` from the one translated against: keep what was
-        made on the ClusterQueues it leaves as they were. Those a changed LocalQueue names,
-        before or after, are dropped as well: a queue's change translates its Workloads
-        afresh, as a Workload's first time would."""
-        queues = set(change.cluster_queues)
-        for before in (self._catalog, catalog):
-            if before is not None:
-                local = before.local_queues
-                queues.update(str(local.get(k)) for k in change.local_queues if local.get(k))
+        """Go on with ``catalog``, ``change`` from the one translated against. What is kept
+        holds while the topologies do; still, what was made on the flavor topologies of the
+        ClusterQueues it touched (and of those a changed LocalQueue names), before or after,
+        is dropped: a queue's change translates its Workloads afresh, as a first time would."""
         if change.everything or self._catalog is None:
             self._made = {}
             self._bytes = 0
-        elif queues:
-            for shape in [s for s in self._made if s[0] in queues]:
-                self._bytes -= len(shape[1])
-                del self._made[shape]
+            self._catalog = catalog
+            return
+        topologies: set[str | None] = set()
+        for before in (self._catalog, catalog):
+            queues = set(change.cluster_queues)
+            queues.update(str(before.local_queues.get(k)) for k in change.local_queues)
+            topologies.update(before.flavor_topology(q) for q in queues if q in before.queues)
+        for shape in [s for s in self._made if s[0] in topologies]:
+            self._bytes -= len(shape[1])
+            del self._made[shape]
         self._catalog = catalog
 
-    def _against(self, catalog: Catalog) -> dict[tuple[str, str], _Made]:
+    def _against(self, catalog: Catalog) -> dict[tuple[str | None, str], _Made]:
         if catalog is not self._catalog:
             self._catalog = catalog
             self._made = {}
@@ -588,9 +592,9 @@ class Translations:
         return self._made
 
     @staticmethod
-    def _shape(workload: Mapping[str, Any], catalog: Catalog) -> tuple[str, str] | None:
-        """(ClusterQueue, the PodSets' text) of a Workload the model alone reads, whose queue
-        is in the catalog; None otherwise (translated each time, as before)."""
+    def _shape(workload: Mapping[str, Any], catalog: Catalog) -> tuple[str, str | None, str] | None:
+        """(ClusterQueue, its flavor topology, the PodSets' text) of a Workload the model alone
+        reads, whose queue is in the catalog; None otherwise (translated each time)."""
         kind, api_version = workload.get("kind"), workload.get("apiVersion")
         if kind != "Workload" or api_version != "topogate.dev/v1alpha1":
             return None
@@ -601,7 +605,7 @@ class Translations:
         cq, _ = catalog.cluster_queue(namespace, spec.get("queueName"))
         if cq is None or cq not in catalog.queues:
             return None
-        return cq, repr(spec.get("podSets"))
+        return cq, catalog.flavor_topology(cq), repr(spec.get("podSets"))
 
 
 def build_catalog(

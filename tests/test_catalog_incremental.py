@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topogate.admission import podsets
+from topogate.admission.lanes import QueueLanes
 from topogate.admission.podsets import CatalogBuilder, CatalogChange, build_catalog, translate
 from topogate.api import validation
 from topogate.kube.resources import (
@@ -193,10 +194,25 @@ def view(pending: PendingQueue) -> View:
 
 
 def from_scratch(state: ControllerState) -> View:
-    """What a pending queue new to this state makes of it."""
-    fresh = PendingQueue(state.store, state.workloads, state.catalogs)
-    fresh.sync()
-    return view(fresh)
+    """What :func:`translate` makes of every waiting Workload against a catalog built from
+    scratch: the lanes and the problems."""
+    objects = state.store.objects
+    catalog, _ = build_catalog(
+        list(objects(CLUSTER_QUEUES).values()),
+        list(objects(LOCAL_QUEUES).values()),
+        list(objects(RESOURCE_FLAVORS).values()),
+        list(objects(TOPOLOGIES).values()),
+        None,
+    )
+    lanes = QueueLanes()
+    problems = {}
+    for key in state.workloads.waiting():
+        made = translate(objects(WORKLOADS)[key], key, catalog)
+        if made.pending is None:
+            problems[key] = made.problem
+        else:
+            lanes.put(made.pending)
+    return {name: list(lanes.lane(name)) for name in lanes.names()}, problems
 
 
 # A cluster where every kind of change touches some waiting Workload.
@@ -361,3 +377,17 @@ def test_an_object_added_under_a_name_already_built_is_built_as_from_scratch() -
         assert built == build_catalog(objects, [], [], [], None)
         assert list(built[0].queues) == ["a", "b"]
     assert built[0].queues["a"].flavors[0].flavor == "f1"
+
+
+def test_a_template_is_translated_once_per_flavor_topology_not_per_queue() -> None:
+    world = World()
+    for step_ in PREFIX[:5]:
+        world.apply(step_)
+    for i, flavors in enumerate((["f0"], ["f0"], ["f1"], ["f2"], ["f2"])):
+        world.apply(("cq", f"cq{i}", flavors, 4, False, False))
+        world.apply(("lq", ("ml", f"q{i}"), f"cq{i}", "a", False))
+        world.apply(("wl", f"w{i}", "ml", f"q{i}", None, False))
+    pending = world.state.pending
+    pending.sync()
+    assert view(pending) == from_scratch(world.state) and not pending.problems
+    assert pending._translations.hits == 2  # cq1 as cq0 (t0), cq4 as cq3 (no topology)
