@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from operator import is_
 from typing import Any, TypeVar
 
 from topogate.api import constants as c
@@ -499,17 +500,20 @@ _Made = tuple[tuple[PodSetRequest, ...], str | None]
 
 class Translations:
     """The PodSets already translated against one catalog, for the next Workload with the same
-    PodSets on the same ClusterQueue (the Workloads of one job template): reading a template's
-    annotations, quantities and node constraints cost ten times validating the Workload.
+    PodSets on a ClusterQueue with the same flavor topology (the Workloads of one job template,
+    on any of a thousand queues): reading a template's annotations, quantities and node
+    constraints cost ten times validating the Workload.
 
     :meth:`find` gives what :func:`translate` (no ``origin``) would: the Workload is still
-    validated as a whole (its metadata and status are its own) and its key, priority and
-    creation time are its own; the requests follow from its PodSets, the queue and the catalog
-    alone. Keyed by the PodSets' ``repr`` (JSON data: equal text, equal data). Only
+    validated as a whole (its metadata and status are its own) and its key, queue, priority and
+    creation time are its own; the requests follow from its PodSets, the queue's flavor
+    topology (:meth:`Catalog.flavor_topology`: all :func:`translate` reads of the queue once it
+    exists) and the catalog's topologies alone. Keyed by that topology and the PodSets'
+    ``repr`` (JSON data: equal text, equal data). Only
     translations that succeeded are kept (:meth:`keep`), so every refusal is worded for its
-    own Workload; another catalog empties it."""
+    own Workload; another catalog empties it (:meth:`rebase`: what it changed)."""
 
-    LIMIT = 2048  # (queue, PodSets) kept at most; past it, all are dropped and it refills
+    LIMIT = 2048  # (topology, PodSets) kept at most; past it, all are dropped and it refills
     # The PodSets' text kept at most, in characters (a translation is of its size): a count
     # alone would let 2,048 templates near etcd's 1.5 MB limit hold gigabytes.
     BYTES = 64 << 20
@@ -518,7 +522,7 @@ class Translations:
 
     def __init__(self) -> None:
         self._catalog: Catalog | None = None
-        self._made: dict[tuple[str, str], _Made] = {}
+        self._made: dict[tuple[str | None, str], _Made] = {}
         self._bytes = 0  # the kept PodSets' text, in characters
         self.hits = 0
 
@@ -528,7 +532,7 @@ class Translations:
     def find(self, workload: Mapping[str, Any], key: str, catalog: Catalog) -> Translation | None:
         """The Workload's translation from PodSets translated before, or None (translate it)."""
         shape = self._shape(workload, catalog)
-        made = self._against(catalog).get(shape) if shape is not None else None
+        made = self._against(catalog).get(shape[1:]) if shape is not None else None
         if made is None or shape is None:
             return None
         try:  # as workload_from_object does first, naming the object the same way
@@ -544,23 +548,43 @@ class Translations:
         shape = self._shape(workload, catalog) if pending is not None else None
         if pending is None or shape is None or shape[0] != pending.cluster_queue:
             return
-        size = len(shape[1])
+        size = len(shape[2])
         if size > self.LARGEST:
             return
         kept = self._against(catalog)
         if len(kept) >= self.LIMIT or self._bytes + size > self.BYTES:
             kept.clear()
             self._bytes = 0
-        if shape not in kept:
+        if shape[1:] not in kept:
             self._bytes += size
-        kept[shape] = (pending.request.podsets, pending.request.topology)
+        kept[shape[1:]] = (pending.request.podsets, pending.request.topology)
 
     @property
     def kept_bytes(self) -> int:
         """The kept PodSets' text, in characters."""
         return self._bytes
 
-    def _against(self, catalog: Catalog) -> dict[tuple[str, str], _Made]:
+    def rebase(self, catalog: Catalog, change: CatalogChange) -> None:
+        """Go on with ``catalog``, ``change`` from the one translated against. What is kept
+        holds while the topologies do; still, what was made on the flavor topologies of the
+        ClusterQueues it touched (and of those a changed LocalQueue names), before or after,
+        is dropped: a queue's change translates its Workloads afresh, as a first time would."""
+        if change.everything or self._catalog is None:
+            self._made = {}
+            self._bytes = 0
+            self._catalog = catalog
+            return
+        topologies: set[str | None] = set()
+        for before in (self._catalog, catalog):
+            queues = set(change.cluster_queues)
+            queues.update(str(before.local_queues.get(k)) for k in change.local_queues)
+            topologies.update(before.flavor_topology(q) for q in queues if q in before.queues)
+        for shape in [s for s in self._made if s[0] in topologies]:
+            self._bytes -= len(shape[1])
+            del self._made[shape]
+        self._catalog = catalog
+
+    def _against(self, catalog: Catalog) -> dict[tuple[str | None, str], _Made]:
         if catalog is not self._catalog:
             self._catalog = catalog
             self._made = {}
@@ -568,9 +592,9 @@ class Translations:
         return self._made
 
     @staticmethod
-    def _shape(workload: Mapping[str, Any], catalog: Catalog) -> tuple[str, str] | None:
-        """(ClusterQueue, the PodSets' text) of a Workload the model alone reads, whose queue
-        is in the catalog; None otherwise (translated each time, as before)."""
+    def _shape(workload: Mapping[str, Any], catalog: Catalog) -> tuple[str, str | None, str] | None:
+        """(ClusterQueue, its flavor topology, the PodSets' text) of a Workload the model alone
+        reads, whose queue is in the catalog; None otherwise (translated each time)."""
         kind, api_version = workload.get("kind"), workload.get("apiVersion")
         if kind != "Workload" or api_version != "topogate.dev/v1alpha1":
             return None
@@ -581,7 +605,7 @@ class Translations:
         cq, _ = catalog.cluster_queue(namespace, spec.get("queueName"))
         if cq is None or cq not in catalog.queues:
             return None
-        return cq, repr(spec.get("podSets"))
+        return cq, catalog.flavor_topology(cq), repr(spec.get("podSets"))
 
 
 def build_catalog(
@@ -596,49 +620,246 @@ def build_catalog(
     """The catalog from watched objects, and one warning per object that does not parse (it
     is left out: the webhook refuses such objects; one that predates it must not stop the rest)
     and per KAI Topology whose name a Topology with other levels holds (it is left out too)."""
-    warnings: list[str] = []
+    return CatalogBuilder().build(
+        cluster_queues, local_queues, flavors, topologies, forest, kai_topologies, cohorts
+    )
 
-    def parsed(model: type[_M], objs: Sequence[Mapping[str, Any]], tag: str = "") -> dict[str, _M]:
-        out: dict[str, _M] = {}
-        for obj in objs:
-            name = meta(obj).get("name")
-            try:
-                item = parse_model(model, obj, f"{model.__name__} {name}{tag}")
-            except InputError as error:  # it names the object
-                warnings.append(f"ignoring {error.describe()}")
-                continue
-            except ValueError as error:
-                warnings.append(f"ignoring {model.__name__} {name}: {error}")
-                continue
-            out[item.metadata.name] = item
-        return out
 
-    queues: dict[str, QueueSpec] = {}
-    for name, model in parsed(ClusterQueue, cluster_queues).items():
-        try:  # a quota the cache cannot count (1e400, 10P of cpu) leaves the queue out
-            queues[name] = QueueSpec.from_model(model)
-        except ValueError as error:
-            warnings.append(f"ignoring ClusterQueue {name}: {error}")
-    tree: dict[str, CohortSpec] = {}
-    for name, cohort in parsed(Cohort, cohorts).items():
-        try:  # as for queues: a quota the cache cannot count leaves the Cohort out
-            tree[name] = CohortSpec.from_model(cohort)
-        except ValueError as error:
-            warnings.append(f"ignoring Cohort {name}: {error}")
-    local: dict[str, str | None] = {}
-    for obj in local_queues:
-        m = meta(obj)
-        spec = as_mapping(obj.get("spec"))
-        target = spec.get("clusterQueue")
-        local[f"{m.get('namespace') or 'default'}/{m.get('name')}"] = (
-            str(target) if target else None
+# A parsed object: the object, its model (None: it does not parse) and the warning then.
+_Parsed = tuple[Mapping[str, Any], Any, str]
+
+
+@dataclass(slots=True)
+class _Part:
+    """One kind's objects as a build took them: the models parsed (by name), what was made of
+    them, the warnings of each step, and per object (by id: each is kept, so its id stays its
+    own) its parse and per model what it made."""
+
+    objects: Sequence[Mapping[str, Any]]
+    models: dict[str, Any] = field(default_factory=dict)
+    made: dict[str, Any] = field(default_factory=dict)
+    parse_warnings: list[str] = field(default_factory=list)
+    spec_warnings: list[str] = field(default_factory=list)
+    parsed: dict[int, _Parsed] = field(default_factory=dict)
+    specs: dict[int, _Parsed] = field(default_factory=dict)  # (model, spec, warning)
+
+    @property
+    def warnings(self) -> list[str]:
+        return [*self.parse_warnings, *self.spec_warnings]
+
+
+class CatalogBuilder:
+    """:func:`build_catalog` that parses each object once while it stays the same object:
+    `serve` builds a catalog after every queue object's change, and parsing all of them again
+    each time cost seconds while a thousand ClusterQueues were created. A kind whose objects
+    are all the same ones as last time is taken whole from the last build, or patched when
+    objects were only appended; otherwise only the objects that are not the same as one of
+    the last build's are parsed (watched objects are replaced on a change, never mutated).
+    What is kept is what the last build read."""
+
+    def __init__(self) -> None:
+        self._parts: dict[str, _Part] = {}
+        self._topologies: dict[str, Topology] | None = None
+        self._forest: HyperNodeForest | None = None
+        self._sources: dict[str, TopologySource] = {}
+
+    def build(
+        self,
+        cluster_queues: Sequence[Mapping[str, Any]],
+        local_queues: Sequence[Mapping[str, Any]],
+        flavors: Sequence[Mapping[str, Any]],
+        topologies: Sequence[Mapping[str, Any]],
+        forest: HyperNodeForest | None,
+        kai_topologies: Sequence[Mapping[str, Any]] = (),
+        cohorts: Sequence[Mapping[str, Any]] = (),
+    ) -> tuple[Catalog, list[str]]:
+        """What :func:`build_catalog` returns, from the parts parsed before where they hold."""
+        kai_tag = f" ({c.KAI_API_VERSION})"
+        queues = self._part("ClusterQueue", ClusterQueue, cluster_queues, QueueSpec.from_model)
+        tree = self._part("Cohort", Cohort, cohorts, CohortSpec.from_model)
+        local = self._part("LocalQueue", None, local_queues)
+        kai = self._part("KAI", Topology, kai_topologies, tag=kai_tag)
+        own = self._part("Topology", Topology, topologies)
+        flavor = self._part("ResourceFlavor", ResourceFlavor, flavors)
+        warnings = [*queues.warnings, *tree.warnings, *kai.warnings, *own.warnings]
+        merged, clashes = merge_kai_topologies(own.made, kai.made)
+        warnings.extend(f"ignoring {clash.describe()}" for clash in clashes.values())
+        warnings.extend(flavor.warnings)
+        sources = self._sources_of(merged, forest)
+        catalog = Catalog(queues.made, local.made, flavor.made, sources, tree.made)
+        return catalog, warnings
+
+    def _part(
+        self,
+        label: str,
+        model: type[_M] | None,
+        objs: Sequence[Mapping[str, Any]],
+        make: Callable[[Any], Any] | None = None,
+        tag: str = "",
+    ) -> _Part:
+        """The kind's part: the last one if its objects are the same; the last one patched
+        if they are its objects and more after them (a watch appends what it adds); else made
+        again from the last one's parses (``model`` None: LocalQueues, read without one)."""
+        last = self._parts.get(label)
+        kept = len(last.objects) if last is not None else 0
+        if last is not None and kept <= len(objs) and all(map(is_, last.objects, objs)):
+            if kept == len(objs):
+                return last
+            part = self._walk(model, objs, make, tag, last, objs[kept:], label)
+        else:
+            part = None
+        if part is None:
+            part = self._walk(model, objs, make, tag, None, objs, label)
+            assert part is not None
+        self._parts[label] = part
+        return part
+
+    def _walk(
+        self,
+        model: type[_M] | None,
+        objs: Sequence[Mapping[str, Any]],
+        make: Callable[[Any], Any] | None,
+        tag: str,
+        base: _Part | None,
+        new: Sequence[Mapping[str, Any]],
+        label: str,
+    ) -> _Part | None:
+        """``base`` (None: nothing) with the ``new`` objects after it, as a build from scratch
+        makes it; None when one of them has a name ``base`` holds (the name keeps its place
+        there, and its warnings would not: walked whole instead)."""
+        last = self._parts.get(label)
+        if model is None:
+            made = dict(base.made) if base is not None else {}
+            made.update(_local_queues(new))
+            return _Part(objs, made=made)
+        part = _Part(objs)
+        if base is not None:
+            part.models, part.made = dict(base.models), dict(base.made)
+            part.parse_warnings = list(base.parse_warnings)
+            part.spec_warnings = list(base.spec_warnings)
+            part.parsed, part.specs = dict(base.parsed), dict(base.specs)
+        old = last.parsed if last is not None else {}
+        added: list[tuple[str, Any]] = []
+        for obj in new:
+            parsed = old.get(id(obj))
+            if parsed is None or parsed[0] is not obj:
+                parsed = _parse_one(model, obj, meta(obj).get("name"), tag)
+            part.parsed[id(obj)] = parsed
+            if parsed[1] is None:
+                part.parse_warnings.append(parsed[2])
+                continue
+            name = parsed[1].metadata.name
+            if base is not None and name in base.models:
+                return None
+            if name not in part.models:
+                added.append((name, parsed[1]))
+            part.models[name] = parsed[1]
+        if make is None:
+            part.made.update(part.models if base is None else {n: part.models[n] for n, _ in added})
+            return part
+        specs = last.specs if last is not None else {}
+        for name, item in part.models.items() if base is None else added:
+            item = part.models[name]  # the last object of a name is the one kept
+            spec = specs.get(id(item))
+            if spec is None or spec[0] is not item:
+                try:  # a quota the cache cannot count (1e400, 10P of cpu): left out
+                    spec = (item, make(item), "")
+                except ValueError as error:
+                    spec = (item, None, f"ignoring {label} {name}: {error}")
+            part.specs[id(item)] = spec
+            if spec[1] is None:
+                part.spec_warnings.append(spec[2])
+            else:
+                part.made[name] = spec[1]
+        return part
+
+    def _sources_of(
+        self, merged: dict[str, Topology], forest: HyperNodeForest | None
+    ) -> dict[str, TopologySource]:
+        """The sources of the last build while its topologies and forest are the same ones
+        (their domain trees, kept per node-label filter, stay with them)."""
+        last = self._topologies
+        same = (
+            last is not None
+            and forest is self._forest
+            and list(last) == list(merged)
+            and all(last[name] is topology for name, topology in merged.items())
         )
-    kai = parsed(Topology, kai_topologies, f" ({c.KAI_API_VERSION})")
-    merged, clashes = merge_kai_topologies(parsed(Topology, topologies), kai)
-    warnings.extend(f"ignoring {clash.describe()}" for clash in clashes.values())
-    sources = topology_sources(merged, forest)
-    catalog = Catalog(queues, local, parsed(ResourceFlavor, flavors), sources, tree)
-    return catalog, warnings
+        if not same:
+            self._sources = topology_sources(merged, forest)
+            self._topologies, self._forest = merged, forest
+        return self._sources
+
+
+def _local_queues(objs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Each LocalQueue's "namespace/name" -> the ClusterQueue it names (None: none)."""
+    out: dict[str, Any] = {}
+    for obj in objs:
+        m = meta(obj)
+        target = as_mapping(obj.get("spec")).get("clusterQueue")
+        out[f"{m.get('namespace') or 'default'}/{m.get('name')}"] = str(target) if target else None
+    return out
+
+
+def _parse_one(model: type[_M], obj: Mapping[str, Any], name: object, tag: str) -> _Parsed:
+    try:
+        return obj, parse_model(model, obj, f"{model.__name__} {name}{tag}"), ""
+    except InputError as error:  # it names the object
+        return obj, None, f"ignoring {error.describe()}"
+    except ValueError as error:
+        return obj, None, f"ignoring {model.__name__} {name}: {error}"
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogChange:
+    """What changed between two catalogs for :func:`translate`: a Workload's translation reads
+    its LocalQueue's entry, its ClusterQueue's presence and flavor topology
+    (:meth:`Catalog.flavor_topology`) and the topologies; nothing else of the catalog."""
+
+    everything: bool  # the topologies changed (or there was no catalog before)
+    local_queues: frozenset[str] = frozenset()  # "namespace/name": added, gone or retargeted
+    cluster_queues: frozenset[str] = frozenset()  # added, gone, or another flavor topology
+
+
+def catalog_change(old: Catalog | None, new: Catalog) -> CatalogChange:
+    """What changed from ``old`` to ``new`` (:class:`CatalogChange`); exact, as it compares
+    what translation reads."""
+    if old is None or (old.sources is not new.sources and old.sources != new.sources):
+        return CatalogChange(True)
+    if old is new:
+        return CatalogChange(False)
+    missing = object()
+    local: set[str] = set()
+    if old.local_queues is not new.local_queues:  # a builder hands on a kind it did not change
+        local = {k for k, v in new.local_queues.items() if old.local_queues.get(k, missing) != v}
+        local.update(k for k in old.local_queues if k not in new.local_queues)
+    if old.queues is new.queues and old.flavors is new.flavors:
+        return CatalogChange(False, frozenset(local))
+
+    def topology(catalog: Catalog, flavor: str) -> str | None:
+        model = catalog.flavors.get(flavor)
+        return (model.spec.topology_name or None) if model is not None else None
+
+    flavors = {f for f in (*old.flavors, *new.flavors) if topology(old, f) != topology(new, f)}
+    queues: set[str] = set()
+    for name in {*old.queues, *new.queues}:
+        before, after = old.queues.get(name), new.queues.get(name)
+        if before is after and not (flavors and before is not None):
+            continue  # the same spec over the same flavor topologies
+        if (before is None) != (after is None) or (
+            old.flavor_topology(name) != new.flavor_topology(name)
+        ):
+            queues.add(name)
+    return CatalogChange(False, frozenset(local), frozenset(queues))
+
+
+def local_queue_key(workload: Mapping[str, Any]) -> str | None:
+    """The LocalQueue a Workload names, as :meth:`Catalog.cluster_queue` looks it up
+    ("namespace/name"); None when it names none."""
+    local = as_mapping(workload.get("spec")).get("queueName")
+    if not local:
+        return None
+    return f"{meta(workload).get('namespace') or 'default'}/{local}"
 
 
 def build_placer(

@@ -105,7 +105,7 @@ class ControllerState:
             # Our own status writes: nothing the catalog or a cycle reads changed.
             read = not (status_written and status_only(old, new))
             if read and resource.key in CATALOG_INPUTS:
-                self.catalogs.inputs_changed()
+                self.catalogs.inputs_changed(resource.key, new if new is not None else old)
             try:
                 if read:
                     on_event(old, new)

@@ -15,10 +15,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from topogate.admission.lanes import QueueLanes
-from topogate.admission.podsets import Translation, Translations, translate
+from topogate.admission.podsets import (
+    Catalog,
+    Translation,
+    Translations,
+    local_queue_key,
+    translate,
+)
 from topogate.admission.quota import Usage, checked_admission, usage_of
 from topogate.api.errors import InputError
 from topogate.api.objects import meta, only_waiting_words_changed
@@ -110,12 +116,14 @@ class WorkloadIndex:
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """A waiting workload as the cycle sees it, translated once per (resourceVersion, catalog
-    generation): a queue, flavor, topology or HyperNode change translates it again."""
+    """A waiting workload as the cycle sees it, translated once per resourceVersion; a
+    catalog change that can touch its translation (:class:`CatalogChange`) drops it."""
 
     version: str
     translation: Translation
     source: Obj  # the version translated: a later one that only says why it waits reuses it
+    local_queue: str | None  # the LocalQueue it names ("namespace/name"), if any
+    cluster_queue: str | None  # the ClusterQueue that LocalQueue named then, if any
 
 
 class PendingQueue:
@@ -125,11 +133,15 @@ class PendingQueue:
         self._catalogs = catalogs
         self._changes = workloads.changes()
         self._candidates: dict[str, Candidate] = {}
+        # The candidates per LocalQueue and per ClusterQueue they name: a catalog change
+        # translates again only the Workloads of the queues it touched.
+        self._by_local: dict[str, set[str]] = {}
+        self._by_cluster: dict[str, set[str]] = {}
         # PodSets translated before: the Workloads of one template are translated once.
         self._translations = Translations()
         self._lanes = QueueLanes()
         self._problems: dict[str, str] = {}
-        self._generation = -1
+        self._catalog: Catalog | None = None  # the one the candidates were translated against
         self.version = 0  # bumped when a lane or a problem changed (a cycle's input)
 
     @property
@@ -147,41 +159,83 @@ class PendingQueue:
         return self._lanes.get(key) is not None or key in self._problems
 
     def sync(self) -> list[str]:
-        """Bring the queue up to the state: translate what changed since the last sync (every
-        waiting workload after the catalog changed). Returns the keys that stopped waiting."""
+        """Bring the queue up to the state: translate what changed since the last sync (and,
+        after the catalog changed, the workloads whose translation that can change). Returns
+        the keys that stopped waiting."""
         catalog = self._catalogs.catalog()
-        if self._generation != self._catalogs.generation:
-            self._generation = self._catalogs.generation
-            self._changes |= self._index.waiting()
+        if catalog is not self._catalog:
+            self._rebase(catalog)
         changed = set(self._changes)
         self._changes.clear()  # in place: the index fills this very set
         left = []
         for key in changed:
             workload = self._workloads.get(key)
             if workload is None or not self._index.is_waiting(key):
-                self._candidates.pop(key, None)
+                self._forget(key)
                 self._drop(key)
                 left.append(key)
                 continue
-            version = f"{meta(workload).get('resourceVersion')}/{self._catalogs.generation}"
+            version = str(meta(workload).get("resourceVersion"))
             cached = self._candidates.get(key)
             if cached is None or cached.version != version:
-                generation = f"/{self._catalogs.generation}"
-                if (
-                    cached is not None
-                    and cached.version.endswith(generation)
-                    and only_waiting_words_changed(cached.source, workload)
-                ):
-                    cached = Candidate(version, cached.translation, workload)
+                if cached is not None and only_waiting_words_changed(cached.source, workload):
+                    cached = replace(cached, version=version, source=workload)
                 else:
                     translation = self._translations.find(workload, key, catalog)
                     if translation is None:
                         translation = translate(workload, key, catalog)
                         self._translations.keep(workload, catalog, translation)
-                    cached = Candidate(version, translation, workload)
+                    self._forget(key)
+                    local = local_queue_key(workload)
+                    cluster = catalog.local_queues.get(local) if local else None
+                    cached = Candidate(version, translation, workload, local, cluster)
+                    self._index_candidate(key, cached)
                 self._candidates[key] = cached
             self._place(key, cached.translation)
         return left
+
+    def _rebase(self, catalog: Catalog) -> None:
+        """Drop the candidates whose translation the new catalog can change, and queue them."""
+        change = self._catalogs.change_since(self._catalog)
+        self._catalog = catalog
+        self._translations.rebase(catalog, change)
+        if change.everything:
+            touched = set(self._candidates)
+        else:
+            # A candidate's LocalQueue names the same ClusterQueue as when it was translated
+            # unless the LocalQueue changed since, and then it was dropped.
+            touched = set()
+            for index, queues in (
+                (self._by_local, change.local_queues),
+                (self._by_cluster, change.cluster_queues),
+            ):
+                for queue in queues:
+                    touched |= index.get(queue) or set()
+        for key in touched:
+            self._forget(key)
+        self._changes |= touched
+
+    def _index_candidate(self, key: str, cached: Candidate) -> None:
+        for index, queue in (
+            (self._by_local, cached.local_queue),
+            (self._by_cluster, cached.cluster_queue),
+        ):
+            if queue is not None:
+                index.setdefault(queue, set()).add(key)
+
+    def _forget(self, key: str) -> None:
+        cached = self._candidates.pop(key, None)
+        if cached is None:
+            return
+        for index, queue in (
+            (self._by_local, cached.local_queue),
+            (self._by_cluster, cached.cluster_queue),
+        ):
+            keys = index.get(queue) if queue is not None else None
+            if keys is not None and queue is not None:
+                keys.discard(key)
+                if not keys:
+                    del index[queue]
 
     def _drop(self, key: str) -> None:
         if self._lanes.get(key) is not None or key in self._problems:
