@@ -314,3 +314,12 @@ async def test_requests_past_the_limit_are_sent_in_arrival_order() -> None:
         await pool.close()
     assert [r.split(b" ")[1] for r in requests] == [f"/{i}".encode() for i in range(12)]
     assert len(connections) == 2
+
+
+async def test_a_header_with_a_line_break_is_refused_before_anything_is_sent() -> None:
+    async with _server(lambda r: _ok(b"{}")) as (port, requests, connections):
+        pool = Http1Pool(URL(f"http://127.0.0.1:{port}"), None)
+        with pytest.raises(ValueError, match="Authorization"):
+            await pool.request("GET", "/", {"Authorization": "Bearer a\r\nX: y"}, None, 5)
+        await pool.close()
+    assert (requests, connections) == ([], [])

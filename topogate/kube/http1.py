@@ -236,7 +236,11 @@ class Http1Pool:
     ) -> tuple[int, bytes]:
         """(status, body) of ``method target`` (``target``: path and query, encoded)."""
         lines = [f"{method} {self._prefix}{target} HTTP/1.1\r\nHost: {self._host_header}\r\n"]
-        lines += [f"{k}: {v}\r\n" for k, v in headers.items()]
+        for name, value in headers.items():
+            if "\n" in value or "\r" in value or "\n" in name or "\r" in name:
+                # As aiohttp refuses them: a header must not end the head (a token gone bad).
+                raise ValueError(f"a line break in the value of HTTP header {name!r}")
+            lines.append(f"{name}: {value}\r\n")
         if body is not None:
             lines.append(f"Content-Length: {len(body)}\r\n")
         lines.append(f"User-Agent: {USER_AGENT}\r\n\r\n")
