@@ -59,21 +59,3 @@ def test_paths_quote_names_as_quote_does(name: str) -> None:
     assert EVENTS.path(name or "default") == (
         f"/apis/events.k8s.io/v1/namespaces/{quote(name or 'default', safe='')}/events"
     )
-
-
-def test_the_client_imports_the_official_async_client_without_the_sync_one() -> None:
-    """serve pays for kubernetes.aio only; the synchronous client still imports on demand."""
-    import subprocess
-    import sys
-
-    script = (
-        "import sys\n"
-        "import topogate.kube.client\n"
-        "print('kubernetes.client' in sys.modules, 'kubernetes.config' in sys.modules)\n"
-        "from kubernetes import client, config\n"
-        "print(client.CoreV1Api.__name__, callable(config.load_kube_config))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
-    )
-    assert done.stdout.split() == ["False", "False", "CoreV1Api", "True"]

@@ -13,9 +13,7 @@ This is the one module that loads a kubeconfig: :meth:`Kube.connect` for every c
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
-import sys
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,9 @@ from urllib.parse import urlencode
 import aiohttp
 import orjson
 import yaml
+from kubernetes.aio import config as aio_config
+from kubernetes.aio.client.configuration import Configuration
+from kubernetes.aio.client.rest import RESTClientObject
 from yarl import URL
 
 from topogate.api.errors import InputError
@@ -33,27 +34,6 @@ from .http1 import Http1Pool
 from .protocol import KubeApi
 from .ratelimit import TokenBucket, check_before_send
 from .resources import JSON_PATCH, MERGE_PATCH, Obj, Resource
-
-
-def _official_package_without_its_sync_client() -> None:
-    """Make ``kubernetes`` importable without running its ``__init__``, which imports the
-    whole synchronous client (its models, kubeconfig loader, requests, urllib3, oauthlib,
-    websocket streams, dynamic client and informers: about half of this module's import time,
-    0.15-0.25 s of CPU at every start of serve and of each command) of which only
-    ``kubernetes.aio`` is used. Its submodules still import as before (``from kubernetes
-    import client`` loads the synchronous one on demand); nothing when it is loaded already."""
-    if "kubernetes" in sys.modules:
-        return
-    spec = importlib.util.find_spec("kubernetes")
-    if spec is not None and spec.submodule_search_locations is not None:
-        sys.modules["kubernetes"] = importlib.util.module_from_spec(spec)
-
-
-_official_package_without_its_sync_client()
-
-from kubernetes.aio import config as aio_config  # noqa: E402
-from kubernetes.aio.client.configuration import Configuration  # noqa: E402
-from kubernetes.aio.client.rest import RESTClientObject  # noqa: E402
 
 __all__ = [
     "JSON_PATCH",
