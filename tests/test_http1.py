@@ -323,3 +323,213 @@ async def test_a_header_with_a_line_break_is_refused_before_anything_is_sent() -
             await pool.request("GET", "/", {"Authorization": "Bearer a\r\nX: y"}, None, 5)
         await pool.close()
     assert (requests, connections) == ([], [])
+
+
+# A hostile or broken server: the parser (llhttp) must refuse what RFC 9112 calls ambiguous,
+# and no byte of one response may be read as another's.
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        # Both framings: a smuggling attempt, not a choice to make.
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + b"2\r\n{}\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}x",
+        b"HTTP/1.1 200 OK\r\nContent-Length: -2\r\n\r\n{}",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2x\r\n\r\n{}",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999999\r\n\r\n{}",
+        # A header injected into the status line behind a bare CR or a bare LF.
+        b"HTTP/1.1 200 OK\rContent-Length: 0\r\nContent-Length: 2\r\n\r\n{}",
+        b"HTTP/1.1 200 OK\nContent-Length: 0\r\nContent-Length: 2\r\n\r\n{}",
+        b"HTTP/1.1 2000 OK\r\nContent-Length: 2\r\n\r\n{}",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+        # An upgrade no request asked for.
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
+    ],
+)
+async def test_a_malformed_or_ambiguous_response_is_refused_and_its_connection_dropped(
+    response: bytes,
+) -> None:
+    async with _server(lambda r: response if b"/bad" in r else _ok(b"{}")) as (
+        port,
+        _,
+        connections,
+    ):
+        pool = Http1Pool(URL(f"http://127.0.0.1:{port}"), None)
+        with pytest.raises(aiohttp.ClientPayloadError, match="malformed response"):
+            await pool.request("GET", "/bad", {}, None, 5)
+        assert pool._open == 0
+        assert await pool.request("GET", "/", {}, None, 5) == (200, b"{}")
+        await pool.close()
+    assert len(connections) == 2
+
+
+async def test_an_interim_response_before_the_real_one_is_skipped() -> None:
+    def answer(request: bytes) -> bytes:
+        return b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n" + _ok(
+            b'{"a": 1}'
+        )
+
+    async with _server(answer) as (port, _, connections):
+        pool = Http1Pool(URL(f"http://127.0.0.1:{port}"), None)
+        for _ in range(2):
+            assert await pool.request("GET", "/", {}, None, 5) == (200, b'{"a": 1}')
+        await pool.close()
+    assert len(connections) == 1  # kept: the exchange ended where the real response did
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstale",  # a whole response
+        b"garbage",
+        b"HTTP/1.1 200",  # the start of one
+    ],
+)
+async def test_bytes_past_a_responses_length_drop_the_connection(extra: bytes) -> None:
+    served = [0]
+
+    def answer(request: bytes) -> bytes:
+        served[0] += 1
+        # The first answer runs past its Content-Length (in one write: one read).
+        return _ok(b"{}") + extra if served[0] == 1 else _ok(b'{"n": %d}' % served[0])
+
+    async with _server(answer) as (port, _, connections):
+        pool = Http1Pool(URL(f"http://127.0.0.1:{port}"), None)
+        assert await pool.request("GET", "/", {}, None, 5) == (200, b"{}")
+        assert pool._open == 0  # not kept: its framing is lost
+        assert await pool.request("GET", "/", {}, None, 5) == (200, b'{"n": 2}')
+        await pool.close()
+    assert len(connections) == 2
+
+
+async def test_an_answer_to_no_request_on_an_idle_connection_drops_it() -> None:
+    """A server that answers before the request is sent: bytes on a kept connection between
+    two requests are no one's answer; the next request goes out on a new connection."""
+
+    accepted = [0]
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted[0] += 1
+        with contextlib.suppress(
+            asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError
+        ):
+            if accepted[0] == 1:
+                await reader.readuntil(b"\r\n\r\n")
+                writer.write(_ok(b"{}"))
+                await writer.drain()
+                await asyncio.sleep(0.05)  # the client's connection is idle now
+                writer.write(_ok(b'"unasked"'))
+                await writer.drain()
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                writer.write(_ok(b'"asked"'))
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pool = Http1Pool(URL(f"http://127.0.0.1:{port}"), None)
+    try:
+        assert await pool.request("GET", "/", {}, None, 5) == (200, b"{}")
+        await asyncio.sleep(0.2)
+        assert await pool.request("GET", "/", {}, None, 5) == (200, b'"asked"')
+        assert (pool._open, accepted[0]) == (1, 2)
+    finally:
+        await pool.close()
+        server.close()
+
+
+class _Transport:
+    """Enough of a transport for a _Connection fed by hand."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        _ok(b'{"a": 1}', "Date: Mon, 1 Jan 2024 00:00:00 GMT"),
+        _chunked(b'{"a": ', b"1}"),
+        b"HTTP/1.1 100 Continue\r\n\r\n" + _chunked(b'{"a": 1}'),
+    ],
+)
+async def test_a_response_read_one_byte_at_a_time(response: bytes) -> None:
+    from topogate.kube.http1 import _Connection
+
+    connection = _Connection()
+    transport = _Transport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    for _ in range(2):  # and again on the kept connection
+        answer = connection.send(b"GET / HTTP/1.1\r\n\r\n")
+        for i in range(len(response)):
+            assert not answer.done()
+            connection.data_received(response[i : i + 1])
+        assert answer.result() == (200, b'{"a": 1}', True)
+    assert not transport.closed
+
+
+async def test_a_head_or_a_body_past_its_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from topogate.kube import http1
+
+    monkeypatch.setattr(http1, "MAX_RESPONSE_BYTES", 1000)
+    long_header = "X-Long: " + "a" * 70_000
+    responses = {
+        b"/head-one-read": _ok(b"{}", long_header),
+        b"/head-many-headers": _ok(b"{}", *[f"X-{i}: {'b' * 1000}" for i in range(70)]),
+        b"/body": _ok(b"x" * 1001),
+        b"/chunked": _chunked(*[b"y" * 100] * 11),
+    }
+
+    def answer(request: bytes) -> bytes:
+        return responses.get(request.split(b" ")[1], _ok(b"{}"))
+
+    async with _server(answer) as (port, _, _):
+        pool = Http1Pool(URL(f"http://127.0.0.1:{port}"), None)
+        for path, limit in [
+            ("/head-one-read", "64 KiB"),
+            ("/head-many-headers", "64 KiB"),
+            ("/body", "64 MiB"),
+            ("/chunked", "64 MiB"),
+        ]:
+            with pytest.raises(aiohttp.ClientPayloadError, match=limit):
+                await pool.request("GET", path, {}, None, 5)
+        assert await pool.request("GET", "/", {}, None, 5) == (200, b"{}")
+        await pool.close()
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{}",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Len",
+    ],
+)
+async def test_a_body_cut_short_by_the_connections_end_is_a_disconnection(response: bytes) -> None:
+    """Only a response framed by neither a length nor chunks ends with the connection."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(response)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pool = Http1Pool(URL(f"http://127.0.0.1:{port}"), None)
+    try:
+        with pytest.raises(aiohttp.ServerDisconnectedError):
+            await pool.request("GET", "/", {}, None, 5)
+    finally:
+        await pool.close()
+        server.close()

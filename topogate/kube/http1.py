@@ -8,7 +8,9 @@ jar) cost about four times the bytes' own work on loopback: 300-450 us of CPU pe
 against about 80 us for the same exchange here. What the API server needs is small: a request
 line, a few headers and a JSON body out; a status, Content-Length or chunked framing and a JSON
 body back (no compression is asked for, no redirects are followed, no proxies: a client that
-needs one keeps aiohttp's path).
+needs one keeps aiohttp's path). The response is parsed by httptools (llhttp, the parser of
+Node.js and uvicorn, and in C aiohttp's own), which refuses what RFC 9112 calls ambiguous: both
+a Content-Length and chunked, two Content-Lengths, a bad length, a bare CR or LF in the head.
 
 Failures are aiohttp's and asyncio's exceptions, which every caller already handles
 (``topogate.kube.errors.TRANSPORT_ERRORS``): a refused or failed connection is a
@@ -26,6 +28,7 @@ from collections.abc import Mapping
 from typing import cast
 
 import aiohttp
+import httptools
 from yarl import URL
 
 # Far above any object etcd stores (1.5 MiB by default), to bound a response gone wrong.
@@ -35,29 +38,26 @@ _MAX_HEAD_BYTES = 64 * 1024
 USER_AGENT = aiohttp.http.SERVER_SOFTWARE
 
 
-class _Response:
-    """A response being read: its framing from the head, then its body."""
-
-    __slots__ = ("body_start", "chunked", "close", "length", "pieces", "status")
-
-    def __init__(
-        self, status: int, length: int | None, chunked: bool, close: bool, start: int
-    ) -> None:
-        self.status, self.length, self.chunked, self.close = status, length, chunked, close
-        self.body_start = start  # chunked: where the next chunk starts
-        self.pieces: list[bytes] = []  # chunked: the chunks read so far
-
-
 class _Connection(asyncio.Protocol):
-    """One connection; one request in flight at a time."""
+    """One connection; one request in flight at a time. Its response is parsed by llhttp
+    (``httptools``): the framing rules (status line, Content-Length, chunked, 1xx, 204 and 304,
+    keep-alive) and the refusal of a malformed or ambiguous response are the parser's; the
+    limits, the end of a body framed by the connection's end, and the errors are ours."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.lost = False
         self.gone = asyncio.get_running_loop().create_future()  # done when the socket is closed
-        self._buffer = bytearray()
         self._waiter: asyncio.Future[tuple[int, bytes, bool]] | None = None
-        self._response: _Response | None = None
+        self._parser: httptools.HttpResponseParser | None = None
+        self._status = 0
+        self._headed = False  # the head of the response being read is complete
+        self._head_size = 0  # of the headers read
+        self._fed = 0  # bytes read while the head is incomplete
+        self._framed = False  # by a Content-Length or a Transfer-Encoding
+        self._pieces: list[bytes] = []
+        self._size = 0
+        self._answer: tuple[int, bytes, bool] | None = None  # the final response, once read
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are no subclasses of asyncio's, only alike.
@@ -67,10 +67,11 @@ class _Connection(asyncio.Protocol):
         self.lost = True
         if not self.gone.done():
             self.gone.set_result(None)
-        response = self._response
-        if response is not None and response.length is None and not response.chunked:
+        if self._waiter is not None and self._headed and not self._framed:
             # Framed by the connection's end (no length, not chunked): the body is complete.
-            self._done(bytes(self._buffer[response.body_start :]), keep=False)
+            # llhttp would say so on a call to llhttp_finish, which httptools does not offer.
+            self._answer = (self._status, b"".join(self._pieces), False)
+            self._deliver()
             return
         self._fail(aiohttp.ServerDisconnectedError())
 
@@ -78,23 +79,81 @@ class _Connection(asyncio.Protocol):
         return None  # close: a response never continues after the server's end
 
     def data_received(self, data: bytes) -> None:
-        if self._waiter is None:
+        parser = self._parser
+        if self._waiter is None or parser is None:
             # Bytes no request asked for: the connection's framing is lost.
             self.close()
             return
-        self._buffer += data
+        error: aiohttp.ClientPayloadError | None = None
         try:
-            self._parse()
-        except aiohttp.ClientPayloadError as error:
+            parser.feed_data(data)
+            if not self._headed:
+                # A head still incomplete (httptools holds a header's parts until it ends).
+                self._fed += len(data)
+                if self._fed > _MAX_HEAD_BYTES:
+                    error = aiohttp.ClientPayloadError("a response head past 64 KiB")
+        except httptools.HttpParserCallbackError as failure:
+            # Raised by one of our callbacks below: its own error is the context.
+            cause = failure.__context__
+            error = (
+                cause
+                if isinstance(cause, aiohttp.ClientPayloadError)
+                else aiohttp.ClientPayloadError(f"a malformed response: {failure}")
+            )
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as failure:
+            error = aiohttp.ClientPayloadError(f"a malformed response: {failure!r}")
+        if self._answer is not None:
+            if error is not None:
+                # Bytes past the response's end: they must not be read as the next one's.
+                status, body, _ = self._answer
+                self._answer = (status, body, False)
+            self._deliver()
+        elif error is not None:
             self._fail(error)
             self.close()
+
+    # The parser's callbacks (httptools.HttpResponseParser calls them by these names).
+
+    def on_message_begin(self) -> None:
+        if self._answer is not None:
+            raise aiohttp.ClientPayloadError("a second response to one request")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_size += len(name) + len(value) + 4
+        if self._head_size > _MAX_HEAD_BYTES:
+            raise aiohttp.ClientPayloadError("a response head past 64 KiB")
+        if len(name) in (14, 17) and name.lower() in (b"content-length", b"transfer-encoding"):
+            self._framed = True
+
+    def on_headers_complete(self) -> None:
+        assert self._parser is not None
+        self._headed = True
+        self._status = self._parser.get_status_code()
+
+    def on_body(self, body: bytes) -> None:
+        self._size += len(body)
+        if self._size > MAX_RESPONSE_BYTES:
+            raise aiohttp.ClientPayloadError("a response body past 64 MiB")
+        self._pieces.append(body)
+
+    def on_message_complete(self) -> None:
+        assert self._parser is not None
+        if 100 <= self._status < 200:
+            # An interim response (100 Continue, 103 Early Hints): the real one follows.
+            self._reset()
+            return
+        # Asked now: llhttp forgets the response's keep-alive state once it is complete.
+        keep = self._parser.should_keep_alive()
+        self._answer = (self._status, b"".join(self._pieces), keep)
 
     def send(self, data: bytes) -> asyncio.Future[tuple[int, bytes, bool]]:
         """Write a request; the future is (status, body, reusable) once it is answered."""
         assert self.transport is not None and self._waiter is None
         self._waiter = asyncio.get_running_loop().create_future()
-        self._buffer.clear()
-        self._response = None
+        # A parser per response: nothing of the last one's state can leak into this one.
+        self._parser = httptools.HttpResponseParser(self)
+        self._reset()
+        self._answer = None
         self.transport.write(data)
         return self._waiter
 
@@ -103,97 +162,21 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    def _parse(self) -> None:
-        buffer = self._buffer
-        response = self._response
-        if response is None:
-            end = buffer.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buffer) > _MAX_HEAD_BYTES:
-                    raise aiohttp.ClientPayloadError("a response head past 64 KiB")
-                return
-            response = self._response = _head(bytes(buffer[:end]), end + 4)
-        start = response.body_start
-        if response.length is not None:
-            if len(buffer) - start < response.length:
-                if response.length > MAX_RESPONSE_BYTES:
-                    raise aiohttp.ClientPayloadError("a response body past 64 MiB")
-                return
-            body = bytes(buffer[start : start + response.length])
-            self._done(body, keep=not response.close and len(buffer) == start + response.length)
-        elif response.chunked:
-            if len(buffer) - start > MAX_RESPONSE_BYTES:
-                raise aiohttp.ClientPayloadError("a response body past 64 MiB")
-            # Chunk by chunk as they come (a relist's page is megabytes in many reads).
-            used = _dechunk(buffer, response)
-            if used is not None:
-                body = b"".join(response.pieces)
-                self._done(body, keep=not response.close and used == len(buffer))
-        elif len(buffer) - start > MAX_RESPONSE_BYTES:
-            raise aiohttp.ClientPayloadError("a response body past 64 MiB")
+    def _reset(self) -> None:
+        self._status, self._headed, self._framed = 0, False, False
+        self._head_size = self._fed = 0
+        self._pieces, self._size = [], 0
 
-    def _done(self, body: bytes, *, keep: bool) -> None:
-        waiter, response = self._waiter, self._response
-        self._waiter = self._response = None
-        if waiter is not None and not waiter.done() and response is not None:
-            waiter.set_result((response.status, body, keep))
+    def _deliver(self) -> None:
+        waiter, answer = self._waiter, self._answer
+        self._waiter = self._parser = self._answer = None
+        if waiter is not None and not waiter.done() and answer is not None:
+            waiter.set_result(answer)
 
     def _fail(self, error: Exception) -> None:
-        waiter, self._waiter, self._response = self._waiter, None, None
+        waiter, self._waiter, self._parser = self._waiter, None, None
         if waiter is not None and not waiter.done():
             waiter.set_exception(error)
-
-
-def _head(head: bytes, body_start: int) -> _Response:
-    lines = head.split(b"\r\n")
-    parts = lines[0].split(b" ", 2)
-    if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-        raise aiohttp.ClientPayloadError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
-    status = int(parts[1])
-    length: int | None = None
-    chunked = False
-    close = parts[0] == b"HTTP/1.0"
-    for line in lines[1:]:
-        name, _, value = line.partition(b":")
-        name = name.strip().lower()
-        if name == b"content-length":
-            value = value.strip()
-            if not value.isdigit():
-                raise aiohttp.ClientPayloadError(f"a bad Content-Length: {value[:40]!r}")
-            length = int(value)
-        elif name == b"transfer-encoding":
-            chunked = b"chunked" in value.lower()
-        elif name == b"connection":
-            token = value.strip().lower()
-            close = token == b"close" or (close and token != b"keep-alive")
-    if chunked:
-        length = None  # RFC 9112 6.3: chunked framing wins over a length
-    elif status in (204, 304) or 100 <= status < 200:
-        length = 0
-    return _Response(status, length, chunked, close, body_start)
-
-
-def _dechunk(buffer: bytearray, response: _Response) -> int | None:
-    """Read the complete chunks from ``response.body_start`` into ``response.pieces`` (and
-    move it past them); where the message ends once its last chunk is read, else None."""
-    at = response.body_start
-    while True:
-        line_end = buffer.find(b"\r\n", at)
-        if line_end < 0:
-            return None
-        size_text = bytes(buffer[at:line_end]).split(b";", 1)[0].strip()
-        try:
-            size = int(size_text, 16)
-        except ValueError:
-            raise aiohttp.ClientPayloadError(f"a bad chunk size: {size_text[:20]!r}") from None
-        if size == 0:
-            # Trailers (none expected) end with an empty line.
-            end = buffer.find(b"\r\n\r\n", line_end)
-            return None if end < 0 else end + 4
-        if len(buffer) < line_end + 2 + size + 2:
-            return None
-        response.pieces.append(bytes(buffer[line_end + 2 : line_end + 2 + size]))
-        at = response.body_start = line_end + 2 + size + 2
 
 
 class Http1Pool:
