@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
+import struct
 from collections.abc import AsyncIterator, Callable
 
 import aiohttp
@@ -523,6 +525,30 @@ async def test_a_body_cut_short_by_the_connections_end_is_a_disconnection(respon
         writer.write(response)
         await writer.drain()
         writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pool = Http1Pool(URL(f"http://127.0.0.1:{port}"), None)
+    try:
+        with pytest.raises(aiohttp.ServerDisconnectedError):
+            await pool.request("GET", "/", {}, None, 5)
+    finally:
+        await pool.close()
+        server.close()
+
+
+async def test_a_length_less_body_ended_by_a_reset_is_a_disconnection() -> None:
+    """The connection's end completes a length-less body only if the server closed it: a reset
+    may have cut it short."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b'HTTP/1.0 200 OK\r\n\r\n{"a": ')
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()  # linger 0: a reset, not a close
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]

@@ -67,9 +67,10 @@ class _Connection(asyncio.Protocol):
         self.lost = True
         if not self.gone.done():
             self.gone.set_result(None)
-        if self._waiter is not None and self._headed and not self._framed:
+        if self._waiter is not None and self._headed and not self._framed and exc is None:
             # Framed by the connection's end (no length, not chunked): the body is complete.
             # llhttp would say so on a call to llhttp_finish, which httptools does not offer.
+            # Not on a reset (exc): the body may be cut short.
             self._answer = (self._status, b"".join(self._pieces), False)
             self._deliver()
             return
