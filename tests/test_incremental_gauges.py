@@ -10,7 +10,6 @@ import copy
 from collections import Counter
 from typing import Any
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -162,7 +161,6 @@ async def test_a_waiting_workload_deleted_leaves_its_queue_gauge() -> None:
     assert scraped(h, "topogate_pending_workloads") == {"a": 0}
 
 
-@pytest.mark.xfail(strict=True, reason="the feeds are subscribed when the admitter is built")
 def test_a_standby_keeps_no_feed_of_the_workloads_it_never_gauges() -> None:
     """A standby replica builds its admitter but runs no cycle (it never sets the gauges):
     the Workloads admitted and gone meanwhile (days of them) must not pile up in feeds
