@@ -159,3 +159,23 @@ async def test_a_waiting_workload_deleted_leaves_its_queue_gauge() -> None:
     h.deliver()
     h.admitter.decide(describe=True)
     assert scraped(h, "topogate_pending_workloads") == {"a": 0}
+
+
+def test_a_standby_keeps_no_feed_of_the_workloads_it_never_gauges() -> None:
+    """A standby replica builds its admitter but runs no cycle (it never sets the gauges):
+    the Workloads admitted and gone meanwhile (days of them) must not pile up in feeds
+    nobody reads; once it leads, its first gauges still count from scratch."""
+    h = Harness([queue(name, "all", 2) for name in QUEUES])
+    for number in range(200):
+        h.seed(workload(f"s{number}", "a", 1, 0, admitted=True))
+        asyncio.run(h.kube.delete(WORKLOADS, f"s{number}", "a"))
+        h.deliver()
+    h.seed(workload("kept", "b", 1, 0, admitted=True))
+    h.seed(workload("waits", "c", 1, 0))
+    unread = sum(len(feed) for feed in h.state.ledger._feeds)
+    unread += sum(len(feed) for feed in h.state.pending.lanes._feeds)
+    assert unread <= 3  # not one key per Workload the standby saw come and go
+    h.state.pending.sync()
+    h.admitter._gauges(h.state.catalogs.catalog().queues, {})
+    assert scraped(h, "topogate_admitted_workloads") == {"a": 0, "b": 1, "c": 0}
+    assert scraped(h, "topogate_pending_workloads") == {"a": 0, "b": 0, "c": 1}

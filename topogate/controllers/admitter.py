@@ -125,8 +125,8 @@ class Admitter:
         # admissions changed since (feeds), the admissions a cycle subtracted from its
         # lanes, and each held admission's ClusterQueue with the count per queue.
         self._gauge_queues: Mapping[str, QueueSpec] | None = None
-        self._lane_changes = state.pending.lanes.changes()
-        self._held_changes = state.ledger.held_changes()
+        # (lanes', ledger's) feeds, from the first count: a standby's would only ever grow.
+        self._feeds: tuple[set[str], set[str]] | None = None
         self._gauge_admitted: dict[str, int] = {}
         self._held_in: dict[str, str] = {}
         self._held_per_queue: dict[str, int] = {}
@@ -465,11 +465,16 @@ class Admitter:
         changed): at 1,000 queues and thousands held, walking them all once a second cost
         more than the rest of an idle second."""
         lanes = self.state.pending.lanes
+        if self._feeds is None:
+            # Subscribed here, not when built: a standby builds its admitter but counts
+            # nothing, and feeds nobody empties would keep every Workload it saw go. They
+            # start with every lane and held admission: the first count is whole.
+            self._feeds = (lanes.changes(), self.state.ledger.held_changes())
         full = queues is not self._gauge_queues
-        waiting = set(self._lane_changes) | admitted.keys() | self._gauge_admitted.keys()
-        self._lane_changes.clear()
+        waiting = set(self._feeds[0]) | admitted.keys() | self._gauge_admitted.keys()
+        self._feeds[0].clear()
         self._gauge_admitted = dict(admitted)
-        held = self._count_held()
+        held = self._count_held(self._feeds[1])
         if full:  # queues came or went
             gone = {name for _, name in self._gauged} - queues.keys()
             waiting |= queues.keys() | gone
@@ -485,13 +490,13 @@ class Admitter:
             count = self._held_per_queue.get(name, 0)
             self._gauge("admitted", name, count if count or name in queues else None)
 
-    def _count_held(self) -> set[str]:
+    def _count_held(self, changes: set[str]) -> set[str]:
         """Bring the admissions held per ClusterQueue up to date with the ledger's changes;
         returns the queues whose count may have changed."""
         ledger = self.state.ledger
         touched: set[str] = set()
         per_queue = self._held_per_queue
-        for key in self._held_changes:
+        for key in changes:
             was = self._held_in.pop(key, None)
             if was is not None:
                 per_queue[was] -= 1
@@ -501,7 +506,7 @@ class Admitter:
                 name = self._held_in[key] = str(admission.get("clusterQueue") or "")
                 per_queue[name] = per_queue.get(name, 0) + 1
                 touched.add(name)
-        self._held_changes.clear()
+        changes.clear()
         return touched
 
     def _gauge(self, kind: str, name: str, count: int | None) -> None:
