@@ -7,39 +7,16 @@ from __future__ import annotations
 import asyncio
 import time
 
+from tests.event_fakes import SlowApi, about
 from topogate.kube.events import EventRecorder
 from topogate.kube.resources import Obj, Resource
-
-WORKLOAD = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload"}
-
-
-class SlowApi:
-    """Creates take ``delay`` seconds each (forever when None); records the most in flight."""
-
-    def __init__(self, delay: float | None) -> None:
-        self.delay, self.in_flight, self.most = delay, 0, 0
-        self.sent: list[str] = []
-
-    async def create(self, resource: Resource, body: Obj, namespace: str | None = None) -> Obj:
-        self.in_flight += 1
-        self.most = max(self.most, self.in_flight)
-        try:
-            await asyncio.sleep(3600 if self.delay is None else self.delay)
-        finally:
-            self.in_flight -= 1
-        self.sent.append(body["note"])
-        return body
-
-
-def _about(name: str) -> Obj:
-    return {**WORKLOAD, "metadata": {"name": name, "namespace": "ns", "uid": name}}
 
 
 async def test_events_are_sent_one_at_a_time_in_order() -> None:
     api = SlowApi(0.001)
     events = EventRecorder(api, "test")  # type: ignore[arg-type]
     for i in range(20):
-        events.emit(_about(f"w{i}"), "Pending", f"note {i}")
+        events.emit(about(f"w{i}"), "Pending", f"note {i}")
     await events.drain()
     assert api.sent == [f"note {i}" for i in range(20)]
     assert api.most == 1
@@ -51,9 +28,9 @@ async def test_a_full_queue_drops_and_counts_instead_of_growing() -> None:
     told: list[int] = []
     events = EventRecorder(api, "test", capacity=5, on_drop=lambda: told.append(1))  # type: ignore[arg-type]
     for i in range(12):
-        events.emit(_about(f"w{i}"), "Pending", f"note {i}")
+        events.emit(about(f"w{i}"), "Pending", f"note {i}")
     await asyncio.sleep(0)  # the sender takes the first one off the queue
-    events.emit(_about("late"), "Pending", "late")
+    events.emit(about("late"), "Pending", "late")
     # 12 emitted before the sender ran: 5 queued, 7 dropped; then one slot freed for "late".
     assert events.dropped == 7
     assert len(told) == 7  # serve counts them in topogate_events_dropped_total
@@ -66,9 +43,9 @@ async def test_a_full_queue_drops_and_counts_instead_of_growing() -> None:
 async def test_emitting_after_a_drain_sends_again() -> None:
     api = SlowApi(0)
     events = EventRecorder(api, "test")  # type: ignore[arg-type]
-    events.emit(_about("a"), "Admitted", "first")
+    events.emit(about("a"), "Admitted", "first")
     await events.drain()
-    events.emit(_about("b"), "Admitted", "second")
+    events.emit(about("b"), "Admitted", "second")
     await events.drain()
     assert api.sent == ["first", "second"]
 
@@ -92,6 +69,6 @@ async def test_an_event_that_fails_oddly_does_not_stop_the_ones_behind_it() -> N
     api = BrokenOnce()
     events = EventRecorder(api, "test")  # type: ignore[arg-type]
     for i in range(3):
-        events.emit(_about(f"w{i}"), "Pending", f"note {i}")
+        events.emit(about(f"w{i}"), "Pending", f"note {i}")
     await events.drain(seconds=5)
     assert api.sent == ["note 1", "note 2"]

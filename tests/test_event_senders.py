@@ -9,46 +9,16 @@ import time
 
 import pytest
 
+from tests.event_fakes import SlowApi, about
 from topogate.kube.events import SERVE_SENDERS, EventRecorder
 from topogate.kube.ratelimit import TokenBucket
-from topogate.kube.resources import Obj, Resource
-
-WORKLOAD = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload"}
-
-
-class SlowApi:
-    """Creates take ``delay`` seconds each (forever when None), after a token of ``budget``
-    when given; records the order creates start in and the most in flight at once."""
-
-    def __init__(self, delay: float | None, budget: TokenBucket | None = None) -> None:
-        self.delay, self.budget = delay, budget
-        self.in_flight = self.most = 0
-        self.started: list[str] = []
-        self.sent: list[str] = []
-
-    async def create(self, resource: Resource, body: Obj, namespace: str | None = None) -> Obj:
-        if self.budget is not None:
-            await self.budget.take()
-        self.started.append(body["note"])
-        self.in_flight += 1
-        self.most = max(self.most, self.in_flight)
-        try:
-            await asyncio.sleep(3600 if self.delay is None else self.delay)
-        finally:
-            self.in_flight -= 1
-        self.sent.append(body["note"])
-        return body
-
-
-def _about(name: str) -> Obj:
-    return {**WORKLOAD, "metadata": {"name": name, "namespace": "ns", "uid": name}}
 
 
 async def test_no_more_than_senders_events_are_in_flight() -> None:
     api = SlowApi(0.01)
     events = EventRecorder(api, "test", senders=4)  # type: ignore[arg-type]
     for i in range(40):
-        events.emit(_about(f"w{i}"), "Pending", f"note {i}")
+        events.emit(about(f"w{i}"), "Pending", f"note {i}")
     await events.drain(seconds=10)
     assert api.most == 4
     assert sorted(api.sent) == sorted(f"note {i}" for i in range(40))
@@ -65,7 +35,7 @@ async def test_several_senders_send_a_burst_in_a_fraction_of_one_senders_time() 
         events = EventRecorder(api, "test", senders=senders)  # type: ignore[arg-type]
         started = time.monotonic()
         for i in range(50):
-            events.emit(_about(f"w{i}"), "Pending", f"note {i}")
+            events.emit(about(f"w{i}"), "Pending", f"note {i}")
         await events.drain(seconds=30)
         assert len(api.sent) == 50
         return time.monotonic() - started
@@ -82,7 +52,7 @@ async def test_the_senders_together_stay_within_the_client_budget() -> None:
     events = EventRecorder(api, "test", senders=SERVE_SENDERS)  # type: ignore[arg-type]
     started = time.monotonic()
     for i in range(30):
-        events.emit(_about(f"w{i}"), "Pending", f"note {i}")
+        events.emit(about(f"w{i}"), "Pending", f"note {i}")
     await events.drain(seconds=10)
     assert len(api.sent) == 30
     assert time.monotonic() - started >= (30 - 5) / 50 - 0.02
@@ -93,11 +63,11 @@ async def test_a_full_queue_drops_and_counts_with_every_sender_stuck() -> None:
     told: list[int] = []
     events = EventRecorder(api, "test", capacity=5, on_drop=lambda: told.append(1), senders=3)  # type: ignore[arg-type]
     for i in range(12):
-        events.emit(_about(f"w{i}"), "Pending", f"note {i}")
+        events.emit(about(f"w{i}"), "Pending", f"note {i}")
     await asyncio.sleep(0)  # each sender takes one off the queue and waits on it
     assert api.in_flight == 3
     for i in range(4):
-        events.emit(_about(f"late{i}"), "Pending", "late")
+        events.emit(about(f"late{i}"), "Pending", "late")
     # 12 emitted before the senders ran: 5 queued, 7 dropped; 3 slots freed, 1 late dropped.
     assert events.dropped == 8 and len(told) == 8
     started = time.monotonic()
@@ -111,9 +81,9 @@ async def test_a_full_queue_drops_and_counts_with_every_sender_stuck() -> None:
 async def test_after_a_drain_the_senders_start_again() -> None:
     api = SlowApi(0)
     events = EventRecorder(api, "test", senders=3)  # type: ignore[arg-type]
-    events.emit(_about("a"), "Admitted", "first")
+    events.emit(about("a"), "Admitted", "first")
     await events.drain()
-    events.emit(_about("b"), "Admitted", "second")
+    events.emit(about("b"), "Admitted", "second")
     await events.drain()
     assert api.sent == ["first", "second"]
 
