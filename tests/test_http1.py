@@ -10,7 +10,7 @@ import contextlib
 import json
 import socket
 import struct
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import pytest
@@ -23,6 +23,22 @@ from topogate.kube.http1 import USER_AGENT, Http1Pool
 from topogate.kube.resources import WORKLOADS
 
 Answer = Callable[[bytes], bytes | None]  # the request's head and body -> the response
+
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def _pool_on(handle: Handler) -> AsyncIterator[Http1Pool]:
+    """A pool to a local server whose connections ``handle`` serves; both closed after."""
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pool = Http1Pool(URL(f"http://127.0.0.1:{port}"), None)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+        server.close()
 
 
 @contextlib.asynccontextmanager
@@ -138,16 +154,10 @@ async def test_a_response_until_close_ends_with_the_connection() -> None:
         await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    pool = Http1Pool(URL(f"http://127.0.0.1:{port}"), None)
-    try:
+    async with _pool_on(handle) as pool:
         for _ in range(2):
             assert await pool.request("GET", "/", {}, None, 5) == (200, b'{"a": 1}')
         assert pool._open == 0  # neither kept
-    finally:
-        await pool.close()
-        server.close()
 
 
 async def test_a_connection_the_server_closed_while_idle_is_replaced() -> None:
@@ -430,17 +440,11 @@ async def test_an_answer_to_no_request_on_an_idle_connection_drops_it() -> None:
                 await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    pool = Http1Pool(URL(f"http://127.0.0.1:{port}"), None)
-    try:
+    async with _pool_on(handle) as pool:
         assert await pool.request("GET", "/", {}, None, 5) == (200, b"{}")
         await asyncio.sleep(0.2)
         assert await pool.request("GET", "/", {}, None, 5) == (200, b'"asked"')
         assert (pool._open, accepted[0]) == (1, 2)
-    finally:
-        await pool.close()
-        server.close()
 
 
 class _Transport:
@@ -526,15 +530,9 @@ async def test_a_body_cut_short_by_the_connections_end_is_a_disconnection(respon
         await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    pool = Http1Pool(URL(f"http://127.0.0.1:{port}"), None)
-    try:
+    async with _pool_on(handle) as pool:
         with pytest.raises(aiohttp.ServerDisconnectedError):
             await pool.request("GET", "/", {}, None, 5)
-    finally:
-        await pool.close()
-        server.close()
 
 
 async def test_a_length_less_body_ended_by_a_reset_is_a_disconnection() -> None:
@@ -550,12 +548,6 @@ async def test_a_length_less_body_ended_by_a_reset_is_a_disconnection() -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         writer.transport.abort()  # linger 0: a reset, not a close
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    pool = Http1Pool(URL(f"http://127.0.0.1:{port}"), None)
-    try:
+    async with _pool_on(handle) as pool:
         with pytest.raises(aiohttp.ServerDisconnectedError):
             await pool.request("GET", "/", {}, None, 5)
-    finally:
-        await pool.close()
-        server.close()
